@@ -1,0 +1,9 @@
+//! kubewasm: a Kubernetes controller host that runs each controller's reconcile logic as a
+//! sandboxed WebAssembly component.
+//!
+//! The host owns everything that talks to the API server — informers, caches, indexes and
+//! workqueues — and hands each dequeued key to a plugin through the `kubewasm:controller` WIT
+//! world (see `wit/`).
+
+pub mod plugin;
+pub mod queue;

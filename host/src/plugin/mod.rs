@@ -1,0 +1,1 @@
+//! Sandboxed WebAssembly reconcile plugins: loading, limits, grants and host functions.

@@ -1,0 +1,1 @@
+//! A work queue with client-go semantics: dedup, delaying and rate limiting.

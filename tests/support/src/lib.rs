@@ -1,0 +1,1 @@
+//! A real kube-apiserver + etcd for tests, started once per test binary.
