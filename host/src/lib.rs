@@ -5,5 +5,6 @@
 //! workqueues — and hands each dequeued key to a plugin through the `kubewasm:controller` WIT
 //! world (see `wit/`).
 
+pub mod informer;
 pub mod plugin;
 pub mod queue;
