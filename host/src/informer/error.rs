@@ -29,7 +29,7 @@ pub enum Error {
         gvk: GroupVersionKind,
         /// What discovery answered.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// A namespace scope was asked for a cluster-scoped kind.
     #[error("kind {} is cluster-scoped; it cannot be watched in namespace {namespace:?}", .gvk.kind)]

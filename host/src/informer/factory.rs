@@ -179,7 +179,7 @@ impl SharedInformerFactory {
         }
         let (resource, caps) = discovery::pinned_kind(&self.inner.client, gvk)
             .await
-            .map_err(|source| Error::KindNotFound { gvk: gvk.clone(), source })?;
+            .map_err(|source| Error::KindNotFound { gvk: gvk.clone(), source: Box::new(source) })?;
         let found = (resource, caps.scope);
         self.inner.resources.lock().insert(gvk.clone(), found.clone());
         Ok(found)
