@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod cli;
 pub mod controller;
+pub mod informer;
 pub mod plugin;
 pub mod queue;
 pub mod shutdown;

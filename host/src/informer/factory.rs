@@ -1,0 +1,235 @@
+//! The shared informer factory: one informer per (kind, namespace, label selector, field
+//! selector), handed to every consumer that asks (client-go `SharedInformerFactory`).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Weak},
+};
+
+use kube::{
+    Client,
+    api::{Api, ApiResource, DynamicObject},
+    core::GroupVersionKind,
+    discovery::{self, Scope},
+};
+use prometheus::Registry;
+
+use super::{
+    Error, Result,
+    metrics::InformerMetrics,
+    reflector::{ListStrategy, Reflector, ReflectorConfig, Transform},
+    shared_informer::{Informer, InformerInner, Shared},
+};
+
+/// What to watch besides the kind: a namespace and server-side selectors. Part of the
+/// informer's identity: consumers asking for equal params share one informer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct InformerParams {
+    namespace: Option<String>,
+    label_selector: Option<String>,
+    field_selector: Option<String>,
+}
+
+impl InformerParams {
+    /// Watch only this namespace (default: all namespaces).
+    #[must_use]
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.to_owned());
+        self
+    }
+
+    /// Server-side label selector.
+    #[must_use]
+    pub fn labels(mut self, selector: &str) -> Self {
+        self.label_selector = Some(selector.to_owned()).filter(|s| !s.is_empty());
+        self
+    }
+
+    /// Server-side field selector.
+    #[must_use]
+    pub fn fields(mut self, selector: &str) -> Self {
+        self.field_selector = Some(selector.to_owned()).filter(|s| !s.is_empty());
+        self
+    }
+}
+
+/// An informer's identity in the factory.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct InformerKey {
+    gvk: GroupVersionKind,
+    params: InformerParams,
+}
+
+struct FactoryInner {
+    client: Client,
+    config: ReflectorConfig,
+    metrics: Arc<InformerMetrics>,
+    informers: tokio::sync::Mutex<HashMap<InformerKey, Weak<InformerInner>>>,
+    /// Resolved kinds. Only successes are cached, so a kind unknown now (a CRD not yet
+    /// installed) is looked up again on the next request.
+    resources: parking_lot::Mutex<HashMap<GroupVersionKind, (ApiResource, Scope)>>,
+    streaming: tokio::sync::OnceCell<bool>,
+}
+
+/// Hands out shared informers for any kind, resolved through discovery at run time.
+/// Cloning is cheap and clones share the informers.
+#[derive(Clone)]
+pub struct SharedInformerFactory {
+    inner: Arc<FactoryInner>,
+}
+
+impl SharedInformerFactory {
+    /// A factory whose metrics are registered on `registry` (once per registry).
+    pub fn new(client: Client, registry: &Registry) -> Result<Self> {
+        Self::with_config(client, registry, ReflectorConfig::default())
+    }
+
+    /// A factory with non-default list strategy, page size or transform.
+    pub fn with_config(client: Client, registry: &Registry, config: ReflectorConfig) -> Result<Self> {
+        Ok(Self {
+            inner: Arc::new(FactoryInner {
+                client,
+                config,
+                metrics: Arc::new(InformerMetrics::register(registry)?),
+                informers: Default::default(),
+                resources: Default::default(),
+                streaming: Default::default(),
+            }),
+        })
+    }
+
+    /// Replaces the transform applied to objects before they are cached (default: strip
+    /// `managedFields`). Affects informers created afterwards.
+    #[must_use]
+    pub fn transform(self, transform: Transform) -> Self {
+        let mut config = self.inner.config.clone();
+        config.transform = transform;
+        self.rebuilt(config)
+    }
+
+    /// Sets the initial list strategy for informers created afterwards.
+    #[must_use]
+    pub fn list_strategy(self, strategy: ListStrategy) -> Self {
+        let mut config = self.inner.config.clone();
+        config.list_strategy = strategy;
+        self.rebuilt(config)
+    }
+
+    fn rebuilt(self, config: ReflectorConfig) -> Self {
+        let inner = &self.inner;
+        Self {
+            inner: Arc::new(FactoryInner {
+                client: inner.client.clone(),
+                config,
+                metrics: inner.metrics.clone(),
+                informers: Default::default(),
+                resources: Default::default(),
+                streaming: Default::default(),
+            }),
+        }
+    }
+
+    /// The informer for `gvk` across all namespaces, without selectors.
+    pub async fn informer_for(&self, gvk: &GroupVersionKind) -> Result<Informer> {
+        self.informer(gvk, InformerParams::default()).await
+    }
+
+    /// The informer for `gvk` and `params`: the running one if some consumer holds it, else a
+    /// new one whose watch starts now. Unknown kinds are looked up through discovery each time,
+    /// so a CRD installed after start becomes watchable.
+    pub async fn informer(&self, gvk: &GroupVersionKind, params: InformerParams) -> Result<Informer> {
+        let key = InformerKey { gvk: gvk.clone(), params };
+        let mut informers = self.inner.informers.lock().await;
+        if let Some(inner) = informers.get(&key).and_then(Weak::upgrade) {
+            return Ok(Informer { inner });
+        }
+        informers.retain(|_, w| w.strong_count() > 0);
+        let (resource, scope) = self.resolve(gvk).await?;
+        let client = self.inner.client.clone();
+        let api = match (&key.params.namespace, scope) {
+            (Some(ns), Scope::Namespaced) => Api::namespaced_with(client, ns, &resource),
+            (Some(ns), Scope::Cluster) => {
+                return Err(Error::ClusterScoped { gvk: gvk.clone(), namespace: ns.clone() });
+            }
+            (None, _) => Api::<DynamicObject>::all_with(client, &resource),
+        };
+        let reflector = Reflector {
+            api,
+            resource,
+            label_selector: key.params.label_selector.clone(),
+            field_selector: key.params.field_selector.clone(),
+            config: self.inner.config.clone(),
+            streaming: self.streaming().await,
+        };
+        let shared = Arc::new(Shared::new(gvk.clone(), self.inner.metrics.clone()));
+        let task = tokio::spawn(reflector.run(shared.clone())).abort_handle();
+        let inner = Arc::new(InformerInner { shared, key: key.clone(), reflector: task });
+        informers.insert(key, Arc::downgrade(&inner));
+        Ok(Informer { inner })
+    }
+
+    /// Number of informers with a live consumer.
+    pub async fn running(&self) -> usize {
+        self.inner.informers.lock().await.values().filter(|w| w.strong_count() > 0).count()
+    }
+
+    async fn resolve(&self, gvk: &GroupVersionKind) -> Result<(ApiResource, Scope)> {
+        if let Some(found) = self.inner.resources.lock().get(gvk) {
+            return Ok(found.clone());
+        }
+        let (resource, caps) = discovery::pinned_kind(&self.inner.client, gvk)
+            .await
+            .map_err(|source| Error::KindNotFound { gvk: gvk.clone(), source: Box::new(source) })?;
+        let found = (resource, caps.scope);
+        self.inner.resources.lock().insert(gvk.clone(), found.clone());
+        Ok(found)
+    }
+
+    /// Whether new reflectors start with a streaming list.
+    async fn streaming(&self) -> bool {
+        match self.inner.config.list_strategy {
+            ListStrategy::Streaming => true,
+            ListStrategy::Paginated => false,
+            ListStrategy::Auto => *self
+                .inner
+                .streaming
+                .get_or_init(|| async {
+                    match self.inner.client.apiserver_version().await {
+                        Ok(info) => serves_streaming_lists(&info.major, &info.minor),
+                        Err(err) => {
+                            tracing::debug!(error = %err, "no server version; using paginated lists");
+                            false
+                        }
+                    }
+                })
+                .await,
+        }
+    }
+}
+
+/// WatchList (streaming lists) is on by default from Kubernetes v1.32 (KEP-3157 beta).
+fn serves_streaming_lists(major: &str, minor: &str) -> bool {
+    let num = |s: &str| s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().ok();
+    matches!((num(major), num(minor)), (Some(1), Some(m)) if m >= 32) || num(major).is_some_and(|m| m > 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streaming_lists_are_tried_from_kubernetes_1_32() {
+        assert!(serves_streaming_lists("1", "37"));
+        assert!(serves_streaming_lists("1", "32+"));
+        assert!(!serves_streaming_lists("1", "31"));
+        assert!(!serves_streaming_lists("", ""));
+    }
+
+    #[test]
+    fn params_with_equal_selectors_are_the_same_informer() {
+        let a = InformerParams::default().namespace("x").labels("app=web");
+        let b = InformerParams::default().labels("app=web").namespace("x");
+        assert_eq!(a, b);
+        assert_eq!(InformerParams::default().labels(""), InformerParams::default());
+    }
+}

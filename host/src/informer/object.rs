@@ -1,0 +1,241 @@
+//! A cached object: the JSON bytes plugins receive plus the metadata the cache indexes on.
+
+use std::{collections::BTreeMap, fmt, sync::Arc};
+
+use kube::api::{ApiResource, DynamicObject, TypeMeta};
+
+use super::{Error, Result};
+
+/// The controller-relevant parts of an `ownerReference`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerRef {
+    /// `apiVersion` of the owner.
+    pub api_version: String,
+    /// `kind` of the owner.
+    pub kind: String,
+    /// `name` of the owner.
+    pub name: String,
+    /// `uid` of the owner.
+    pub uid: String,
+    /// Whether this reference points at the managing controller.
+    pub controller: bool,
+}
+
+/// Metadata parsed once when an object enters the cache, so reads never parse JSON.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.namespace`; `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// `metadata.uid`.
+    pub uid: Option<String>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `metadata.ownerReferences`.
+    pub owner_references: Vec<OwnerRef>,
+    /// Whether `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+}
+
+impl ObjectMeta {
+    /// The owner reference marked `controller: true`, if any.
+    pub fn controller_owner(&self) -> Option<&OwnerRef> {
+        self.owner_references.iter().find(|o| o.controller)
+    }
+}
+
+/// One object in the cache: immutable, shared by `Arc` between the store, handlers and plugins.
+///
+/// The JSON is produced once when the object arrives from the watch (after the informer's
+/// transform, which strips `managedFields` by default), so handing it to a plugin is a copy of
+/// bytes, never a re-serialization.
+pub struct CachedObject {
+    key: Arc<str>,
+    meta: ObjectMeta,
+    json: Box<[u8]>,
+}
+
+impl CachedObject {
+    /// Builds a cached object from a watched object, filling `apiVersion`/`kind` from `resource`
+    /// (list responses omit them on items) so every cached body is self-describing.
+    pub fn from_dynamic(mut obj: DynamicObject, resource: &ApiResource) -> Result<Self> {
+        obj.types = Some(TypeMeta {
+            api_version: resource.api_version.clone(),
+            kind: resource.kind.clone(),
+        });
+        let json = serde_json::to_vec(&obj).map_err(Error::Serialize)?;
+        let meta = meta_from_k8s(obj.metadata);
+        Self::new(meta, json)
+    }
+
+    /// Builds a cached object from raw JSON (must be an object with `metadata.name`).
+    pub fn from_json(json: Vec<u8>) -> Result<Self> {
+        #[derive(serde::Deserialize)]
+        struct Partial {
+            #[serde(default)]
+            metadata: kube::api::ObjectMeta,
+        }
+        let partial: Partial = serde_json::from_slice(&json).map_err(Error::Serialize)?;
+        Self::new(meta_from_k8s(partial.metadata), json)
+    }
+
+    fn new(meta: ObjectMeta, json: Vec<u8>) -> Result<Self> {
+        if meta.name.is_empty() {
+            return Err(Error::MissingName);
+        }
+        let key = object_key(meta.namespace.as_deref(), &meta.name).into();
+        Ok(Self {
+            key,
+            meta,
+            json: json.into_boxed_slice(),
+        })
+    }
+
+    /// The MetaNamespaceKey: `namespace/name`, or `name` for cluster-scoped objects.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub(crate) fn key_arc(&self) -> &Arc<str> {
+        &self.key
+    }
+
+    /// The parsed metadata.
+    pub fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+
+    /// The object exactly as plugins receive it (JSON, `managedFields` stripped by default).
+    pub fn json(&self) -> &[u8] {
+        &self.json
+    }
+
+    /// Parses the JSON body; used by index functions, not on the read path.
+    pub fn value(&self) -> Result<serde_json::Value> {
+        serde_json::from_slice(&self.json).map_err(Error::Serialize)
+    }
+
+    /// Approximate heap bytes held by this entry (JSON + metadata strings), for the benchmark.
+    pub fn heap_size(&self) -> usize {
+        let m = &self.meta;
+        let strings = m.name.len()
+            + m.namespace.as_ref().map_or(0, String::len)
+            + m.uid.as_ref().map_or(0, String::len)
+            + m.resource_version.as_ref().map_or(0, String::len)
+            + m.labels.iter().map(|(k, v)| k.len() + v.len() + 48).sum::<usize>()
+            + m.owner_references
+                .iter()
+                .map(|o| o.api_version.len() + o.kind.len() + o.name.len() + o.uid.len())
+                .sum::<usize>();
+        self.json.len() + self.key.len() + strings + std::mem::size_of::<Self>()
+    }
+}
+
+impl fmt::Debug for CachedObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachedObject")
+            .field("key", &self.key)
+            .field("resource_version", &self.meta.resource_version)
+            .field("json_len", &self.json.len())
+            .finish()
+    }
+}
+
+/// client-go's `MetaNamespaceKeyFunc`: `namespace/name`, or `name` when there is no namespace.
+pub fn object_key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name.to_owned(),
+    }
+}
+
+/// The default transform: drops `metadata.managedFields`, which is often most of an object's
+/// size and which no controller reads (client-go users install the same transform by hand).
+pub fn strip_managed_fields(obj: &mut DynamicObject) {
+    obj.metadata.managed_fields = None;
+}
+
+fn meta_from_k8s(m: kube::api::ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: m.name.unwrap_or_default(),
+        namespace: m.namespace.filter(|ns| !ns.is_empty()),
+        uid: m.uid,
+        resource_version: m.resource_version,
+        generation: m.generation,
+        labels: m.labels.unwrap_or_default(),
+        owner_references: m
+            .owner_references
+            .unwrap_or_default()
+            .into_iter()
+            .map(|o| OwnerRef {
+                api_version: o.api_version,
+                kind: o.kind,
+                name: o.name,
+                uid: o.uid,
+                controller: o.controller.unwrap_or(false),
+            })
+            .collect(),
+        deleting: m.deletion_timestamp.is_some(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::GroupVersionKind;
+
+    fn configmap_resource() -> ApiResource {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "ConfigMap"), "configmaps")
+    }
+
+    #[test]
+    fn a_listed_item_gets_api_version_and_kind_and_loses_managed_fields() {
+        let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "7",
+                         "managedFields": [{"manager": "kubectl"}]},
+            "data": {"k": "v"}
+        }))
+        .unwrap();
+        strip_managed_fields(&mut obj);
+        let cached = CachedObject::from_dynamic(obj, &configmap_resource()).unwrap();
+        let v = cached.value().unwrap();
+        assert_eq!(v["apiVersion"], "v1");
+        assert_eq!(v["kind"], "ConfigMap");
+        assert_eq!(v["data"]["k"], "v");
+        assert!(v["metadata"].get("managedFields").is_none());
+        assert_eq!(cached.key(), "ns/a");
+        assert_eq!(cached.meta().resource_version.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn cluster_scoped_objects_are_keyed_by_name_alone() {
+        let cached = CachedObject::from_json(br#"{"metadata":{"name":"node-1"}}"#.to_vec()).unwrap();
+        assert_eq!(cached.key(), "node-1");
+        assert_eq!(object_key(Some(""), "x"), "x");
+    }
+
+    #[test]
+    fn an_object_without_a_name_is_rejected() {
+        assert!(matches!(
+            CachedObject::from_json(br#"{"metadata":{}}"#.to_vec()),
+            Err(Error::MissingName)
+        ));
+    }
+
+    #[test]
+    fn the_controller_owner_is_the_reference_marked_controller() {
+        let cached = CachedObject::from_json(
+            br#"{"metadata":{"name":"p","ownerReferences":[
+                {"apiVersion":"v1","kind":"A","name":"a","uid":"u1"},
+                {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"rs","uid":"u2","controller":true}]}}"#
+                .to_vec(),
+        )
+        .unwrap();
+        assert_eq!(cached.meta().controller_owner().unwrap().uid, "u2");
+    }
+}

@@ -1,0 +1,244 @@
+//! The informer cache: a thread-safe, indexed store of objects (client-go `Indexer` over a
+//! `ThreadSafeStore`).
+//!
+//! Hand-written because kube-runtime's `reflector::Store` has no custom indexes.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use kube::core::{Expression, Selector, SelectorExt};
+use parking_lot::RwLock;
+use serde_json::Value;
+
+use super::{
+    Error, Result,
+    index::{IndexFunc, Indexers, LABEL_INDEX, NAMESPACE_INDEX, default_indexers},
+    object::{CachedObject, object_key},
+    selector::parse_label_selector,
+};
+
+/// Index value → keys of the objects filed under it.
+type Index = HashMap<String, HashSet<Arc<str>>>;
+
+/// A thread-safe cache of objects keyed by MetaNamespaceKey, with indexes.
+///
+/// Reads hand out `Arc<CachedObject>`s: no copy of the body, no JSON work. Index answers stay
+/// exact under updates: an update removes the object from the index values it left.
+pub struct Store {
+    inner: RwLock<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    items: HashMap<Arc<str>, Arc<CachedObject>>,
+    indexers: Indexers,
+    indices: HashMap<String, Index>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Store {
+    /// An empty store with the built-in indexes (namespace, label, controller owner).
+    pub fn new() -> Self {
+        Self::with_indexers(default_indexers())
+    }
+
+    /// An empty store with exactly these indexes.
+    pub fn with_indexers(indexers: Indexers) -> Self {
+        let indices = indexers.keys().map(|k| (k.clone(), Index::new())).collect();
+        Self {
+            inner: RwLock::new(Inner {
+                items: HashMap::new(),
+                indexers,
+                indices,
+            }),
+        }
+    }
+
+    /// The object with this MetaNamespaceKey (`ns/name` or `name`).
+    pub fn get_by_key(&self, key: &str) -> Option<Arc<CachedObject>> {
+        self.inner.read().items.get(key).cloned()
+    }
+
+    /// The object with this namespace and name.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
+        self.get_by_key(&object_key(namespace, name))
+    }
+
+    /// Every cached object, in no particular order.
+    pub fn list(&self) -> Vec<Arc<CachedObject>> {
+        self.inner.read().items.values().cloned().collect()
+    }
+
+    /// Every cached key.
+    pub fn list_keys(&self) -> Vec<String> {
+        self.inner.read().items.keys().map(|k| k.to_string()).collect()
+    }
+
+    /// Number of cached objects.
+    pub fn len(&self) -> usize {
+        self.inner.read().items.len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Objects in `namespace` (all namespaces when `None`) whose labels match `label_selector`
+    /// in the apimachinery string syntax, set-based requirements included.
+    pub fn list_selected(&self, namespace: Option<&str>, label_selector: &str) -> Result<Vec<Arc<CachedObject>>> {
+        let selector = parse_label_selector(label_selector)?;
+        Ok(self.list_selector(namespace, &selector))
+    }
+
+    /// Like [`list_selected`](Self::list_selected) with an already parsed selector. Narrows the
+    /// scan through the label or namespace index when it can.
+    pub fn list_selector(&self, namespace: Option<&str>, selector: &Selector) -> Vec<Arc<CachedObject>> {
+        let inner = self.inner.read();
+        let equal = selector.clone().into_iter().find_map(|e| match e {
+            Expression::Equal(k, v) => Some(format!("{k}={v}")),
+            _ => None,
+        });
+        let keep = |o: &&Arc<CachedObject>| {
+            namespace.is_none_or(|ns| o.meta().namespace.as_deref().unwrap_or("") == ns)
+                && selector.matches(&o.meta().labels)
+        };
+        let from_index = |index: &str, value: &str| -> Option<Vec<Arc<CachedObject>>> {
+            let keys = inner.indices.get(index)?.get(value);
+            Some(keys.into_iter().flatten().filter_map(|k| inner.items.get(k)).filter(keep).cloned().collect())
+        };
+        if let Some(found) = equal.as_deref().and_then(|v| from_index(LABEL_INDEX, v)) {
+            return found;
+        }
+        if let Some(found) = namespace.and_then(|ns| from_index(NAMESPACE_INDEX, ns)) {
+            return found;
+        }
+        inner.items.values().filter(keep).cloned().collect()
+    }
+
+    /// Objects filed under `value` in index `index` (client-go `ByIndex`).
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
+        let inner = self.inner.read();
+        let idx = inner.index(index)?;
+        Ok(idx
+            .get(value)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| inner.items.get(k).cloned())
+            .collect())
+    }
+
+    /// Keys filed under `value` in index `index` (client-go `IndexKeys`).
+    pub fn index_keys(&self, index: &str, value: &str) -> Result<Vec<String>> {
+        let inner = self.inner.read();
+        let idx = inner.index(index)?;
+        Ok(idx.get(value).into_iter().flatten().map(|k| k.to_string()).collect())
+    }
+
+    /// Every value of index `index` that has at least one object (client-go `ListIndexFuncValues`).
+    pub fn list_index_values(&self, index: &str) -> Result<Vec<String>> {
+        Ok(self.inner.read().index(index)?.keys().cloned().collect())
+    }
+
+    /// Names of the registered indexes.
+    pub fn index_names(&self) -> Vec<String> {
+        self.inner.read().indexers.keys().cloned().collect()
+    }
+
+    /// Adds indexes, also after the informer started: existing objects are indexed at once
+    /// (client-go `AddIndexers`, which refuses after start; we backfill instead).
+    pub fn add_indexers(&self, indexers: Indexers) -> Result<()> {
+        let mut inner = self.inner.write();
+        if let Some(name) = indexers.keys().find(|n| inner.indexers.contains_key(*n)) {
+            return Err(Error::IndexExists(name.clone()));
+        }
+        let needs_json = indexers.values().any(IndexFunc::needs_json);
+        let mut built: HashMap<String, Index> = indexers.keys().map(|k| (k.clone(), Index::new())).collect();
+        for (key, obj) in &inner.items {
+            let parsed = parse_if(needs_json, obj);
+            for (name, f) in &indexers {
+                let idx = built.get_mut(name).expect("built has every new index");
+                for v in f.values(obj, parsed.as_ref()) {
+                    idx.entry(v).or_default().insert(key.clone());
+                }
+            }
+        }
+        inner.indices.extend(built);
+        inner.indexers.extend(indexers);
+        Ok(())
+    }
+
+    /// Inserts or replaces an object, updating every index; returns the previous version.
+    /// Used by the reflector; public so cache readers can be tested without an API server.
+    pub fn upsert(&self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
+        let mut inner = self.inner.write();
+        let key = obj.key_arc().clone();
+        let old = inner.items.insert(key.clone(), obj.clone());
+        inner.update_indices(&key, old.as_deref(), Some(&obj));
+        old
+    }
+
+    /// Removes the object with `key`, updating every index; returns it if it was cached.
+    pub fn delete(&self, key: &str) -> Option<Arc<CachedObject>> {
+        let mut inner = self.inner.write();
+        let (key, old) = inner.items.remove_entry(key)?;
+        inner.update_indices(&key, Some(&old), None);
+        Some(old)
+    }
+
+    /// Removes every cached object whose key is not in `keep`, returning the removed objects
+    /// (the relist case: their deletion was missed while the watch was down).
+    pub fn retain_keys(&self, keep: &HashSet<Arc<str>>) -> Vec<Arc<CachedObject>> {
+        let gone: Vec<Arc<str>> = {
+            let inner = self.inner.read();
+            inner.items.keys().filter(|k| !keep.contains(*k)).cloned().collect()
+        };
+        gone.iter().filter_map(|k| self.delete(k)).collect()
+    }
+}
+
+impl Inner {
+    fn index(&self, name: &str) -> Result<&Index> {
+        self.indices.get(name).ok_or_else(|| Error::IndexNotFound(name.to_owned()))
+    }
+
+    fn update_indices(&mut self, key: &Arc<str>, old: Option<&CachedObject>, new: Option<&CachedObject>) {
+        let needs_json = self.indexers.values().any(IndexFunc::needs_json);
+        let old_parsed = old.and_then(|o| parse_if(needs_json, o));
+        let new_parsed = new.and_then(|o| parse_if(needs_json, o));
+        for (name, f) in &self.indexers {
+            let old_values = old.map(|o| f.values(o, old_parsed.as_ref())).unwrap_or_default();
+            let new_values = new.map(|o| f.values(o, new_parsed.as_ref())).unwrap_or_default();
+            if old_values == new_values {
+                continue;
+            }
+            let idx = self.indices.entry(name.clone()).or_default();
+            for v in old_values.iter().filter(|v| !new_values.contains(v)) {
+                if let Some(set) = idx.get_mut(v) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        idx.remove(v);
+                    }
+                }
+            }
+            for v in new_values {
+                idx.entry(v).or_default().insert(key.clone());
+            }
+        }
+    }
+}
+
+fn parse_if(needed: bool, obj: &CachedObject) -> Option<Value> {
+    if needed { obj.value().ok() } else { None }
+}
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;
