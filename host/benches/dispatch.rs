@@ -52,7 +52,13 @@ fn main() {
         cache.insert(&object);
         let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
         let plugin = runtime
-            .load("getter", common::plugin_wasm("fixture_getter.wasm"), PluginConfig::default(), cache.clone(), Arc::new(RecordingWriter::default()))
+            .load(
+                "getter",
+                common::plugin_wasm("fixture_getter.wasm"),
+                PluginConfig::default(),
+                cache.clone(),
+                Arc::new(RecordingWriter::default()),
+            )
             .await
             .unwrap();
         let key = ObjectKey { namespace: Some("default".into()), name: "bench".into() };

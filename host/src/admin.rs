@@ -102,11 +102,17 @@ mod tests {
         c.inc();
         let readiness = Readiness::default();
         readiness.set("plugin a", false);
-        let (addr, _task) = serve("127.0.0.1:0".parse().unwrap(), router(registry, readiness.clone()), std::future::pending()).await.unwrap();
+        let (addr, _task) =
+            serve("127.0.0.1:0".parse().unwrap(), router(registry, readiness.clone()), std::future::pending())
+                .await
+                .unwrap();
         let get = |path: &'static str| async move {
             let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+            stream
+                .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
             let mut out = String::new();
             stream.read_to_string(&mut out).await.unwrap();
             out

@@ -6,6 +6,7 @@
 //! world (see `wit/`).
 
 pub mod admin;
+pub mod app;
 pub mod cli;
 pub mod controller;
 pub mod informer;

@@ -5,7 +5,8 @@ use tracing_subscriber::EnvFilter;
 use crate::cli::{LogArgs, LogFormat};
 
 /// Directives appended to the user's filter so compiler internals stay quiet unless asked for.
-const QUIET: &[&str] = &["cranelift_codegen=warn", "wasmtime_cranelift=warn", "wasmtime=warn", "hyper=warn", "tower=warn"];
+const QUIET: &[&str] =
+    &["cranelift_codegen=warn", "wasmtime_cranelift=warn", "wasmtime=warn", "hyper=warn", "tower=warn"];
 
 /// Installs the global subscriber. Fails if the filter does not parse.
 pub fn init(args: &LogArgs) -> Result<(), tracing_subscriber::filter::ParseError> {

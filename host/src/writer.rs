@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch as KubePatch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, ApiResource, Scope};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::Client;
 use parking_lot::RwLock;
 use serde::Serialize;
 
@@ -70,9 +70,10 @@ impl KubeWriter {
         match (scope, target.namespace.as_deref()) {
             (Scope::Cluster, _) => Ok(Api::all_with(self.client.clone(), &resource)),
             (Scope::Namespaced, Some(ns)) => Ok(Api::namespaced_with(self.client.clone(), ns, &resource)),
-            (Scope::Namespaced, None) => {
-                Err(CallError::Invalid(format!("{} {} is namespaced: set metadata.namespace", target.kind.kind, target.name)))
-            }
+            (Scope::Namespaced, None) => Err(CallError::Invalid(format!(
+                "{} {} is namespaced: set metadata.namespace",
+                target.kind.kind, target.name
+            ))),
         }
     }
 
@@ -96,15 +97,18 @@ impl ApiWriter for KubeWriter {
         let api = self.api(&object.target).await?;
         let mut params = PatchParams::apply(manager);
         params.force = force;
-        let stored = api.patch(&object.target.name, &params, &KubePatch::Apply(&object.body)).await.map_err(call_error)?;
+        let stored =
+            api.patch(&object.target.name, &params, &KubePatch::Apply(&object.body)).await.map_err(call_error)?;
         to_json(stored)
     }
 
     async fn apply_status(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
         let api = self.api(&object.target).await?;
         let params = PatchParams::apply(manager).force();
-        let stored =
-            api.patch_status(&object.target.name, &params, &KubePatch::Apply(&object.body)).await.map_err(call_error)?;
+        let stored = api
+            .patch_status(&object.target.name, &params, &KubePatch::Apply(&object.body))
+            .await
+            .map_err(call_error)?;
         to_json(stored)
     }
 

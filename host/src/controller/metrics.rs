@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 /// Metric families shared by every controller, registered once on a registry passed in.
 #[derive(Clone)]
@@ -37,8 +39,11 @@ impl ControllerMetrics {
             registry.register(Box::new(g.clone())).map(|()| g)
         };
         let reconcile_time = HistogramVec::new(
-            HistogramOpts::new("controller_runtime_reconcile_time_seconds", "Length of time per reconciliation per controller")
-                .buckets(RECONCILE_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "controller_runtime_reconcile_time_seconds",
+                "Length of time per reconciliation per controller",
+            )
+            .buckets(RECONCILE_BUCKETS.to_vec()),
             &["controller"],
         )?;
         registry.register(Box::new(reconcile_time.clone()))?;
@@ -59,8 +64,14 @@ impl ControllerMetrics {
                 "Total number of reconciliation panics (plugin traps) per controller",
                 &["controller"],
             )?,
-            max_concurrent: gauge("controller_runtime_max_concurrent_reconciles", "Maximum number of concurrent reconciles per controller")?,
-            active_workers: gauge("controller_runtime_active_workers", "Number of currently used workers per controller")?,
+            max_concurrent: gauge(
+                "controller_runtime_max_concurrent_reconciles",
+                "Maximum number of concurrent reconciles per controller",
+            )?,
+            active_workers: gauge(
+                "controller_runtime_active_workers",
+                "Number of currently used workers per controller",
+            )?,
             dropped: counter(
                 "kubewasm_controller_dropped_keys_total",
                 "Keys dropped after max retries per controller",

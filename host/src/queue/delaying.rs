@@ -48,11 +48,7 @@ impl<K> Ord for Timer<K> {
 
 impl<K> Default for Waiting<K> {
     fn default() -> Self {
-        Self {
-            heap: BinaryHeap::new(),
-            deadlines: HashMap::new(),
-            seq: 0,
-        }
+        Self { heap: BinaryHeap::new(), deadlines: HashMap::new(), seq: 0 }
     }
 }
 
@@ -164,25 +160,15 @@ mod tests {
         let s = Duration::from_secs(1);
         let mut waiting = Waiting::default();
         assert!(waiting.insert("a", now + 10 * s));
-        assert!(
-            !waiting.insert("a", now + 20 * s),
-            "a later deadline is ignored"
-        );
-        assert!(
-            waiting.insert("a", now + 5 * s),
-            "an earlier one replaces it"
-        );
+        assert!(!waiting.insert("a", now + 20 * s), "a later deadline is ignored");
+        assert!(waiting.insert("a", now + 5 * s), "an earlier one replaces it");
         assert!(!waiting.insert("b", now + 7 * s));
         assert_eq!(waiting.len(), 2);
         assert_eq!(waiting.next_deadline(), Some(now + 5 * s));
         assert_eq!(waiting.pop_due(now + 4 * s), None);
         assert_eq!(waiting.pop_due(now + 30 * s), Some("a"));
         assert_eq!(waiting.pop_due(now + 30 * s), Some("b"));
-        assert_eq!(
-            waiting.pop_due(now + 30 * s),
-            None,
-            "a's superseded entry is gone"
-        );
+        assert_eq!(waiting.pop_due(now + 30 * s), None, "a's superseded entry is gone");
         assert_eq!(waiting.next_deadline(), None);
     }
 }

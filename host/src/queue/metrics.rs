@@ -10,8 +10,8 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use prometheus::{
-    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry,
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
     core::{Collector, Desc},
     proto::MetricFamily,
 };
@@ -50,22 +50,13 @@ impl QueueMetrics {
         // Bucket bounds 10 ns … 1000 s, as controller-runtime's pkg/metrics/workqueue.go.
         let buckets = prometheus::exponential_buckets(10e-9, 10.0, 12).map_err(Error::Metrics)?;
         let histogram = |name: &str, help: &str| {
-            HistogramVec::new(
-                HistogramOpts::new(name, help).buckets(buckets.clone()),
-                &[LABEL],
-            )
+            HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.clone()), &[LABEL])
         };
         let metrics = Self {
-            depth: IntGaugeVec::new(
-                Opts::new("workqueue_depth", "Keys waiting in the work queue."),
-                &[LABEL],
-            )
-            .map_err(Error::Metrics)?,
-            adds: IntCounterVec::new(
-                Opts::new("workqueue_adds_total", "Keys added to the work queue."),
-                &[LABEL],
-            )
-            .map_err(Error::Metrics)?,
+            depth: IntGaugeVec::new(Opts::new("workqueue_depth", "Keys waiting in the work queue."), &[LABEL])
+                .map_err(Error::Metrics)?,
+            adds: IntCounterVec::new(Opts::new("workqueue_adds_total", "Keys added to the work queue."), &[LABEL])
+                .map_err(Error::Metrics)?,
             queue_duration: histogram(
                 "workqueue_queue_duration_seconds",
                 "Seconds a key waited in the work queue before a worker took it.",
@@ -77,10 +68,7 @@ impl QueueMetrics {
             )
             .map_err(Error::Metrics)?,
             retries: IntCounterVec::new(
-                Opts::new(
-                    "workqueue_retries_total",
-                    "Delayed or rate-limited adds to the work queue.",
-                ),
+                Opts::new("workqueue_retries_total", "Delayed or rate-limited adds to the work queue."),
                 &[LABEL],
             )
             .map_err(Error::Metrics)?,
@@ -133,16 +121,14 @@ impl Handle {
     pub(super) fn get(&self, added: Option<Instant>, now: Instant) {
         self.depth.dec();
         if let Some(added) = added {
-            self.queue_duration
-                .observe(now.saturating_duration_since(added).as_secs_f64());
+            self.queue_duration.observe(now.saturating_duration_since(added).as_secs_f64());
         }
     }
 
     /// A worker finished a key it took at `started`.
     pub(super) fn done(&self, started: Option<Instant>, now: Instant) {
         if let Some(started) = started {
-            self.work_duration
-                .observe(now.saturating_duration_since(started).as_secs_f64());
+            self.work_duration.observe(now.saturating_duration_since(started).as_secs_f64());
         }
     }
 

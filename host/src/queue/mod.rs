@@ -64,11 +64,7 @@ pub struct Config<K> {
 impl<K: Key> Default for Config<K> {
     /// Unnamed, without metrics, rate limited by [`rate_limiter::default_controller`].
     fn default() -> Self {
-        Self {
-            name: String::new(),
-            rate_limiter: Arc::new(rate_limiter::default_controller()),
-            metrics: None,
-        }
+        Self { name: String::new(), rate_limiter: Arc::new(rate_limiter::default_controller()), metrics: None }
     }
 }
 
@@ -113,9 +109,7 @@ pub struct WorkQueue<K> {
 
 impl<K> Clone for WorkQueue<K> {
     fn clone(&self) -> Self {
-        Self {
-            inner: Arc::clone(&self.inner),
-        }
+        Self { inner: Arc::clone(&self.inner) }
     }
 }
 
@@ -165,10 +159,7 @@ enum Status {
     /// Handed to a worker (client-go: processing, not dirty).
     Processing { started: Option<Instant> },
     /// Handed to a worker and added again since (client-go: processing and dirty).
-    Dirty {
-        started: Option<Instant>,
-        added: Option<Instant>,
-    },
+    Dirty { started: Option<Instant>, added: Option<Instant> },
 }
 
 impl<K: Key> State<K> {
@@ -231,11 +222,7 @@ impl<K: Key> State<K> {
 impl<K: Key> WorkQueue<K> {
     /// Creates a queue. Tasks are only started later, by the first delayed add.
     pub fn new(config: Config<K>) -> Self {
-        let Config {
-            name,
-            rate_limiter,
-            metrics,
-        } = config;
+        let Config { name, rate_limiter, metrics } = config;
         let inner = Arc::new_cyclic(|weak: &Weak<Inner<K>>| {
             let source: Weak<dyn metrics::InFlight> = weak.clone();
             Inner {
@@ -252,9 +239,7 @@ impl<K: Key> WorkQueue<K> {
                 timer: Arc::new(Notify::new()),
                 timer_started: AtomicBool::new(false),
                 rate_limiter,
-                metrics: metrics
-                    .filter(|_| !name.is_empty())
-                    .map(|metrics| metrics.queue(&name, source)),
+                metrics: metrics.filter(|_| !name.is_empty()).map(|metrics| metrics.queue(&name, source)),
             }
         });
         Self { inner }
@@ -395,9 +380,7 @@ impl<K: Key> WorkQueue<K> {
         }
         let now = Instant::now();
         // Past ~30 years the difference is moot; avoid overflowing Instant.
-        let at = now
-            .checked_add(delay)
-            .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400));
+        let at = now.checked_add(delay).unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400));
         let earliest = {
             let mut state = inner.state.lock();
             if state.shutting_down {
@@ -483,13 +466,7 @@ impl<K: Key> metrics::InFlight for Inner<K> {
         let mut total = 0.0;
         let mut longest: f64 = 0.0;
         for status in state.status.values() {
-            if let Status::Processing {
-                started: Some(started),
-            }
-            | Status::Dirty {
-                started: Some(started),
-                ..
-            } = status
+            if let Status::Processing { started: Some(started) } | Status::Dirty { started: Some(started), .. } = status
             {
                 let seconds = now.saturating_duration_since(*started).as_secs_f64();
                 total += seconds;
@@ -571,17 +548,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_failing_key_is_retried_five_times_with_growing_delays_then_dropped() {
-        let queue =
-            WorkQueue::new(Config::default().rate_limiter(ItemExponentialFailure::default()));
+        let queue = WorkQueue::new(Config::default().rate_limiter(ItemExponentialFailure::default()));
         queue.add("a");
         let mut attempts = Vec::new();
         let start = Instant::now();
         // client-go's processNextItem / handleErr, with a reconcile that always fails.
-        while let Some(key) = tokio::time::timeout(Duration::from_secs(60), queue.get())
-            .await
-            .ok()
-            .flatten()
-        {
+        while let Some(key) = tokio::time::timeout(Duration::from_secs(60), queue.get()).await.ok().flatten() {
             attempts.push(Instant::now() - start);
             if queue.num_requeues(&key) < 5 {
                 queue.add_rate_limited(key);
@@ -592,19 +564,11 @@ mod tests {
         }
         // Delays 5, 10, 20, 40, 80 ms between attempts (tokio timers have 1 ms granularity).
         let expected = [0, 5, 15, 35, 75, 155].map(|ms| ms * MS);
-        assert_eq!(
-            attempts.len(),
-            expected.len(),
-            "one attempt and five retries"
-        );
+        assert_eq!(attempts.len(), expected.len(), "one attempt and five retries");
         for (got, want) in attempts.iter().zip(expected) {
             assert!(*got >= want && *got <= want + 2 * MS, "{attempts:?}");
         }
-        assert_eq!(
-            queue.num_requeues(&"a"),
-            0,
-            "forgotten after the last retry"
-        );
+        assert_eq!(queue.num_requeues(&"a"), 0, "forgotten after the last retry");
     }
 
     #[tokio::test(start_paused = true)]
@@ -638,11 +602,7 @@ mod tests {
         queue.add(three.clone());
         assert_eq!(queue.get().await, Some(three.clone()));
         tokio::time::sleep(Duration::from_secs(8)).await;
-        assert_eq!(
-            queue.len(),
-            9_999,
-            "3 is processing, so its timer only marked it dirty"
-        );
+        assert_eq!(queue.len(), 9_999, "3 is processing, so its timer only marked it dirty");
         queue.done(&three);
         assert_eq!(queue.len(), 10_000);
     }
@@ -681,11 +641,7 @@ mod tests {
         queue.shut_down();
         assert_eq!(queue.get().await, Some("b"));
         queue.done(&"a");
-        assert_eq!(
-            queue.get().await,
-            Some("a"),
-            "a dirty key is re-queued by done"
-        );
+        assert_eq!(queue.get().await, Some("a"), "a dirty key is re-queued by done");
         assert_eq!(queue.get().await, None);
     }
 
@@ -706,10 +662,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!drain.is_finished(), "b is still processing");
         queue.done(&b);
-        tokio::time::timeout(Duration::from_secs(1), drain)
-            .await
-            .expect("drain returns once b is done")
-            .unwrap();
+        tokio::time::timeout(Duration::from_secs(1), drain).await.expect("drain returns once b is done").unwrap();
         assert_eq!(queue.get().await, None);
     }
 
@@ -731,10 +684,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_secs(1)).await;
         queue.shut_down();
-        tokio::time::timeout(Duration::from_secs(1), drain)
-            .await
-            .expect("drain is cancelled by shut_down")
-            .unwrap();
+        tokio::time::timeout(Duration::from_secs(1), drain).await.expect("drain is cancelled by shut_down").unwrap();
     }
 
     fn sample(registry: &Registry, name: &str) -> Option<prometheus::proto::Metric> {
@@ -744,12 +694,7 @@ mod tests {
             .find(|family| family.name() == name)?
             .get_metric()
             .iter()
-            .find(|metric| {
-                metric
-                    .get_label()
-                    .iter()
-                    .any(|label| label.name() == "name" && label.value() == "test")
-            })
+            .find(|metric| metric.get_label().iter().any(|label| label.name() == "name" && label.value() == "test"))
             .cloned()
     }
 
@@ -781,26 +726,15 @@ mod tests {
         let worked = value("workqueue_work_duration_seconds");
         assert_eq!(worked.get_histogram().get_sample_count(), 1);
         assert_eq!(worked.get_histogram().get_sample_sum(), 2.0);
-        assert_eq!(
-            value("workqueue_retries_total").get_counter().get_value(),
-            1.0
-        );
-        assert_eq!(
-            value("workqueue_unfinished_work_seconds")
-                .get_gauge()
-                .get_value(),
-            0.0
-        );
+        assert_eq!(value("workqueue_retries_total").get_counter().get_value(), 1.0);
+        assert_eq!(value("workqueue_unfinished_work_seconds").get_gauge().get_value(), 0.0);
 
         drop(queue);
         assert!(
             sample(&registry, "workqueue_unfinished_work_seconds").is_none(),
             "a dropped queue's in-flight gauges go away"
         );
-        assert!(
-            QueueMetrics::register(&registry).is_err(),
-            "names are taken"
-        );
+        assert!(QueueMetrics::register(&registry).is_err(), "names are taken");
     }
 
     #[tokio::test]

@@ -55,9 +55,7 @@ pub fn default_controller<K>() -> MaxOf<K>
 where
     K: Clone + Eq + Hash + Send + Sync + 'static,
 {
-    MaxOf::default()
-        .limiter(ItemExponentialFailure::default())
-        .limiter(Bucket::default())
+    MaxOf::default().limiter(ItemExponentialFailure::default()).limiter(Bucket::default())
 }
 
 /// Per-key exponential backoff: `base · 2^failures`, capped at `max`.
@@ -71,11 +69,7 @@ pub struct ItemExponentialFailure<K> {
 
 impl<K> Default for ItemExponentialFailure<K> {
     fn default() -> Self {
-        Self {
-            base: Duration::from_millis(5),
-            max: Duration::from_secs(1000),
-            failures: Mutex::new(HashMap::new()),
-        }
+        Self { base: Duration::from_millis(5), max: Duration::from_secs(1000), failures: Mutex::new(HashMap::new()) }
     }
 }
 
@@ -105,9 +99,7 @@ impl<K: Clone + Eq + Hash + Send + Sync> RateLimiter<K> for ItemExponentialFailu
             exp
         };
         // base · 2^exp in nanoseconds; anything past u128 or `max` is `max`.
-        let delay = 1u128
-            .checked_shl(exp)
-            .and_then(|factor| self.base.as_nanos().checked_mul(factor));
+        let delay = 1u128.checked_shl(exp).and_then(|factor| self.base.as_nanos().checked_mul(factor));
         match delay {
             Some(nanos) if nanos <= self.max.as_nanos() => {
                 Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
@@ -138,12 +130,7 @@ pub struct ItemFastSlow<K> {
 impl<K> ItemFastSlow<K> {
     /// Waits `fast` after each of the first `max_fast_attempts` failures of a key, `slow` after.
     pub fn new(fast: Duration, slow: Duration, max_fast_attempts: u32) -> Self {
-        Self {
-            fast,
-            slow,
-            max_fast_attempts,
-            failures: Mutex::new(HashMap::new()),
-        }
+        Self { fast, slow, max_fast_attempts, failures: Mutex::new(HashMap::new()) }
     }
 }
 
@@ -152,11 +139,7 @@ impl<K: Clone + Eq + Hash + Send + Sync> RateLimiter<K> for ItemFastSlow<K> {
         let mut failures = self.failures.lock();
         let count = failures.entry(key.clone()).or_insert(0);
         *count = count.saturating_add(1);
-        if *count <= self.max_fast_attempts {
-            self.fast
-        } else {
-            self.slow
-        }
+        if *count <= self.max_fast_attempts { self.fast } else { self.slow }
     }
 
     fn forget(&self, key: &K) {
@@ -200,14 +183,7 @@ impl Bucket {
     /// it starts full. A non-finite `qps` never delays; `qps <= 0` delays by `Duration::MAX`.
     pub fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
-        Self {
-            qps,
-            burst,
-            state: Mutex::new(BucketState {
-                tokens: burst,
-                last: None,
-            }),
-        }
+        Self { qps, burst, state: Mutex::new(BucketState { tokens: burst, last: None }) }
     }
 }
 
@@ -232,11 +208,7 @@ impl<K> RateLimiter<K> for Bucket {
             Duration::MAX
         } else {
             let nanos = (-state.tokens / self.qps * 1e9).round();
-            Duration::from_nanos(if nanos >= u64::MAX as f64 {
-                u64::MAX
-            } else {
-                nanos as u64
-            })
+            Duration::from_nanos(if nanos >= u64::MAX as f64 { u64::MAX } else { nanos as u64 })
         }
     }
 
@@ -256,9 +228,7 @@ pub struct MaxOf<K> {
 
 impl<K> Default for MaxOf<K> {
     fn default() -> Self {
-        Self {
-            limiters: Vec::new(),
-        }
+        Self { limiters: Vec::new() }
     }
 }
 
@@ -273,11 +243,7 @@ impl<K> MaxOf<K> {
 
 impl<K> RateLimiter<K> for MaxOf<K> {
     fn when(&self, key: &K) -> Duration {
-        self.limiters
-            .iter()
-            .map(|limiter| limiter.when(key))
-            .max()
-            .unwrap_or(Duration::ZERO)
+        self.limiters.iter().map(|limiter| limiter.when(key)).max().unwrap_or(Duration::ZERO)
     }
 
     fn forget(&self, key: &K) {
@@ -287,11 +253,7 @@ impl<K> RateLimiter<K> for MaxOf<K> {
     }
 
     fn num_requeues(&self, key: &K) -> u32 {
-        self.limiters
-            .iter()
-            .map(|limiter| limiter.num_requeues(key))
-            .max()
-            .unwrap_or(0)
+        self.limiters.iter().map(|limiter| limiter.num_requeues(key)).max().unwrap_or(0)
     }
 }
 
@@ -305,18 +267,7 @@ mod tests {
     fn exponential_delays_double_from_five_ms_and_stop_at_the_cap() {
         let limiter = ItemExponentialFailure::default().max(Duration::from_millis(100));
         let delays: Vec<_> = (0..7).map(|_| limiter.when(&"a")).collect();
-        assert_eq!(
-            delays,
-            [
-                5 * MS,
-                10 * MS,
-                20 * MS,
-                40 * MS,
-                80 * MS,
-                100 * MS,
-                100 * MS
-            ]
-        );
+        assert_eq!(delays, [5 * MS, 10 * MS, 20 * MS, 40 * MS, 80 * MS, 100 * MS, 100 * MS]);
         assert_eq!(limiter.num_requeues(&"a"), 7);
         assert_eq!(limiter.when(&"b"), 5 * MS, "keys back off independently");
     }
@@ -356,23 +307,11 @@ mod tests {
             assert_eq!(bucket.when(&n), Duration::ZERO, "token {n} is in the burst");
         }
         assert_eq!(bucket.when(&100), 100 * MS);
-        assert_eq!(
-            bucket.when(&101),
-            200 * MS,
-            "each call reserves the next slot"
-        );
+        assert_eq!(bucket.when(&101), 200 * MS, "each call reserves the next slot");
         tokio::time::advance(100 * MS).await;
-        assert_eq!(
-            bucket.when(&102),
-            200 * MS,
-            "one token came back, one more was booked"
-        );
+        assert_eq!(bucket.when(&102), 200 * MS, "one token came back, one more was booked");
         tokio::time::advance(Duration::from_secs(60)).await;
-        assert_eq!(
-            bucket.when(&103),
-            Duration::ZERO,
-            "refilled, capped at the burst"
-        );
+        assert_eq!(bucket.when(&103), Duration::ZERO, "refilled, capped at the burst");
         assert_eq!(RateLimiter::<i32>::num_requeues(&bucket, &0), 0);
     }
 
@@ -382,15 +321,7 @@ mod tests {
             .limiter(ItemFastSlow::new(MS, Duration::from_secs(1), 2))
             .limiter(ItemExponentialFailure::default());
         let delays: Vec<_> = (0..4).map(|_| limiter.when(&"a")).collect();
-        assert_eq!(
-            delays,
-            [
-                5 * MS,
-                10 * MS,
-                Duration::from_secs(1),
-                Duration::from_secs(1)
-            ]
-        );
+        assert_eq!(delays, [5 * MS, 10 * MS, Duration::from_secs(1), Duration::from_secs(1)]);
         assert_eq!(limiter.num_requeues(&"a"), 4);
         limiter.forget(&"a");
         assert_eq!(limiter.num_requeues(&"a"), 0);
