@@ -7,9 +7,11 @@ TARGET_DIR := $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/null
 # Guest components land here; tests and the demo read them from KUBEWASM_PLUGIN_DIR.
 export KUBEWASM_PLUGIN_DIR ?= $(TARGET_DIR)/wasm32-wasip2/plugin
 RUST_PLUGINS := namespace-defaults
+K8S_VERSION ?= 1.37.2
+K8S_BIN ?= $(or $(KUBEBUILDER_ASSETS),$(or $(KUBEWASM_K8S_CACHE),$(HOME)/.cache/kubewasm/k8s)/$(K8S_VERSION))
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter
 
-.PHONY: help toolchain plugins control-plane test test-unit lint demo bench
+.PHONY: help toolchain plugins control-plane test lint demo demo-check bench
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -36,6 +38,15 @@ lint:
 
 test: toolchain plugins control-plane
 	$(CARGO) test --workspace --no-fail-fast
+
+## The host and the control-plane launcher, then deploy/demo/demo.sh (Ctrl-C stops it).
+demo: plugins control-plane
+	$(CARGO) build -p kubewasm -p kubewasm-testenv --bins
+	KUBEWASM_BIN_DIR=$(TARGET_DIR)/debug KUBEWASM_KUBECTL=$(K8S_BIN)/kubectl bash deploy/demo/demo.sh
+
+## The demo, stopping after it has shown its result (CI runs this).
+demo-check:
+	KUBEWASM_DEMO_EXIT=1 KUBEWASM_DEMO_ADMIN=127.0.0.1:18080 $(MAKE) demo
 
 bench: plugins
 	$(CARGO) bench -p kubewasm --bench dispatch

@@ -1,0 +1,40 @@
+//! Starts a local control plane (etcd + kube-apiserver, the same as the tests use) for the
+//! demo, copies its admin kubeconfig to the path given (default `.kubewasm/kubeconfig`), and
+//! runs until SIGINT/SIGTERM or until its standard input closes.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+fn main() -> anyhow::Result<()> {
+    let out = std::env::args().nth(1).map_or_else(|| PathBuf::from(".kubewasm/kubeconfig"), PathBuf::from);
+    let cp = kubewasm_testenv::ControlPlane::builder().start()?;
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = out.with_extension("partial");
+    std::fs::copy(cp.kubeconfig_path(), &tmp)?;
+    std::fs::rename(&tmp, &out)?;
+    eprintln!(
+        "kubewasm-control-plane: ready in {:?}; kubeconfig {}; logs in {}",
+        cp.apiserver_startup_time(),
+        out.display(),
+        cp.dir().display()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let stdin_closed = tokio::task::spawn_blocking(|| {
+            let mut sink = [0u8; 64];
+            while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
+        });
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+            _ = stdin_closed => {}
+        }
+        anyhow::Ok(())
+    })?;
+    let _ = std::fs::remove_file(&out);
+    drop(cp);
+    Ok(())
+}
