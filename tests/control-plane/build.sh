@@ -72,6 +72,15 @@ log "building kube-apiserver, kubectl and etcd (cold: several minutes on 2 cores
 go build -trimpath -ldflags "$ldflags" -o "$out.partial/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
 go build -trimpath -ldflags "-s -w" -o "$out.partial/etcd" go.etcd.io/etcd/server/v3
+# The version stamps are what /version and kubectl report; a wrong -X path would silently leave
+# v0.0.0-master. Check them before the build counts as complete.
+check() { # name, expected, actual
+  [ "$2" = "$3" ] || { echo "control-plane: $1 reports '$3', expected '$2'" >&2; exit 1; }
+}
+check kube-apiserver "Kubernetes v$version" "$("$out.partial/kube-apiserver" --version)"
+check kubectl "v$version" "$("$out.partial/kubectl" version --client -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])')"
+check etcd "etcd Version: ${etcd_version#v}" "$("$out.partial/etcd" --version | head -n 1)"
+log "verified: kube-apiserver and kubectl report v$version, etcd ${etcd_version#v}"
 printf 'kubernetes=v%s\netcd=%s\n' "$version" "$etcd_version" > "$out.partial/VERSIONS"
 touch "$out.partial/.complete"
 rm -rf "$out"; mv "$out.partial" "$out"

@@ -106,7 +106,7 @@ impl ControlPlane {
         let shared = SHARED.get_or_init(|| match Binaries::locate() {
             Err(message) if binaries::in_ci() => Err(format!("CI=true and {message}")),
             Err(message) => {
-                eprintln!("{message}");
+                to_real_stderr(&message);
                 Ok(None)
             }
             Ok(binaries) => on_helper_runtime(|| ControlPlane::start(binaries, Vec::new()))
@@ -124,7 +124,8 @@ impl ControlPlane {
         match shared {
             Ok(Some(cp)) => Some(cp),
             Ok(None) => {
-                eprintln!("kubewasm-testenv: SKIPPED (no control-plane binaries, see above)");
+                let test = std::thread::current().name().unwrap_or("this test").to_owned();
+                to_real_stderr(&format!("kubewasm-testenv: SKIPPED {test}: no control-plane binaries (see above)"));
                 None
             }
             Err(message) => panic!("{message}"),
@@ -291,6 +292,13 @@ impl Drop for ControlPlane {
         self.stop_apiserver();
         // etcd is killed when its field drops; then the temp dir is removed.
     }
+}
+
+/// Writes a line to the process's stderr, bypassing libtest's output capture (which only
+/// intercepts `print!`/`eprint!`), so a skip is visible in a plain `cargo test` run.
+fn to_real_stderr(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Runs `make_future()` to completion on a new current-thread runtime on a scoped helper thread,
