@@ -1,6 +1,7 @@
 //! A real kube-apiserver + etcd for tests, started once per test binary.
 //!
-//! envtest-style (controller-runtime `pkg/envtest`): no kubelet, no controller-manager, so nothing
+//! envtest-style (controller-runtime `pkg/envtest`): no kubelet and, unless a test asks for one
+//! with [`ControlPlaneBuilder::controller_manager`], no controller-manager, so nothing
 //! garbage-collects owned objects and a deleted namespace stays `Terminating`. Binaries come from
 //! `$KUBEBUILDER_ASSETS` or the cache `tests/control-plane/build.sh` fills.
 //!
@@ -19,6 +20,7 @@
 
 mod apiserver;
 mod binaries;
+mod controller_manager;
 mod etcd;
 mod pki;
 mod process;
@@ -53,6 +55,7 @@ pub struct ControlPlane {
     binaries: Binaries,
     etcd: Etcd,
     apiserver: Option<Supervised>,
+    controller_manager: Option<Supervised>,
     apiserver_port: u16,
     apiserver_args: Vec<String>,
     admin: kube::Config,
@@ -72,6 +75,7 @@ pub struct ControlPlane {
 #[must_use]
 pub struct ControlPlaneBuilder {
     apiserver_args: Vec<String>,
+    controller_manager: bool,
 }
 
 impl ControlPlaneBuilder {
@@ -83,6 +87,14 @@ impl ControlPlaneBuilder {
         self
     }
 
+    /// Also runs kube-controller-manager with its garbage-collector and namespace controllers, so
+    /// dependents of a deleted owner are deleted and a deleted namespace goes away. Needs the
+    /// `kube-controller-manager` binary `tests/control-plane/build.sh` builds (envtest has none).
+    pub fn controller_manager(mut self) -> Self {
+        self.controller_manager = true;
+        self
+    }
+
     /// Starts etcd and the apiserver and waits until the apiserver is ready (at most 60 s).
     ///
     /// Synchronous: the start-up runs on a helper thread with its own runtime, so it may be
@@ -90,7 +102,19 @@ impl ControlPlaneBuilder {
     /// Fails with instructions when the binaries are missing.
     pub fn start(self) -> anyhow::Result<ControlPlane> {
         let binaries = Binaries::locate().map_err(anyhow::Error::msg)?;
-        on_helper_runtime(|| ControlPlane::start(binaries, self.apiserver_args))
+        if self.controller_manager && !binaries::is_executable(&binaries.controller_manager) {
+            anyhow::bail!(
+                "{} is missing: rebuild with tests/control-plane/build.sh (it builds kube-controller-manager too)",
+                binaries.controller_manager.display()
+            );
+        }
+        on_helper_runtime(|| async {
+            let mut cp = ControlPlane::start(binaries, self.apiserver_args).await?;
+            if self.controller_manager {
+                cp.launch_controller_manager().await?;
+            }
+            Ok(cp)
+        })
     }
 }
 
@@ -155,6 +179,7 @@ impl ControlPlane {
             binaries,
             etcd,
             apiserver: None,
+            controller_manager: None,
             apiserver_port,
             apiserver_args,
             admin,
@@ -183,6 +208,15 @@ impl ControlPlane {
         }
         self.startup = started.elapsed();
         self.apiserver = Some(process);
+        Ok(())
+    }
+
+    async fn launch_controller_manager(&mut self) -> anyhow::Result<()> {
+        let port = etcd::free_port()?;
+        let process =
+            controller_manager::start(&self.binaries.controller_manager, &self.kubeconfig, self.dir.path(), port)
+                .await?;
+        self.controller_manager = Some(process);
         Ok(())
     }
 
@@ -289,6 +323,9 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
+        if let Some(controller_manager) = self.controller_manager.take() {
+            controller_manager.kill();
+        }
         self.stop_apiserver();
         // etcd is killed when its field drops; then the temp dir is removed.
     }
