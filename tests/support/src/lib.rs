@@ -162,7 +162,18 @@ impl ControlPlane {
         ControlPlaneBuilder::default()
     }
 
+    /// Starts a control plane, again on fresh ports when one picked as free was taken meanwhile.
     async fn start(binaries: Binaries, extra_args: Vec<String>) -> anyhow::Result<Self> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(binaries.clone(), &extra_args).await {
+                Err(e) if attempt < PORT_ATTEMPTS && lost_port_race(&e) => attempt += 1,
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(binaries: Binaries, extra_args: &[String]) -> anyhow::Result<Self> {
         let started = Instant::now();
         let dir = tempfile::Builder::new().prefix("kubewasm-testenv-").tempdir()?;
         let janitor = process::remove_at_exit(dir.path())?;
@@ -174,7 +185,7 @@ impl ControlPlane {
         let restricted = config_for(&server, &pki.ca_der, &pki.restricted_token)?;
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, kubeconfig_yaml(&server, &pki.ca_file, &pki.admin_token))?;
-        let apiserver_args = apiserver::args(&etcd.url(), apiserver_port, dir.path(), &pki, &extra_args);
+        let apiserver_args = apiserver::args(&etcd.url(), apiserver_port, dir.path(), &pki, extra_args);
         let mut cp = Self {
             binaries,
             etcd,
@@ -212,12 +223,19 @@ impl ControlPlane {
     }
 
     async fn launch_controller_manager(&mut self) -> anyhow::Result<()> {
-        let port = etcd::free_port()?;
-        let process =
-            controller_manager::start(&self.binaries.controller_manager, &self.kubeconfig, self.dir.path(), port)
-                .await?;
-        self.controller_manager = Some(process);
-        Ok(())
+        let mut attempt = 1;
+        loop {
+            let port = etcd::free_port()?;
+            let binary = &self.binaries.controller_manager;
+            match controller_manager::start(binary, &self.kubeconfig, self.dir.path(), port).await {
+                Ok(process) => {
+                    self.controller_manager = Some(process);
+                    return Ok(());
+                }
+                Err(e) if attempt < PORT_ATTEMPTS && lost_port_race(&e) => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// A config for the `admin` user (group `system:masters`).
@@ -329,6 +347,15 @@ impl Drop for ControlPlane {
         self.stop_apiserver();
         // etcd is killed when its field drops; then the temp dir is removed.
     }
+}
+
+/// How often a start is tried on fresh ports (free ports are picked by binding to port 0 and
+/// closing, as envtest does, so another process can take one before our child binds it).
+const PORT_ATTEMPTS: u32 = 3;
+
+/// Whether a start failed because a port picked as free was taken meanwhile (the error quotes the log).
+fn lost_port_race(error: &anyhow::Error) -> bool {
+    format!("{error:#}").contains("address already in use")
 }
 
 /// Writes a line to the process's stderr, bypassing libtest's output capture (which only
