@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, etcd and kubectl of one pinned Kubernetes version from Go modules and
-# caches them by version; a second run with the binaries present does nothing.
+# Builds kube-apiserver, etcd, kubectl and kube-controller-manager of one pinned Kubernetes version
+# from Go modules and caches them by version; a second run with the binaries present does nothing.
+# kube-controller-manager is optional for the harness (envtest has none); tests that need garbage
+# collection or namespace deletion start it.
 #
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every staging module with a
 # ./staging path. We build it from a throwaway module that requires k8s.io/kubernetes and points
@@ -11,7 +13,7 @@ set -euo pipefail
 version="${KUBEWASM_K8S_VERSION:-1.37.2}"
 cache_root="${KUBEWASM_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubewasm/k8s}"
 out="$cache_root/$version"
-bins=(kube-apiserver etcd kubectl)
+bins=(kube-apiserver etcd kubectl kube-controller-manager)
 
 have_all() { for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done; [ -f "$out/.complete" ]; }
 if have_all; then
@@ -53,6 +55,7 @@ package tools
 import (
 	_ "go.etcd.io/etcd/server/v3"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
@@ -68,10 +71,20 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 mkdir -p "$out.partial"
-log "building kube-apiserver, kubectl and etcd (cold: several minutes on 2 cores)"
+log "building kube-apiserver, kubectl, kube-controller-manager and etcd (cold: several minutes on 2 cores)"
 go build -trimpath -ldflags "$ldflags" -o "$out.partial/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kube-controller-manager
 go build -trimpath -ldflags "-s -w" -o "$out.partial/etcd" go.etcd.io/etcd/server/v3
+# The version stamps are what /version and kubectl report; a wrong -X path would silently leave
+# v0.0.0-master. Check them before the build counts as complete.
+check() { # name, expected, actual
+  [ "$2" = "$3" ] || { echo "control-plane: $1 reports '$3', expected '$2'" >&2; exit 1; }
+}
+check kube-apiserver "Kubernetes v$version" "$("$out.partial/kube-apiserver" --version)"
+check kube-controller-manager "Kubernetes v$version" "$("$out.partial/kube-controller-manager" --version)"
+check kubectl "v$version" "$("$out.partial/kubectl" version --client -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["clientVersion"]["gitVersion"])')"
+check etcd "etcd Version: ${etcd_version#v}" "$("$out.partial/etcd" --version | head -n 1)"
+log "verified: kube-apiserver, kube-controller-manager and kubectl report v$version, etcd ${etcd_version#v}"
 printf 'kubernetes=v%s\netcd=%s\n' "$version" "$etcd_version" > "$out.partial/VERSIONS"
 touch "$out.partial/.complete"
 rm -rf "$out"; mv "$out.partial" "$out"

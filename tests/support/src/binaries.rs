@@ -12,6 +12,9 @@ pub(crate) struct Binaries {
     pub(crate) apiserver: PathBuf,
     pub(crate) etcd: PathBuf,
     pub(crate) kubectl: PathBuf,
+    /// Optional (envtest's assets have none): only tests that ask for garbage collection or
+    /// namespace deletion start it.
+    pub(crate) controller_manager: PathBuf,
 }
 
 impl Binaries {
@@ -24,7 +27,12 @@ impl Binaries {
 
     /// The binaries in `dir`, or a message naming the missing ones and how to build them.
     fn in_dir(dir: &Path) -> Result<Self, String> {
-        let bins = Self { apiserver: dir.join("kube-apiserver"), etcd: dir.join("etcd"), kubectl: dir.join("kubectl") };
+        let bins = Self {
+            apiserver: dir.join("kube-apiserver"),
+            etcd: dir.join("etcd"),
+            kubectl: dir.join("kubectl"),
+            controller_manager: dir.join("kube-controller-manager"),
+        };
         let missing: Vec<&str> =
             [(&bins.apiserver, "kube-apiserver"), (&bins.etcd, "etcd"), (&bins.kubectl, "kubectl")]
                 .into_iter()
@@ -51,7 +59,8 @@ fn asset_dir() -> PathBuf {
     root.join(version.as_deref().unwrap_or(DEFAULT_K8S_VERSION))
 }
 
-fn is_executable(path: &Path) -> bool {
+/// Whether `path` is an executable file.
+pub(crate) fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     path.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
 }

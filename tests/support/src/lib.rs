@@ -1,6 +1,7 @@
 //! A real kube-apiserver + etcd for tests, started once per test binary.
 //!
-//! envtest-style (controller-runtime `pkg/envtest`): no kubelet, no controller-manager, so nothing
+//! envtest-style (controller-runtime `pkg/envtest`): no kubelet and, unless a test asks for one
+//! with [`ControlPlaneBuilder::controller_manager`], no controller-manager, so nothing
 //! garbage-collects owned objects and a deleted namespace stays `Terminating`. Binaries come from
 //! `$KUBEBUILDER_ASSETS` or the cache `tests/control-plane/build.sh` fills.
 //!
@@ -19,6 +20,7 @@
 
 mod apiserver;
 mod binaries;
+mod controller_manager;
 mod etcd;
 mod pki;
 mod process;
@@ -53,6 +55,7 @@ pub struct ControlPlane {
     binaries: Binaries,
     etcd: Etcd,
     apiserver: Option<Supervised>,
+    controller_manager: Option<Supervised>,
     apiserver_port: u16,
     apiserver_args: Vec<String>,
     admin: kube::Config,
@@ -72,6 +75,7 @@ pub struct ControlPlane {
 #[must_use]
 pub struct ControlPlaneBuilder {
     apiserver_args: Vec<String>,
+    controller_manager: bool,
 }
 
 impl ControlPlaneBuilder {
@@ -83,6 +87,14 @@ impl ControlPlaneBuilder {
         self
     }
 
+    /// Also runs kube-controller-manager with its garbage-collector and namespace controllers, so
+    /// dependents of a deleted owner are deleted and a deleted namespace goes away. Needs the
+    /// `kube-controller-manager` binary `tests/control-plane/build.sh` builds (envtest has none).
+    pub fn controller_manager(mut self) -> Self {
+        self.controller_manager = true;
+        self
+    }
+
     /// Starts etcd and the apiserver and waits until the apiserver is ready (at most 60 s).
     ///
     /// Synchronous: the start-up runs on a helper thread with its own runtime, so it may be
@@ -90,7 +102,19 @@ impl ControlPlaneBuilder {
     /// Fails with instructions when the binaries are missing.
     pub fn start(self) -> anyhow::Result<ControlPlane> {
         let binaries = Binaries::locate().map_err(anyhow::Error::msg)?;
-        on_helper_runtime(|| ControlPlane::start(binaries, self.apiserver_args))
+        if self.controller_manager && !binaries::is_executable(&binaries.controller_manager) {
+            anyhow::bail!(
+                "{} is missing: rebuild with tests/control-plane/build.sh (it builds kube-controller-manager too)",
+                binaries.controller_manager.display()
+            );
+        }
+        on_helper_runtime(|| async {
+            let mut cp = ControlPlane::start(binaries, self.apiserver_args).await?;
+            if self.controller_manager {
+                cp.launch_controller_manager().await?;
+            }
+            Ok(cp)
+        })
     }
 }
 
@@ -106,7 +130,7 @@ impl ControlPlane {
         let shared = SHARED.get_or_init(|| match Binaries::locate() {
             Err(message) if binaries::in_ci() => Err(format!("CI=true and {message}")),
             Err(message) => {
-                eprintln!("{message}");
+                to_real_stderr(&message);
                 Ok(None)
             }
             Ok(binaries) => on_helper_runtime(|| ControlPlane::start(binaries, Vec::new()))
@@ -124,7 +148,8 @@ impl ControlPlane {
         match shared {
             Ok(Some(cp)) => Some(cp),
             Ok(None) => {
-                eprintln!("kubewasm-testenv: SKIPPED (no control-plane binaries, see above)");
+                let test = std::thread::current().name().unwrap_or("this test").to_owned();
+                to_real_stderr(&format!("kubewasm-testenv: SKIPPED {test}: no control-plane binaries (see above)"));
                 None
             }
             Err(message) => panic!("{message}"),
@@ -137,7 +162,18 @@ impl ControlPlane {
         ControlPlaneBuilder::default()
     }
 
+    /// Starts a control plane, again on fresh ports when one picked as free was taken meanwhile.
     async fn start(binaries: Binaries, extra_args: Vec<String>) -> anyhow::Result<Self> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(binaries.clone(), &extra_args).await {
+                Err(e) if attempt < PORT_ATTEMPTS && lost_port_race(&e) => attempt += 1,
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(binaries: Binaries, extra_args: &[String]) -> anyhow::Result<Self> {
         let started = Instant::now();
         let dir = tempfile::Builder::new().prefix("kubewasm-testenv-").tempdir()?;
         let janitor = process::remove_at_exit(dir.path())?;
@@ -149,11 +185,12 @@ impl ControlPlane {
         let restricted = config_for(&server, &pki.ca_der, &pki.restricted_token)?;
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, kubeconfig_yaml(&server, &pki.ca_file, &pki.admin_token))?;
-        let apiserver_args = apiserver::args(&etcd.url(), apiserver_port, dir.path(), &pki, &extra_args);
+        let apiserver_args = apiserver::args(&etcd.url(), apiserver_port, dir.path(), &pki, extra_args);
         let mut cp = Self {
             binaries,
             etcd,
             apiserver: None,
+            controller_manager: None,
             apiserver_port,
             apiserver_args,
             admin,
@@ -183,6 +220,22 @@ impl ControlPlane {
         self.startup = started.elapsed();
         self.apiserver = Some(process);
         Ok(())
+    }
+
+    async fn launch_controller_manager(&mut self) -> anyhow::Result<()> {
+        let mut attempt = 1;
+        loop {
+            let port = etcd::free_port()?;
+            let binary = &self.binaries.controller_manager;
+            match controller_manager::start(binary, &self.kubeconfig, self.dir.path(), port).await {
+                Ok(process) => {
+                    self.controller_manager = Some(process);
+                    return Ok(());
+                }
+                Err(e) if attempt < PORT_ATTEMPTS && lost_port_race(&e) => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// A config for the `admin` user (group `system:masters`).
@@ -288,9 +341,28 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
+        if let Some(controller_manager) = self.controller_manager.take() {
+            controller_manager.kill();
+        }
         self.stop_apiserver();
         // etcd is killed when its field drops; then the temp dir is removed.
     }
+}
+
+/// How often a start is tried on fresh ports (free ports are picked by binding to port 0 and
+/// closing, as envtest does, so another process can take one before our child binds it).
+const PORT_ATTEMPTS: u32 = 3;
+
+/// Whether a start failed because a port picked as free was taken meanwhile (the error quotes the log).
+fn lost_port_race(error: &anyhow::Error) -> bool {
+    format!("{error:#}").contains("address already in use")
+}
+
+/// Writes a line to the process's stderr, bypassing libtest's output capture (which only
+/// intercepts `print!`/`eprint!`), so a skip is visible in a plain `cargo test` run.
+fn to_real_stderr(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Runs `make_future()` to completion on a new current-thread runtime on a scoped helper thread,

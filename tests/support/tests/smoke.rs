@@ -5,12 +5,15 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams, WatchEvent, WatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::runtime::wait::{await_condition, conditions};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use kubewasm_testenv::ControlPlane;
 use serde_json::json;
 
@@ -258,4 +261,35 @@ async fn a_watch_resumed_from_before_an_etcd_compaction_gets_410_gone() {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 410, "{status:?}"),
         other => panic!("expected 410 Gone, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_controller_manager_collects_owned_objects_and_finishes_namespace_deletion() {
+    let Some(_) = ControlPlane::shared() else { return };
+    let cp = ControlPlane::builder().controller_manager().start().unwrap();
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("gc").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let owner = api.create(&PostParams::default(), &config_map("owner", &[])).await.unwrap();
+    let mut dependent = config_map("dependent", &[]);
+    dependent.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "v1".to_owned(),
+        kind: "ConfigMap".to_owned(),
+        name: "owner".to_owned(),
+        uid: owner.uid().unwrap(),
+        ..Default::default()
+    }]);
+    let dependent = api.create(&PostParams::default(), &dependent).await.unwrap();
+
+    api.delete("owner", &DeleteParams::background()).await.unwrap();
+    let dependent_uid = dependent.uid().unwrap();
+    let collected = await_condition(api, "dependent", conditions::is_deleted(&dependent_uid));
+    guarded("the garbage collector to delete the dependent", collected).await.unwrap();
+
+    let namespaces: Api<Namespace> = Api::all(client);
+    let uid = namespaces.get(&ns).await.unwrap().uid().unwrap();
+    namespaces.delete(&ns, &DeleteParams::default()).await.unwrap();
+    guarded("the namespace to be deleted", await_condition(namespaces, &ns, conditions::is_deleted(&uid)))
+        .await
+        .unwrap();
 }
