@@ -13,11 +13,14 @@ cp "$plugins/namespace_defaults.wasm" "$work/plugins/namespace-defaults.wasm"
 cp deploy/demo/plugins/*.yaml "$work/plugins/"
 
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
 trap cleanup EXIT INT TERM
 
 echo "== starting a local control plane (etcd + kube-apiserver)"
-"$bin/kubewasm-control-plane" "$work/kubeconfig" < <(sleep infinity) 2> "$work/control-plane.log" &
+"$bin/kubewasm-control-plane" "$work/kubeconfig" </dev/null 2> "$work/control-plane.log" &
 pids+=($!)
 for _ in $(seq 1 120); do [ -f "$work/kubeconfig" ] && break; sleep 1; done
 [ -f "$work/kubeconfig" ] || { echo "control plane did not start:"; tail -20 "$work/control-plane.log"; exit 1; }

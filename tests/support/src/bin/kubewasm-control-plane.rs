@@ -1,8 +1,8 @@
 //! Starts a local control plane (etcd + kube-apiserver, the same as the tests use) for the
 //! demo, copies its admin kubeconfig to the path given (default `.kubewasm/kubeconfig`), and
-//! runs until SIGINT/SIGTERM or until its standard input closes.
+//! runs until SIGINT/SIGTERM. If it is killed outright, the harness's watchdogs still stop etcd
+//! and kube-apiserver.
 
-use std::io::Read;
 use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {
@@ -23,14 +23,9 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let stdin_closed = tokio::task::spawn_blocking(|| {
-            let mut sink = [0u8; 64];
-            while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
-        });
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
-            _ = stdin_closed => {}
         }
         anyhow::Ok(())
     })?;
