@@ -9,7 +9,7 @@ export KUBEWASM_PLUGIN_DIR ?= $(TARGET_DIR)/wasm32-wasip2/plugin
 RUST_PLUGINS := namespace-defaults
 K8S_VERSION ?= 1.37.2
 K8S_BIN ?= $(or $(KUBEBUILDER_ASSETS),$(or $(KUBEWASM_K8S_CACHE),$(HOME)/.cache/kubewasm/k8s)/$(K8S_VERSION))
-FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter
+FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper
 
 .PHONY: help toolchain plugins control-plane test lint demo demo-check bench
 

@@ -121,7 +121,7 @@ async fn a_trap_in_describe_rejects_the_plugin_at_load() {
 }
 
 #[tokio::test]
-async fn calls_outside_the_grants_return_forbidden_to_the_plugin_and_never_reach_the_writer() {
+async fn calls_outside_the_grants_return_forbidden_to_the_plugin_and_only_an_access_denied_event_is_written() {
     let h = Harness::new();
     let plugin = h.load("forbidden", "fixture_forbidden.wasm", PluginConfig::default()).await.unwrap();
     let err = plugin.reconcile(&key(Some("default"), "cm"), 0).await.unwrap_err();
@@ -129,7 +129,23 @@ async fn calls_outside_the_grants_return_forbidden_to_the_plugin_and_never_reach
     let (read, write) = seen.split_once(" | ").unwrap();
     assert!(read.starts_with("read: Err(Forbidden(\"plugin `forbidden` may not read Secret"), "{read}");
     assert!(write.starts_with("write: Err(Forbidden(\"plugin `forbidden` may not write Deployment.apps"), "{write}");
-    assert!(h.writer.calls().is_empty(), "a forbidden write reached the writer: {:?}", h.writer.calls());
+    // Nothing was written; the refusals are reported once, as a Warning event on the object.
+    let calls = h.writer.calls();
+    assert_eq!(calls.len(), 1, "a forbidden write reached the writer: {calls:?}");
+    let WriteCall::Event(event) = &calls[0] else { panic!("expected only the AccessDenied event: {calls:?}") };
+    assert!(event.warning);
+    assert_eq!(event.reason, "AccessDenied");
+    let expected = ObjectRef {
+        kind: GroupVersionKind::gvk("", "v1", "ConfigMap"),
+        namespace: Some("default".into()),
+        name: "cm".into(),
+    };
+    assert_eq!(event.regarding, expected);
+    assert!(
+        event.note.contains("may not read Secret") && event.note.contains("may not write Deployment.apps"),
+        "{}",
+        event.note
+    );
 }
 
 #[tokio::test]

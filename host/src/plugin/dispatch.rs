@@ -6,6 +6,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Plugin;
 use super::bindings::{self, Controller, types};
+use super::host::{EventRecord, MAX_NOTE, ObjectRef};
 use super::limits::LimitHit;
 use super::registration::Registration;
 use super::state::PluginCtx;
@@ -85,7 +86,13 @@ impl Plugin {
             key: types::ObjectKey { namespace: key.namespace.clone(), name: key.name.clone() },
             attempt,
         };
-        let result = self.call(async |inst, store| inst.call_reconcile(store, &request).await).await?;
+        let regarding = ObjectRef {
+            kind: self.registration.for_kind.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        };
+        let result =
+            self.call(Some(&regarding), async |inst, store| inst.call_reconcile(store, &request).await).await?;
         match result {
             Ok(bindings::Action::Done) => Ok(Action::Done),
             Ok(bindings::Action::RequeueAfter(ms)) => Ok(Action::RequeueAfter(Duration::from_millis(ms))),
@@ -96,22 +103,38 @@ impl Plugin {
     /// The keys of the for kind that a change to `object` (JSON) of a watched `kind` maps to.
     pub async fn map(&self, kind: &kube::core::GroupVersionKind, object: &[u8]) -> Result<Vec<ObjectKey>, CallFailed> {
         let kind = kind.into();
-        let keys = self.call(async |inst, store| inst.call_map(store, &kind, object).await).await?;
+        let keys = self.call(None, async |inst, store| inst.call_map(store, &kind, object).await).await?;
         Ok(keys.into_iter().map(|k| ObjectKey { namespace: k.namespace, name: k.name }).collect())
     }
 
-    /// Runs `f` on a fresh instance under the deadline, memory and host-call limits.
+    /// Runs `f` on a fresh instance under the deadline, memory and host-call limits. Calls the
+    /// grants refused are reported as one Warning event about `regarding`.
     pub(crate) async fn call<R>(
         &self,
+        regarding: Option<&ObjectRef>,
         f: impl AsyncFnOnce(&Controller, &mut Store<PluginCtx>) -> wasmtime::Result<R>,
     ) -> Result<R, CallFailed> {
         let (mut store, instance) = instantiate(self).await?;
         let deadline = self.shared.limits.deadline();
         let outcome = tokio::time::timeout(deadline + HOST_CALL_GRACE, f(&instance, &mut store)).await;
+        let denied = std::mem::take(&mut store.data_mut().denied);
+        if let Some(regarding) = regarding.filter(|_| !denied.is_empty()) {
+            self.report_denied(regarding, denied).await;
+        }
         match outcome {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(err)) => Err(self.classify(&store, err)),
             Err(_) => Err(self.limit(LimitHit::Deadline(deadline))),
+        }
+    }
+
+    /// Best effort: an operator sees refused calls on the object (`kubectl describe`).
+    async fn report_denied(&self, regarding: &ObjectRef, denied: Vec<String>) {
+        let mut note = denied.join("; ");
+        note.truncate(note.floor_char_boundary(MAX_NOTE));
+        let event = EventRecord { regarding: regarding.clone(), warning: true, reason: "AccessDenied".into(), note };
+        if let Err(err) = self.shared.writer.publish_event(&self.shared.manager, &event).await {
+            tracing::warn!(plugin = %self.shared.name, error = %err, "could not publish the AccessDenied event");
         }
     }
 
@@ -162,6 +185,6 @@ pub(crate) async fn instantiate(plugin: &Plugin) -> Result<(Store<PluginCtx>, Co
 
 /// Calls `describe` on a fresh instance.
 pub(crate) async fn describe(plugin: &Plugin) -> Result<Registration, CallFailed> {
-    let raw = plugin.call(async |inst, store| inst.call_describe(store).await).await?;
+    let raw = plugin.call(None, async |inst, store| inst.call_describe(store).await).await?;
     Ok(raw.into())
 }

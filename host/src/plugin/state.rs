@@ -39,6 +39,8 @@ pub struct PluginCtx {
     pub(crate) limiter: Limiter,
     pub(crate) shared: Arc<PluginShared>,
     calls_left: u32,
+    /// Calls refused by the grants during this call, for the `AccessDenied` event.
+    pub(crate) denied: Vec<String>,
 }
 
 impl PluginCtx {
@@ -53,6 +55,7 @@ impl PluginCtx {
             table: ResourceTable::new(),
             limiter: Limiter::new(shared.limits.clone()),
             calls_left: shared.limits.host_calls,
+            denied: Vec::new(),
             shared,
         }
     }

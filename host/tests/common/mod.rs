@@ -46,3 +46,23 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// The value of the sample of metric `name` whose labels include every pair in `labels`, from
+/// Prometheus text exposition.
+pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+        let matches = metric == name && labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+        matches.then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// Writes `<name>.wasm` (a copy of a built fixture) and `<name>.yaml` into `dir`.
+pub fn install_plugin(dir: &std::path::Path, name: &str, built: &str, config: &str) -> PathBuf {
+    let wasm = dir.join(format!("{name}.wasm"));
+    std::fs::copy(plugin_dir().join(built), &wasm)
+        .unwrap_or_else(|e| panic!("copying {built}: {e}. Run `make plugins`"));
+    std::fs::write(dir.join(format!("{name}.yaml")), config).unwrap();
+    wasm
+}

@@ -10,16 +10,17 @@ type CallResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
 impl PluginCtx {
     /// `Forbidden` unless the plugin may read `kind`.
-    pub(crate) fn check_read(&self, kind: &GroupVersionKind) -> Result<(), CallError> {
+    pub(crate) fn check_read(&mut self, kind: &GroupVersionKind) -> Result<(), CallError> {
         if self.shared.grants.can_read(kind) {
-            Ok(())
-        } else {
-            Err(CallError::Forbidden(format!(
-                "plugin `{}` may not read {}: register the kind (for/owns/watches/reads) and have it granted",
-                self.shared.name,
-                crate::plugin::grants::KindRef::of(kind)
-            )))
+            return Ok(());
         }
+        let message = format!(
+            "plugin `{}` may not read {}: register the kind (for/owns/watches/reads) and have it granted",
+            self.shared.name,
+            crate::plugin::grants::KindRef::of(kind)
+        );
+        self.denied.push(message.clone());
+        Err(CallError::Forbidden(message))
     }
 
     /// Counts the call and converts its result to the WIT error.

@@ -10,20 +10,22 @@ use crate::plugin::state::PluginCtx;
 type CallResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
 impl PluginCtx {
-    fn check_write(&self, kind: &GroupVersionKind, status: bool) -> Result<(), CallError> {
+    fn check_write(&mut self, kind: &GroupVersionKind, status: bool) -> Result<(), CallError> {
         let grants = &self.shared.grants;
         if (status && grants.can_write_status(kind)) || grants.can_write(kind) {
             return Ok(());
         }
         let what = if status { "the status of " } else { "" };
-        Err(CallError::Forbidden(format!(
+        let message = format!(
             "plugin `{}` may not write {what}{}: own the kind or register it under writes and have it granted",
             self.shared.name,
             KindRef::of(kind)
-        )))
+        );
+        self.denied.push(message.clone());
+        Err(CallError::Forbidden(message))
     }
 
-    fn writable_object(&self, bytes: &[u8], status: bool) -> Result<TypedObject, CallError> {
+    fn writable_object(&mut self, bytes: &[u8], status: bool) -> Result<TypedObject, CallError> {
         let object = TypedObject::from_json(bytes)?;
         self.check_write(&object.target.kind, status)?;
         Ok(object)

@@ -11,13 +11,7 @@ pub const MAX_NOTE: usize = 1024;
 pub const MAX_REASON: usize = 128;
 
 fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
+    s.truncate(s.floor_char_boundary(max));
     s
 }
 

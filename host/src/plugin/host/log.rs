@@ -6,7 +6,7 @@ use crate::plugin::state::{MAX_LOG_LINE, PluginCtx};
 impl log::Host for PluginCtx {
     async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
         self.charge()?;
-        let message = message.get(..MAX_LOG_LINE).unwrap_or(&message);
+        let message = &message[..message.floor_char_boundary(MAX_LOG_LINE)];
         let plugin = &*self.shared.name;
         match level {
             log::Level::Trace => tracing::trace!(target: "kubewasm::plugin", plugin, "{message}"),

@@ -6,6 +6,7 @@ mod cache;
 mod client;
 mod config;
 mod events;
+pub use events::{MAX_NOTE, MAX_REASON};
 mod log;
 pub mod testing;
 
