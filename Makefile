@@ -36,8 +36,12 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+## Formatting, rustdoc without missing docs, then every test of the native crates (the guest
+## crates are exercised through the components `plugins` builds).
 test: toolchain plugins control-plane
-	$(CARGO) test --workspace --no-fail-fast
+	$(CARGO) fmt --all -- --check
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p kubewasm -p kubewasm-testenv --no-deps
+	$(CARGO) test --no-fail-fast
 
 ## The host and the control-plane launcher, then deploy/demo/demo.sh (Ctrl-C stops it).
 demo: plugins control-plane

@@ -16,6 +16,9 @@ use super::state::PluginCtx;
 /// yields its tokio worker to other tasks. 10 ms.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
+/// Bytes of each freed memory and table slot kept resident between instances. 1 MiB.
+pub const KEEP_RESIDENT: usize = 1 << 20;
+
 /// Largest linear memory any plugin may be configured for (the pool's slot size). 1 GiB.
 pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1 << 30;
 
@@ -115,7 +118,11 @@ impl Runtime {
             .total_memories(config.pool_instances)
             .total_tables(config.pool_instances * 4)
             .total_stacks(config.pool_instances)
-            .max_memory_size(config.max_memory_bytes as usize);
+            .max_memory_size(config.max_memory_bytes as usize)
+            // Reset the first pages of a freed slot with memset instead of madvise, so the next
+            // instance does not page-fault them back in (most reconciles touch little memory).
+            .linear_memory_keep_resident(KEEP_RESIDENT)
+            .table_keep_resident(KEEP_RESIDENT);
         let mut wasm = Config::new();
         wasm.wasm_component_model(true)
             .epoch_interruption(true)
