@@ -65,15 +65,24 @@ fn main() {
         let kind = GroupVersionKind::gvk("", "v1", "ConfigMap");
 
         println!("object size: {size} bytes; {ITERATIONS} iterations after {WARMUP} warm-up");
-        let mut wasm = Vec::with_capacity(ITERATIONS);
-        for i in 0..WARMUP + ITERATIONS {
-            let start = Instant::now();
-            let action = plugin.reconcile(&key, 0).await.unwrap();
-            let took = start.elapsed();
-            assert_eq!(action, Action::Done);
-            if i >= WARMUP {
-                wasm.push(took);
+        let mut wasm_figures = Vec::new();
+        for keep_resident in [0, 64 << 10, 1 << 20] {
+            let runtime = Runtime::new(RuntimeConfig::default().keep_resident(keep_resident)).unwrap();
+            let wasm_bytes = common::plugin_wasm("fixture_getter.wasm");
+            let writer = Arc::new(RecordingWriter::default());
+            let plugin =
+                runtime.load("getter", wasm_bytes, PluginConfig::default(), cache.clone(), writer).await.unwrap();
+            let mut wasm = Vec::with_capacity(ITERATIONS);
+            for i in 0..WARMUP + ITERATIONS {
+                let start = Instant::now();
+                let action = plugin.reconcile(&key, 0).await.unwrap();
+                let took = start.elapsed();
+                assert_eq!(action, Action::Done);
+                if i >= WARMUP {
+                    wasm.push(took);
+                }
             }
+            wasm_figures.push((keep_resident, wasm));
         }
         let mut native = Vec::with_capacity(ITERATIONS);
         for i in 0..WARMUP + ITERATIONS {
@@ -85,12 +94,15 @@ fn main() {
                 native.push(took);
             }
         }
-        let (wasm_p50, wasm_p99) = report("wasm: fresh instance + reconcile + cache.get", wasm);
         let (native_p50, native_p99) = report("native Rust: cache.get + parse", native);
-        println!(
-            "ratio wasm/native: p50 {:.1}x, p99 {:.1}x",
-            wasm_p50.as_secs_f64() / native_p50.as_secs_f64(),
-            wasm_p99.as_secs_f64() / native_p99.as_secs_f64()
-        );
+        for (keep_resident, wasm) in wasm_figures {
+            let label = format!("wasm, fresh instance, keep_resident {} KiB", keep_resident >> 10);
+            let (wasm_p50, wasm_p99) = report(&label, wasm);
+            println!(
+                "    ratio wasm/native: p50 {:.1}x, p99 {:.1}x",
+                wasm_p50.as_secs_f64() / native_p50.as_secs_f64(),
+                wasm_p99.as_secs_f64() / native_p99.as_secs_f64()
+            );
+        }
     });
 }
