@@ -1,8 +1,9 @@
 //! A work queue with client-go semantics: dedup, one worker per key, delaying and rate limiting.
 //!
-//! Hand-written because no well-kept crate offers client-go's `util/workqueue` (kube-runtime's
-//! scheduler debounces but has no processing set, `done` or rate limiters). The semantics are
-//! client-go's `Typed` queue plus its delaying and rate-limiting layers, in one type:
+//! Hand-written because no well-kept crate offers client-go's `util/workqueue`: kube-runtime's
+//! scheduler and runner are internal to its `Controller`, with no public `get`/`done`/`forget` or
+//! rate limiters. The semantics are client-go's `Typed` queue plus its delaying and rate-limiting
+//! layers, in one type:
 //!
 //! - a key is *queued* at most once: adding a queued key does nothing;
 //! - [`get`](WorkQueue::get) hands out the oldest queued key and marks it *processing*; until the
@@ -47,7 +48,7 @@ pub use self::{
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The workqueue metrics could not be created or registered.
-    #[error("workqueue metrics: {0}")]
+    #[error("registering workqueue metrics")]
     Metrics(#[source] prometheus::Error),
 }
 
