@@ -1,8 +1,9 @@
 //! A work queue with client-go semantics: dedup, one worker per key, delaying and rate limiting.
 //!
-//! Hand-written because no well-kept crate offers client-go's `util/workqueue` (kube-runtime's
-//! scheduler debounces but has no processing set, `done` or rate limiters). The semantics are
-//! client-go's `Typed` queue plus its delaying and rate-limiting layers, in one type:
+//! Hand-written because no well-kept crate offers client-go's `util/workqueue`: kube-runtime's
+//! scheduler and runner are internal to its `Controller`, with no public `get`/`done`/`forget` or
+//! rate limiters. The semantics are client-go's `Typed` queue plus its delaying and rate-limiting
+//! layers, in one type:
 //!
 //! - a key is *queued* at most once: adding a queued key does nothing;
 //! - [`get`](WorkQueue::get) hands out the oldest queued key and marks it *processing*; until the
@@ -16,13 +17,14 @@
 //! All time comes from [`tokio::time::Instant`], so tests run on virtual time.
 
 mod delaying;
+mod hashed;
 pub mod metrics;
 pub mod rate_limiter;
 
 use std::{
-    collections::{HashMap, VecDeque, hash_map},
+    collections::{VecDeque, hash_map},
     fmt::Debug,
-    hash::Hash,
+    hash::{BuildHasher, Hash, RandomState},
     sync::{
         Arc, Weak,
         atomic::{AtomicBool, Ordering},
@@ -33,7 +35,10 @@ use std::{
 use parking_lot::Mutex;
 use tokio::{sync::Notify, time::Instant};
 
-use self::delaying::{Promote, Waiting};
+use self::{
+    delaying::{Promote, Waiting},
+    hashed::{Hashed, HashedMap, Probe},
+};
 pub use self::{
     metrics::QueueMetrics,
     rate_limiter::{Bucket, ItemExponentialFailure, ItemFastSlow, MaxOf, RateLimiter},
@@ -43,7 +48,7 @@ pub use self::{
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The workqueue metrics could not be created or registered.
-    #[error("workqueue metrics: {0}")]
+    #[error("registering workqueue metrics")]
     Metrics(#[source] prometheus::Error),
 }
 
@@ -134,6 +139,8 @@ struct Inner<K> {
     /// Wakes the timer task: a new earliest deadline, shutdown, or the queue is dropped.
     timer: Arc<Notify>,
     timer_started: AtomicBool,
+    /// SipHash with a per-queue random key; applied before taking the lock.
+    hasher: RandomState,
     rate_limiter: Arc<dyn RateLimiter<K>>,
     metrics: Option<metrics::Handle>,
 }
@@ -142,10 +149,14 @@ struct Inner<K> {
 /// [`Status`], so each operation hashes the key once.
 struct State<K> {
     /// Keys in the order they will be handed out; exactly the keys whose status is `Queued`.
-    queue: VecDeque<K>,
-    status: HashMap<K, Status>,
+    queue: VecDeque<Hashed<K>>,
+    status: HashedMap<K, Status>,
     /// How many keys are `Processing` or `Dirty`.
     processing: usize,
+    /// `get` callers registered on `Inner::getters` and about to sleep. Adds skip the
+    /// (contended) notify when there are none: a getter registers under this lock after
+    /// finding the queue empty, so an add either sees it or is seen by it.
+    idle_getters: usize,
     shutting_down: bool,
     drain: bool,
     waiting: Waiting<K>,
@@ -163,8 +174,9 @@ enum Status {
 }
 
 impl<K: Key> State<K> {
-    /// Adds `key`; returns whether it was pushed onto `queue` (so a getter must be woken).
-    fn add(&mut self, key: K, metrics: Option<&metrics::Handle>) -> bool {
+    /// Adds `key`; returns whether it was pushed onto `queue` while a getter sleeps (so one
+    /// must be woken).
+    fn add(&mut self, key: Hashed<K>, metrics: Option<&metrics::Handle>) -> bool {
         if self.shutting_down {
             return false;
         }
@@ -176,7 +188,7 @@ impl<K: Key> State<K> {
                 });
                 self.queue.push_back(vacant.key().clone());
                 vacant.insert(Status::Queued { added });
-                true
+                self.idle_getters > 0
             }
             hash_map::Entry::Occupied(mut occupied) => {
                 if let Status::Processing { started } = *occupied.get() {
@@ -195,25 +207,26 @@ impl<K: Key> State<K> {
     fn pop(&mut self, metrics: Option<&metrics::Handle>) -> Option<K> {
         let key = self.queue.pop_front()?;
         let now = metrics.map(|_| Instant::now());
-        if let Some(status) = self.status.get_mut(&key) {
+        if let Some(status) = self.status.get_mut(&key as &dyn hashed::Lookup<K>) {
             if let (Some(metrics), Some(now), Status::Queued { added }) = (metrics, now, *status) {
                 metrics.get(added, now);
             }
             *status = Status::Processing { started: now };
         }
         self.processing += 1;
-        Some(key)
+        Some(key.key)
     }
 
-    /// Moves every key whose delay has passed into the queue; returns how many were pushed.
-    fn promote_due(&mut self, metrics: Option<&metrics::Handle>) -> usize {
+    /// Moves every key whose delay has passed into the queue; returns how many getters to wake.
+    fn promote_due(&mut self, hasher: &RandomState, metrics: Option<&metrics::Handle>) -> usize {
         if self.waiting.is_empty() {
             return 0;
         }
         let now = Instant::now();
         let mut pushed = 0;
         while let Some(key) = self.waiting.pop_due(now) {
-            pushed += usize::from(self.add(key, metrics));
+            let hash = hasher.hash_one(&key);
+            pushed += usize::from(self.add(Hashed { hash, key }, metrics));
         }
         pushed
     }
@@ -228,8 +241,9 @@ impl<K: Key> WorkQueue<K> {
             Inner {
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
-                    status: HashMap::new(),
+                    status: HashedMap::default(),
                     processing: 0,
+                    idle_getters: 0,
                     shutting_down: false,
                     drain: false,
                     waiting: Waiting::default(),
@@ -238,6 +252,7 @@ impl<K: Key> WorkQueue<K> {
                 drained: Notify::new(),
                 timer: Arc::new(Notify::new()),
                 timer_started: AtomicBool::new(false),
+                hasher: RandomState::new(),
                 rate_limiter,
                 metrics: metrics.filter(|_| !name.is_empty()).map(|metrics| metrics.queue(&name, source)),
             }
@@ -250,8 +265,9 @@ impl<K: Key> WorkQueue<K> {
     /// shutdown.
     pub fn add(&self, key: K) {
         let inner = &*self.inner;
-        let pushed = inner.state.lock().add(key, inner.metrics.as_ref());
-        if pushed {
+        let key = inner.hashed(key);
+        let wake = inner.state.lock().add(key, inner.metrics.as_ref());
+        if wake {
             inner.getters.notify_one();
         }
     }
@@ -265,13 +281,29 @@ impl<K: Key> WorkQueue<K> {
         if let Some(next) = inner.try_get() {
             return next;
         }
+        let mut idle = Idle {
+            inner,
+            registered: false,
+        };
         loop {
             // Register as a waiter before looking, so a key queued in between wakes us.
             let notified = inner.getters.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(next) = inner.try_get() {
-                return next;
+            {
+                let mut state = inner.state.lock();
+                if idle.registered {
+                    state.idle_getters -= 1;
+                    idle.registered = false;
+                }
+                if let Some(key) = state.pop(inner.metrics.as_ref()) {
+                    return Some(key);
+                }
+                if state.shutting_down {
+                    return None;
+                }
+                state.idle_getters += 1;
+                idle.registered = true;
             }
             notified.await;
         }
@@ -281,28 +313,33 @@ impl<K: Key> WorkQueue<K> {
     /// A key that is not processing is ignored.
     pub fn done(&self, key: &K) {
         let inner = &*self.inner;
+        let probe = Probe(inner.hasher.hash_one(key), key);
         let mut state = inner.state.lock();
-        let Some(status) = state.status.get_mut(key) else {
+        // Remove first: the common case (processing, not dirty) then probes the map once.
+        let Some((owned, status)) = state.status.remove_entry(&probe as &dyn hashed::Lookup<K>)
+        else {
             return;
         };
-        let (started, requeue) = match *status {
-            Status::Queued { .. } => return,
+        let (started, requeue) = match status {
+            Status::Queued { .. } => {
+                state.status.insert(owned, status);
+                return;
+            }
             Status::Processing { started } => (started, None),
             Status::Dirty { started, added } => (started, Some(added)),
         };
         if let Some(added) = requeue {
-            *status = Status::Queued { added };
-            state.queue.push_back(key.clone());
-        } else {
-            state.status.remove(key);
+            state.queue.push_back(owned.clone());
+            state.status.insert(owned, Status::Queued { added });
         }
         state.processing -= 1;
+        let wake = requeue.is_some() && state.idle_getters > 0;
         let drained = state.processing == 0 && state.shutting_down;
         drop(state);
         if let (Some(metrics), Some(started)) = (&inner.metrics, started) {
             metrics.done(Some(started), Instant::now());
         }
-        if requeue.is_some() {
+        if wake {
             inner.getters.notify_one();
         }
         if drained {
@@ -363,6 +400,7 @@ impl<K: Key> WorkQueue<K> {
     pub fn add_after(&self, key: K, delay: Duration) {
         let inner = &*self.inner;
         if delay.is_zero() {
+            let key = inner.hashed(key);
             {
                 let mut state = inner.state.lock();
                 if state.shutting_down {
@@ -417,7 +455,28 @@ impl<K: Key> WorkQueue<K> {
     }
 }
 
+/// A sleeping `get`'s registration in `State::idle_getters`, withdrawn if the future is dropped.
+struct Idle<'a, K> {
+    inner: &'a Inner<K>,
+    registered: bool,
+}
+
+impl<K> Drop for Idle<'_, K> {
+    fn drop(&mut self) {
+        if self.registered {
+            self.inner.state.lock().idle_getters -= 1;
+        }
+    }
+}
+
 impl<K: Key> Inner<K> {
+    fn hashed(&self, key: K) -> Hashed<K> {
+        Hashed {
+            hash: self.hasher.hash_one(&key),
+            key,
+        }
+    }
+
     /// `Some(Some(key))`: took a key; `Some(None)`: shut down and empty; `None`: must wait.
     fn try_get(&self) -> Option<Option<K>> {
         let mut state = self.state.lock();
@@ -447,7 +506,7 @@ impl<K: Key> Promote for Inner<K> {
             if state.shutting_down {
                 return Err(());
             }
-            let pushed = state.promote_due(self.metrics.as_ref());
+            let pushed = state.promote_due(&self.hasher, self.metrics.as_ref());
             (pushed, state.waiting.next_deadline())
         };
         for _ in 0..pushed {
@@ -534,6 +593,24 @@ mod tests {
         queue.done(&"a");
         assert!(queue.is_empty());
         assert_eq!(try_get(&queue), None, "and not a third time");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_get_takes_no_key_and_later_getters_are_still_woken() {
+        let queue = queue();
+        let timed_out = tokio::time::timeout(Duration::from_secs(1), queue.get()).await;
+        assert!(timed_out.is_err());
+        queue.add("a");
+        assert_eq!(queue.len(), 1, "the dropped get took nothing");
+        assert_eq!(queue.get().await, Some("a"));
+        let waiting = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.get().await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        queue.add("b");
+        let got = tokio::time::timeout(Duration::from_secs(1), waiting).await;
+        assert_eq!(got.expect("woken by the add").unwrap(), Some("b"));
     }
 
     #[tokio::test]
