@@ -60,6 +60,7 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             pool_instances: DEFAULT_POOL_INSTANCES,
+            keep_resident: DEFAULT_KEEP_RESIDENT,
             metrics: None,
         }
     }
