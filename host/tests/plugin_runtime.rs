@@ -51,7 +51,7 @@ fn namespace(name: &str, uid: &str, labels: serde_json::Value) -> serde_json::Va
 #[tokio::test(flavor = "current_thread")]
 async fn a_looping_plugin_times_out_at_its_deadline_while_other_plugins_keep_reconciling() {
     let h = Harness::new();
-    let deadline = Duration::from_secs(1);
+    let deadline = Duration::from_secs(2);
     let looper =
         Arc::new(h.load("looper", "fixture_looper.wasm", limits(|l| l.with_deadline(deadline))).await.unwrap());
     let healthy = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
