@@ -56,21 +56,13 @@ async fn measure<K: Key>(label: &str, keys: &[K], workers: usize) {
     }
     times.sort();
     let median = times[ROUNDS / 2];
-    println!(
-        "RESULT {label} {workers} {:.0}",
-        KEYS as f64 / median.as_secs_f64()
-    );
+    println!("RESULT {label} {workers} {:.0}", KEYS as f64 / median.as_secs_f64());
 }
 
 fn main() {
     // Same parallelism as Go's default GOMAXPROCS: one scheduler thread per CPU.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let strings: Vec<String> = (0..KEYS)
-        .map(|i| format!("namespace-{}/object-{i}", i % 100))
-        .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let strings: Vec<String> = (0..KEYS).map(|i| format!("namespace-{}/object-{i}", i % 100)).collect();
     // Go strings are immutable and copied by pointer; `Arc<str>` is the Rust key closest to that.
     let shared: Vec<Arc<str>> = strings.iter().map(|s| Arc::from(s.as_str())).collect();
     runtime.block_on(async {

@@ -281,10 +281,7 @@ impl<K: Key> WorkQueue<K> {
         if let Some(next) = inner.try_get() {
             return next;
         }
-        let mut idle = Idle {
-            inner,
-            registered: false,
-        };
+        let mut idle = Idle { inner, registered: false };
         loop {
             // Register as a waiter before looking, so a key queued in between wakes us.
             let notified = inner.getters.notified();
@@ -316,8 +313,7 @@ impl<K: Key> WorkQueue<K> {
         let probe = Probe(inner.hasher.hash_one(key), key);
         let mut state = inner.state.lock();
         // Remove first: the common case (processing, not dirty) then probes the map once.
-        let Some((owned, status)) = state.status.remove_entry(&probe as &dyn hashed::Lookup<K>)
-        else {
+        let Some((owned, status)) = state.status.remove_entry(&probe as &dyn hashed::Lookup<K>) else {
             return;
         };
         let (started, requeue) = match status {
@@ -471,10 +467,7 @@ impl<K> Drop for Idle<'_, K> {
 
 impl<K: Key> Inner<K> {
     fn hashed(&self, key: K) -> Hashed<K> {
-        Hashed {
-            hash: self.hasher.hash_one(&key),
-            key,
-        }
+        Hashed { hash: self.hasher.hash_one(&key), key }
     }
 
     /// `Some(Some(key))`: took a key; `Some(None)`: shut down and empty; `None`: must wait.
