@@ -1,1 +1,356 @@
 //! A real kube-apiserver + etcd for tests, started once per test binary.
+//!
+//! envtest-style (controller-runtime `pkg/envtest`): no kubelet, no controller-manager, so nothing
+//! garbage-collects owned objects and a deleted namespace stays `Terminating`. Binaries come from
+//! `$KUBEBUILDER_ASSETS` or the cache `tests/control-plane/build.sh` fills.
+//!
+//! ```no_run
+//! # async fn t() {
+//! use kubewasm_testenv::ControlPlane;
+//! let Some(cp) = ControlPlane::shared() else { return }; // skipped locally without binaries
+//! let client = cp.admin_client().await;
+//! let ns = cp.namespace("my-test").await;
+//! # }
+//! ```
+//!
+//! Every child runs in its own process group with a watchdog that kills the group when the test
+//! binary exits (see `process.rs`), so no etcd or apiserver outlives `cargo test`, not even the
+//! shared instance, which lives in a `static` and is never dropped.
+
+mod apiserver;
+mod binaries;
+mod etcd;
+mod pki;
+mod process;
+mod proxy;
+
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, Command};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::PostParams;
+
+pub use binaries::DEFAULT_K8S_VERSION;
+pub use proxy::FaultProxy;
+
+use binaries::Binaries;
+use etcd::Etcd;
+use pki::Pki;
+use process::Supervised;
+
+/// A running etcd + kube-apiserver pair with an admin and a restricted user.
+///
+/// Users (token authentication, `--authorization-mode=RBAC`): `admin` is in `system:masters`;
+/// `restricted` has only what RBAC's bootstrap policy gives `system:authenticated` (discovery,
+/// self-subject reviews) until a test binds it a role.
+#[derive(Debug)]
+pub struct ControlPlane {
+    binaries: Binaries,
+    etcd: Etcd,
+    apiserver: Option<Supervised>,
+    apiserver_port: u16,
+    apiserver_args: Vec<String>,
+    admin: kube::Config,
+    restricted: kube::Config,
+    kubeconfig: PathBuf,
+    /// How long the last apiserver start took until `/readyz` said ok.
+    startup: Duration,
+    /// How long `start` took: keys, etcd, apiserver.
+    total_startup: Duration,
+    /// Removes `dir` when the test binary exits, also when `self` is never dropped.
+    _janitor: ChildStdin,
+    dir: tempfile::TempDir,
+}
+
+/// Starts an owned [`ControlPlane`] with extra apiserver flags; see [`ControlPlane::builder`].
+#[derive(Debug, Default, Clone)]
+#[must_use]
+pub struct ControlPlaneBuilder {
+    apiserver_args: Vec<String>,
+}
+
+impl ControlPlaneBuilder {
+    /// Adds one kube-apiserver flag, e.g. `"--watch-cache=false"`. Added after the defaults: for
+    /// scalar flags the last one wins; list flags given again replace or extend the default as
+    /// that flag's type does in kube-apiserver.
+    pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
+        self.apiserver_args.push(arg.into());
+        self
+    }
+
+    /// Starts etcd and the apiserver and waits until the apiserver is ready (at most 60 s).
+    ///
+    /// Synchronous: the start-up runs on a helper thread with its own runtime, so it may be
+    /// called from a `#[tokio::test]` (it blocks that test's thread meanwhile) or from plain code.
+    /// Fails with instructions when the binaries are missing.
+    pub fn start(self) -> anyhow::Result<ControlPlane> {
+        let binaries = Binaries::locate().map_err(anyhow::Error::msg)?;
+        on_helper_runtime(|| ControlPlane::start(binaries, self.apiserver_args))
+    }
+}
+
+static SHARED: OnceLock<Result<Option<ControlPlane>, String>> = OnceLock::new();
+static NAMESPACE_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl ControlPlane {
+    /// Shared by every test in this binary, started on first use. `None` (after printing to
+    /// stderr how to build the binaries: `make control-plane` / `tests/control-plane/build.sh`)
+    /// when binaries are missing and CI is not set; panics with that message when `CI=true`.
+    /// Never a silent pass. Panics, in every test that asks, if the control plane fails to start.
+    pub fn shared() -> Option<&'static ControlPlane> {
+        let shared = SHARED.get_or_init(|| match Binaries::locate() {
+            Err(message) if binaries::in_ci() => Err(format!("CI=true and {message}")),
+            Err(message) => {
+                eprintln!("{message}");
+                Ok(None)
+            }
+            Ok(binaries) => on_helper_runtime(|| ControlPlane::start(binaries, Vec::new()))
+                .map(|cp| {
+                    eprintln!(
+                        "kubewasm-testenv: control plane ready in {:?} (kube-apiserver {:?} of it); logs in {}",
+                        cp.total_startup,
+                        cp.startup,
+                        cp.dir().display()
+                    );
+                    Some(cp)
+                })
+                .map_err(|e| format!("kubewasm-testenv: the shared control plane failed to start: {e:#}")),
+        });
+        match shared {
+            Ok(Some(cp)) => Some(cp),
+            Ok(None) => {
+                eprintln!("kubewasm-testenv: SKIPPED (no control-plane binaries, see above)");
+                None
+            }
+            Err(message) => panic!("{message}"),
+        }
+    }
+
+    /// An owned control plane, stopped on drop; for tests that need extra apiserver flags or to
+    /// restart the apiserver. `ControlPlane::builder().apiserver_arg("--watch-cache=false").start()`.
+    pub fn builder() -> ControlPlaneBuilder {
+        ControlPlaneBuilder::default()
+    }
+
+    async fn start(binaries: Binaries, extra_args: Vec<String>) -> anyhow::Result<Self> {
+        let started = Instant::now();
+        let dir = tempfile::Builder::new().prefix("kubewasm-testenv-").tempdir()?;
+        let janitor = process::remove_at_exit(dir.path())?;
+        let pki = Pki::generate(dir.path())?;
+        let etcd = Etcd::start(&binaries.etcd, dir.path(), started + apiserver::READY_TIMEOUT).await?;
+        let apiserver_port = etcd::free_port()?;
+        let server = format!("https://127.0.0.1:{apiserver_port}");
+        let admin = config_for(&server, &pki.ca_der, &pki.admin_token)?;
+        let restricted = config_for(&server, &pki.ca_der, &pki.restricted_token)?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&server, &pki.ca_file, &pki.admin_token))?;
+        let apiserver_args = apiserver::args(&etcd.url(), apiserver_port, dir.path(), &pki, &extra_args);
+        let mut cp = Self {
+            binaries,
+            etcd,
+            apiserver: None,
+            apiserver_port,
+            apiserver_args,
+            admin,
+            restricted,
+            kubeconfig,
+            startup: Duration::ZERO,
+            total_startup: Duration::ZERO,
+            _janitor: janitor,
+            dir,
+        };
+        cp.launch_apiserver().await?;
+        cp.total_startup = started.elapsed();
+        Ok(cp)
+    }
+
+    async fn launch_apiserver(&mut self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let log = self.dir.path().join("kube-apiserver.log");
+        let mut process = Supervised::spawn("kube-apiserver", &self.binaries.apiserver, &self.apiserver_args, &log)?;
+        if let Err(e) = apiserver::wait_ready(&mut process, &self.admin, started).await {
+            // A dead etcd is the likelier root cause; say so.
+            return Err(match self.etcd.process.check_running() {
+                Err(etcd_died) => e.context(etcd_died),
+                Ok(()) => e,
+            });
+        }
+        self.startup = started.elapsed();
+        self.apiserver = Some(process);
+        Ok(())
+    }
+
+    /// A config for the `admin` user (group `system:masters`).
+    pub fn admin_config(&self) -> kube::Config {
+        self.admin.clone()
+    }
+
+    /// A client for the `admin` user, built in the caller's runtime (a `kube::Client` spawns a
+    /// task on the runtime it is made in, and each `#[tokio::test]` has its own: never keep one
+    /// in a `static`).
+    pub async fn admin_client(&self) -> kube::Client {
+        kube::Client::try_from(self.admin_config()).expect("a kube::Client from the admin config")
+    }
+
+    /// A config for the `restricted` user (no groups beyond `system:authenticated`).
+    pub fn restricted_config(&self) -> kube::Config {
+        self.restricted.clone()
+    }
+
+    /// A client for the `restricted` user, built in the caller's runtime.
+    pub async fn restricted_client(&self) -> kube::Client {
+        kube::Client::try_from(self.restricted_config()).expect("a kube::Client from the restricted config")
+    }
+
+    /// The name RBAC knows the restricted user by, for RoleBinding subjects: `restricted`.
+    pub fn restricted_user(&self) -> &'static str {
+        pki::RESTRICTED_USER
+    }
+
+    /// The admin kubeconfig file, for kubectl and other tools.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// `kubectl --kubeconfig <admin kubeconfig>`, ready for more arguments.
+    pub fn kubectl(&self) -> Command {
+        let mut command = Command::new(&self.binaries.kubectl);
+        command.arg("--kubeconfig").arg(&self.kubeconfig);
+        command
+    }
+
+    /// Creates a fresh namespace named `<prefix>-<n>-<random>` (prefix made DNS-safe and
+    /// shortened) and returns its name. Namespaces are not deleted afterwards: without a
+    /// controller-manager they would only hang in `Terminating`.
+    pub async fn namespace(&self, prefix: &str) -> String {
+        let name = namespace_name(prefix, NAMESPACE_COUNTER.fetch_add(1, Ordering::Relaxed), &pki::random_suffix());
+        let api: Api<Namespace> = Api::all(self.admin_client().await);
+        let namespace: Namespace =
+            serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).expect("a Namespace");
+        api.create(&PostParams::default(), &namespace)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        name
+    }
+
+    /// Kills the apiserver (SIGKILL, as a crash); etcd keeps running. No-op if already stopped.
+    pub fn stop_apiserver(&mut self) {
+        if let Some(apiserver) = self.apiserver.take() {
+            apiserver.kill();
+        }
+    }
+
+    /// Starts the apiserver again with the same etcd, port, certificates and users, and waits
+    /// until it is ready. No-op if it is running. Synchronous like [`ControlPlaneBuilder::start`].
+    pub fn start_apiserver(&mut self) -> anyhow::Result<()> {
+        if self.apiserver.is_some() {
+            return Ok(());
+        }
+        on_helper_runtime(|| self.launch_apiserver())
+    }
+
+    /// The etcd client URL, `http://127.0.0.1:PORT`.
+    pub fn etcd_url(&self) -> String {
+        self.etcd.url()
+    }
+
+    /// Compacts etcd to its current revision (physically), so watches resumed from an older
+    /// resourceVersion get `410 Gone` — from etcd only when the apiserver does not serve them
+    /// from its watch cache: use an owned instance with `--watch-cache=false` for that.
+    pub async fn compact_etcd(&self) -> anyhow::Result<()> {
+        etcd::compact(self.etcd.client_port).await.map(drop)
+    }
+
+    /// A [`FaultProxy`] in front of this apiserver; its [`config`](FaultProxy::config) is the
+    /// admin's, pointed at the proxy.
+    pub fn fault_proxy(&self) -> FaultProxy {
+        let upstream = ([127, 0, 0, 1], self.apiserver_port).into();
+        FaultProxy::start(upstream, self.admin_config()).expect("starting a fault proxy")
+    }
+
+    /// How long the last apiserver start took from spawn until `/readyz` was ok and the
+    /// `default` namespace existed (for start-up time figures, not for assertions).
+    pub fn apiserver_startup_time(&self) -> Duration {
+        self.startup
+    }
+
+    /// The temporary directory holding certificates, the kubeconfig, etcd's data and the logs
+    /// (`etcd.log`, `kube-apiserver.log`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop_apiserver();
+        // etcd is killed when its field drops; then the temp dir is removed.
+    }
+}
+
+/// Runs `make_future()` to completion on a new current-thread runtime on a scoped helper thread,
+/// so sync callers inside a `#[tokio::test]` runtime do not nest runtimes.
+fn on_helper_runtime<'a, F, Fut, T>(make_future: F) -> anyhow::Result<T>
+where
+    F: FnOnce() -> Fut + Send + 'a,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+    T: Send + 'a,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                runtime.block_on(make_future())
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+fn config_for(server: &str, ca_der: &[u8], token: &str) -> anyhow::Result<kube::Config> {
+    let mut config = kube::Config::new(server.parse().context("apiserver URL")?);
+    config.root_cert = Some(vec![ca_der.to_vec()]);
+    // AuthInfo's token is a secrecy::SecretString; deserializing avoids depending on secrecy.
+    config.auth_info = serde_json::from_value(serde_json::json!({ "token": token }))?;
+    Ok(config)
+}
+
+fn kubeconfig_yaml(server: &str, ca_file: &Path, token: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: testenv\n  cluster:\n    server: {server}\n    \
+         certificate-authority: {ca}\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n\
+         - name: testenv\n  context:\n    cluster: testenv\n    user: admin\n    namespace: default\n\
+         current-context: testenv\n",
+        ca = ca_file.display()
+    )
+}
+
+/// `<prefix>-<n>-<suffix>` as a DNS label: lowercase alphanumerics and `-`, at most 63 characters.
+fn namespace_name(prefix: &str, n: u64, suffix: &str) -> String {
+    let mut clean: String =
+        prefix.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    let tail = format!("-{n}-{suffix}");
+    clean.truncate(63 - tail.len());
+    let clean = clean.trim_matches('-');
+    let clean = if clean.is_empty() { "test" } else { clean };
+    format!("{clean}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::namespace_name;
+
+    #[test]
+    fn namespace_names_are_dns_labels_whatever_the_prefix() {
+        assert_eq!(namespace_name("My_Test::case", 3, "abc123"), "my-test--case-3-abc123");
+        assert_eq!(namespace_name("--", 0, "abc123"), "test-0-abc123");
+        let long = namespace_name(&"x".repeat(100), 12, "abc123");
+        assert_eq!(long.len(), 63);
+        assert!(long.ends_with("-12-abc123"));
+    }
+}
