@@ -60,6 +60,12 @@ pub(crate) struct InformerKey {
     params: InformerParams,
 }
 
+impl InformerKey {
+    pub(crate) fn new(gvk: GroupVersionKind, params: InformerParams) -> Self {
+        Self { gvk, params }
+    }
+}
+
 struct FactoryInner {
     client: Client,
     config: ReflectorConfig,

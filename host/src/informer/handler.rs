@@ -131,7 +131,13 @@ impl Listener {
     fn enqueue(&self, key: &Arc<str>, seen: Option<Arc<CachedObject>>, latest: Latest) {
         let mut buf = self.buffer.lock();
         if let Some(p) = buf.pending.get_mut(key) {
-            p.latest = latest;
+            // An object of the initial list stays "in the initial list" when an update
+            // coalesces into its pending add.
+            let was_initial = matches!(p.latest, Latest::Present { initial: true, .. });
+            p.latest = match latest {
+                Latest::Present { obj, initial } => Latest::Present { obj, initial: initial || was_initial },
+                deleted @ Latest::Deleted { .. } => deleted,
+            };
             return;
         }
         buf.pending.insert(key.clone(), Pending { seen, latest });

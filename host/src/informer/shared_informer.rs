@@ -241,3 +241,7 @@ impl Drop for HandlerRegistration {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "shared_informer_tests.rs"]
+mod tests;

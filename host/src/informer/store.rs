@@ -147,6 +147,22 @@ impl Store {
         Ok(self.inner.read().index(index)?.keys().cloned().collect())
     }
 
+    /// Approximate heap bytes of the cache: every object's [`CachedObject::heap_size`] plus
+    /// the map and index entries pointing at it (hash table slots, not allocator overhead).
+    pub fn approx_heap_bytes(&self) -> usize {
+        const SLOT: usize = std::mem::size_of::<(Arc<str>, Arc<CachedObject>)>() + 1;
+        const INDEX_SLOT: usize = std::mem::size_of::<Arc<str>>() + 1;
+        let inner = self.inner.read();
+        let objects: usize = inner.items.values().map(|o| o.heap_size() + 16).sum::<usize>();
+        let index_entries: usize = inner
+            .indices
+            .values()
+            .flat_map(|idx| idx.iter())
+            .map(|(value, keys)| value.len() + 48 + keys.capacity() * INDEX_SLOT)
+            .sum();
+        objects + inner.items.capacity() * SLOT + index_entries
+    }
+
     /// Names of the registered indexes.
     pub fn index_names(&self) -> Vec<String> {
         self.inner.read().indexers.keys().cloned().collect()
