@@ -5,6 +5,13 @@
 //! workqueues — and hands each dequeued key to a plugin through the `kubewasm:controller` WIT
 //! world (see `wit/`).
 
+pub mod admin;
+pub mod app;
+pub mod cli;
+pub mod controller;
 pub mod informer;
 pub mod plugin;
 pub mod queue;
+pub mod shutdown;
+pub mod telemetry;
+pub mod writer;

@@ -1,6 +1,51 @@
-//! The `kubewasm` binary.
+//! The `kubewasm` binary: CLI → telemetry → app, until SIGTERM/SIGINT.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use kubewasm::cli::{CheckArgs, Cli, Command};
+use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm::plugin::{Runtime, RuntimeConfig};
+use kubewasm::{app, shutdown, telemetry};
+use tokio_util::sync::CancellationToken;
 
 fn main() -> anyhow::Result<()> {
-    println!("kubewasm {}", env!("CARGO_PKG_VERSION"));
+    let cli = Cli::parse();
+    telemetry::init(&cli.log).context("invalid --log filter")?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        match cli.command {
+            Command::Run(args) => {
+                let token = CancellationToken::new();
+                shutdown::on_signal(token.clone());
+                app::run(args, token).await
+            }
+            Command::Check(args) => check(args).await,
+        }
+    })
+}
+
+/// Loads a plugin with no cluster behind it and prints what it registers and may access.
+async fn check(args: CheckArgs) -> anyhow::Result<()> {
+    let name = args.wasm.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+    let config = args
+        .config
+        .or_else(|| ["yaml", "yml", "json"].iter().map(|e| args.wasm.with_extension(e)).find(|p| p.is_file()));
+    let file = app::PluginFile { name: name.clone(), wasm: args.wasm.clone(), config };
+    let config = app::read_config(&file)?;
+    let wasm = std::fs::read(&args.wasm).with_context(|| format!("reading {}", args.wasm.display()))?;
+    let runtime = Runtime::new(RuntimeConfig::default())?;
+    let plugin = runtime
+        .load(&name, wasm.into(), config, Arc::new(MemoryCache::default()), Arc::new(RecordingWriter::default()))
+        .await?;
+    let reg = plugin.registration();
+    println!("plugin:         {name} (sha256 {})", plugin.sha256());
+    println!("reconciles:     {:?}", reg.for_kind);
+    println!("owns:           {:?}", reg.owns);
+    println!("watches:        {:?}", reg.watches.iter().map(|w| &w.kind).collect::<Vec<_>>());
+    println!("reads:          {}", plugin.grants().readable().map(ToString::to_string).collect::<Vec<_>>().join(", "));
+    println!("writes:         {}", plugin.grants().writable().map(ToString::to_string).collect::<Vec<_>>().join(", "));
+    println!("max-concurrent: {}", plugin.max_concurrent());
     Ok(())
 }

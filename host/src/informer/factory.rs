@@ -196,19 +196,21 @@ impl SharedInformerFactory {
         match self.inner.config.list_strategy {
             ListStrategy::Streaming => true,
             ListStrategy::Paginated => false,
-            ListStrategy::Auto => *self
-                .inner
-                .streaming
-                .get_or_init(|| async {
-                    match self.inner.client.apiserver_version().await {
-                        Ok(info) => serves_streaming_lists(&info.major, &info.minor),
-                        Err(err) => {
-                            tracing::debug!(error = %err, "no server version; using paginated lists");
-                            false
+            ListStrategy::Auto => {
+                *self
+                    .inner
+                    .streaming
+                    .get_or_init(|| async {
+                        match self.inner.client.apiserver_version().await {
+                            Ok(info) => serves_streaming_lists(&info.major, &info.minor),
+                            Err(err) => {
+                                tracing::debug!(error = %err, "no server version; using paginated lists");
+                                false
+                            }
                         }
-                    }
-                })
-                .await,
+                    })
+                    .await
+            }
         }
     }
 }

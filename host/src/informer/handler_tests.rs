@@ -14,7 +14,9 @@ fn drain(l: &Listener) -> Vec<String> {
     while let Some(batch) = l.pop() {
         for n in batch {
             out.push(match n {
-                Notification::Add { obj, is_in_initial_list } => format!("add {} {} {is_in_initial_list}", obj.key(), rv(&obj)),
+                Notification::Add { obj, is_in_initial_list } => {
+                    format!("add {} {} {is_in_initial_list}", obj.key(), rv(&obj))
+                }
                 Notification::Update { old, new } => format!("update {} {}->{}", new.key(), rv(&old), rv(&new)),
                 Notification::Delete { obj, final_state_unknown } => {
                     format!("delete {} {} {final_state_unknown}", obj.key(), rv(&obj))

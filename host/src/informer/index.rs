@@ -156,10 +156,7 @@ mod tests {
     #[test]
     fn a_field_path_index_flattens_arrays_and_dedups() {
         assert_eq!(eval(&IndexFunc::field_path("spec.containers.image"), &pod()), ["envoy", "nginx"]);
-        assert_eq!(
-            eval(&IndexFunc::field_path("spec.containers.envFrom.configMapRef.name"), &pod()),
-            ["a", "b"]
-        );
+        assert_eq!(eval(&IndexFunc::field_path("spec.containers.envFrom.configMapRef.name"), &pod()), ["a", "b"]);
     }
 
     #[test]

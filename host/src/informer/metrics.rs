@@ -46,7 +46,8 @@ impl InformerMetrics {
         let m = Self {
             objects: IntGaugeVec::new(opts("objects", "Objects in the informer caches"), &["kind"])
                 .map_err(Error::Metrics)?,
-            lists: IntCounterVec::new(opts("lists_total", "Initial lists started"), &["kind"]).map_err(Error::Metrics)?,
+            lists: IntCounterVec::new(opts("lists_total", "Initial lists started"), &["kind"])
+                .map_err(Error::Metrics)?,
             relists: IntCounterVec::new(opts("relists_total", "Lists after the first sync"), &["kind"])
                 .map_err(Error::Metrics)?,
             watch_starts: IntCounterVec::new(opts("watch_starts_total", "Watch streams (re)started"), &["kind"])

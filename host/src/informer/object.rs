@@ -64,10 +64,7 @@ impl CachedObject {
     /// Builds a cached object from a watched object, filling `apiVersion`/`kind` from `resource`
     /// (list responses omit them on items) so every cached body is self-describing.
     pub fn from_dynamic(mut obj: DynamicObject, resource: &ApiResource) -> Result<Self> {
-        obj.types = Some(TypeMeta {
-            api_version: resource.api_version.clone(),
-            kind: resource.kind.clone(),
-        });
+        obj.types = Some(TypeMeta { api_version: resource.api_version.clone(), kind: resource.kind.clone() });
         let json = serde_json::to_vec(&obj).map_err(Error::Serialize)?;
         let meta = meta_from_k8s(obj.metadata);
         Self::new(meta, json)
@@ -89,11 +86,7 @@ impl CachedObject {
             return Err(Error::MissingName);
         }
         let key = object_key(meta.namespace.as_deref(), &meta.name).into();
-        Ok(Self {
-            key,
-            meta,
-            json: json.into_boxed_slice(),
-        })
+        Ok(Self { key, meta, json: json.into_boxed_slice() })
     }
 
     /// The MetaNamespaceKey: `namespace/name`, or `name` for cluster-scoped objects.
@@ -221,10 +214,7 @@ mod tests {
 
     #[test]
     fn an_object_without_a_name_is_rejected() {
-        assert!(matches!(
-            CachedObject::from_json(br#"{"metadata":{}}"#.to_vec()),
-            Err(Error::MissingName)
-        ));
+        assert!(matches!(CachedObject::from_json(br#"{"metadata":{}}"#.to_vec()), Err(Error::MissingName)));
     }
 
     #[test]

@@ -91,9 +91,8 @@ impl Reflector {
         let metrics = shared.metrics.clone();
         let mut streaming = self.streaming;
         loop {
-            let mut stream = watcher::watcher(self.api.clone(), self.watcher_config(streaming))
-                .default_backoff()
-                .boxed();
+            let mut stream =
+                watcher::watcher(self.api.clone(), self.watcher_config(streaming)).default_backoff().boxed();
             metrics.watch_starts.with_label_values(&[&kind]).inc();
             // Keys seen by the (re)list in progress; `Some` between Init and InitDone.
             let mut listing: Option<HashSet<Arc<str>>> = None;

@@ -49,11 +49,7 @@ struct Parser<'a> {
 
 impl Parser<'_> {
     fn err<T>(&self, reason: &'static str) -> Result<T, SelectorError> {
-        Err(SelectorError::Invalid {
-            selector: self.s.to_owned(),
-            at: self.pos,
-            reason,
-        })
+        Err(SelectorError::Invalid { selector: self.s.to_owned(), at: self.pos, reason })
     }
 
     fn rest(&self) -> &str {
@@ -118,11 +114,7 @@ impl Parser<'_> {
             if rest.starts_with(op) {
                 self.pos += len;
                 let value = self.word().to_owned();
-                return Ok(if op == "!=" {
-                    Expression::NotEqual(key, value)
-                } else {
-                    Expression::Equal(key, value)
-                });
+                return Ok(if op == "!=" { Expression::NotEqual(key, value) } else { Expression::Equal(key, value) });
             }
         }
         let op = self.word().to_owned();
@@ -131,11 +123,7 @@ impl Parser<'_> {
             "" if rest.starts_with(['<', '>']) => return self.err("gt/lt operators are not supported"),
             _ => return self.err("expected '=', '==', '!=', 'in' or 'notin'"),
         };
-        Ok(if op == "in" {
-            Expression::In(key, values)
-        } else {
-            Expression::NotIn(key, values)
-        })
+        Ok(if op == "in" { Expression::In(key, values) } else { Expression::NotIn(key, values) })
     }
 
     fn value_set(&mut self) -> Result<BTreeSet<String>, SelectorError> {
@@ -182,11 +170,7 @@ mod tests {
     #[case("tier", &[("tier", "x")], true)]
     #[case("!tier", &[("tier", "x")], false)]
     #[case(" app = web , !legacy, example.com/team in (a) ", &[("app", "web"), ("example.com/team", "a")], true)]
-    fn selectors_match_like_apimachinery(
-        #[case] selector: &str,
-        #[case] on: &[(&str, &str)],
-        #[case] expected: bool,
-    ) {
+    fn selectors_match_like_apimachinery(#[case] selector: &str, #[case] on: &[(&str, &str)], #[case] expected: bool) {
         let parsed = parse_label_selector(selector).unwrap();
         assert_eq!(parsed.matches(&labels(on)), expected, "{selector}");
     }

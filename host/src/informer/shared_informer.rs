@@ -1,11 +1,7 @@
 //! A shared informer: one watch feeding one indexed cache and any number of event handlers
 //! (client-go `SharedIndexInformer`).
 
-use std::{
-    collections::HashSet,
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use kube::core::GroupVersionKind;
 use parking_lot::Mutex;
@@ -199,11 +195,7 @@ impl Informer {
             })
             .abort_handle()
         });
-        HandlerRegistration {
-            listener,
-            tasks: [Some(delivery), resync],
-            informer: self.clone(),
-        }
+        HandlerRegistration { listener, tasks: [Some(delivery), resync], informer: self.clone() }
     }
 
     /// Number of live handles on this informer (the factory's reference count), for tests.

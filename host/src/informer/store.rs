@@ -52,13 +52,7 @@ impl Store {
     /// An empty store with exactly these indexes.
     pub fn with_indexers(indexers: Indexers) -> Self {
         let indices = indexers.keys().map(|k| (k.clone(), Index::new())).collect();
-        Self {
-            inner: RwLock::new(Inner {
-                items: HashMap::new(),
-                indexers,
-                indices,
-            }),
-        }
+        Self { inner: RwLock::new(Inner { items: HashMap::new(), indexers, indices }) }
     }
 
     /// The object with this MetaNamespaceKey (`ns/name` or `name`).
@@ -127,12 +121,7 @@ impl Store {
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
         let inner = self.inner.read();
         let idx = inner.index(index)?;
-        Ok(idx
-            .get(value)
-            .into_iter()
-            .flatten()
-            .filter_map(|k| inner.items.get(k).cloned())
-            .collect())
+        Ok(idx.get(value).into_iter().flatten().filter_map(|k| inner.items.get(k).cloned()).collect())
     }
 
     /// Keys filed under `value` in index `index` (client-go `IndexKeys`).

@@ -1,1 +1,75 @@
 //! Sandboxed WebAssembly reconcile plugins: loading, limits, grants and host functions.
+//!
+//! One [`Runtime`] (engine + linker) serves every plugin. Loading compiles a component once
+//! (wasmtime's on-disk cache makes restarts cheap), pre-links it, and calls `describe()`; each
+//! call afterwards ([`Plugin::reconcile`], [`Plugin::map`]) runs in a fresh instance from the
+//! pooling allocator, so nothing leaks between keys and swapping a version is swapping a
+//! [`Plugin`].
+
+pub mod bindings;
+pub mod config;
+mod dispatch;
+pub mod engine;
+pub mod grants;
+pub mod host;
+pub mod limits;
+mod loader;
+pub mod metrics;
+pub mod registration;
+mod state;
+
+pub use config::PluginConfig;
+pub use dispatch::{Action, CallFailed, ObjectKey};
+pub use engine::{CacheStats, Runtime, RuntimeConfig};
+pub use loader::{LoadError, WORLD};
+pub use registration::Registration;
+pub use state::PluginCtx;
+
+use std::sync::Arc;
+
+use bindings::ControllerPre;
+use grants::Grants;
+use state::PluginShared;
+
+/// One loaded, serving version of a plugin.
+pub struct Plugin {
+    runtime: Runtime,
+    pre: ControllerPre<PluginCtx>,
+    shared: Arc<PluginShared>,
+    registration: Registration,
+    sha256: String,
+    max_concurrent: u32,
+}
+
+impl Plugin {
+    /// The plugin's name (from its file or WasmPlugin object).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// What the plugin registered.
+    pub fn registration(&self) -> &Registration {
+        &self.registration
+    }
+
+    /// The effective grants.
+    pub fn grants(&self) -> &Grants {
+        &self.shared.grants
+    }
+
+    /// sha256 of the component's bytes, hex.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// How many keys may be reconciled at once (operator setting, else the plugin's, else 1).
+    pub fn max_concurrent(&self) -> u32 {
+        self.max_concurrent
+    }
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin").field("name", &self.name()).field("sha256", &self.sha256).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,41 @@
+# kubewasm: the README's two commands (`make demo`, `make test`) and their parts.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+CARGO ?= cargo
+TARGET_DIR := $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+# Guest components land here; tests and the demo read them from KUBEWASM_PLUGIN_DIR.
+export KUBEWASM_PLUGIN_DIR ?= $(TARGET_DIR)/wasm32-wasip2/plugin
+RUST_PLUGINS := namespace-defaults
+FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter
+
+.PHONY: help toolchain plugins control-plane test test-unit lint demo bench
+
+help:
+	@echo "make demo    run kubewasm with the example plugins against a local control plane"
+	@echo "make test    run every test (builds plugins and the control plane first)"
+	@echo "parts: toolchain plugins control-plane lint bench"
+
+## The pinned Rust toolchain and the wasm32-wasip2 target (rust-toolchain.toml names both).
+toolchain:
+	@rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
+	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+## Every guest component (example plugins and test fixtures), built once for wasm32-wasip2.
+plugins: toolchain
+	$(CARGO) build --profile plugin --target wasm32-wasip2 $(addprefix -p ,$(RUST_PLUGINS) $(FIXTURES))
+	@ls -l $(KUBEWASM_PLUGIN_DIR)/*.wasm
+
+## kube-apiserver, etcd and kubectl built from Go modules, cached by version.
+control-plane:
+	bash tests/control-plane/build.sh
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test: toolchain plugins control-plane
+	$(CARGO) test --workspace --no-fail-fast
+
+bench: plugins
+	$(CARGO) bench -p kubewasm --bench dispatch

@@ -1,0 +1,105 @@
+//! Command line: `kubewasm run` and `kubewasm check`; every flag also reads a `KUBEWASM_*` variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Runs Kubernetes controllers whose reconcile logic is a sandboxed WebAssembly component.
+#[derive(Debug, Parser)]
+#[command(name = "kubewasm", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+    /// Logging.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controllers of every plugin in a directory against a cluster.
+    Run(RunArgs),
+    /// Load one plugin without a cluster and print its registration and effective grants.
+    Check(CheckArgs),
+}
+
+/// `kubewasm run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Plugin directory: each `<name>.wasm` is a plugin, configured by `<name>.yaml` beside it.
+    #[arg(long, env = "KUBEWASM_PLUGINS")]
+    pub plugins: PathBuf,
+    /// Kubeconfig file; default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account.
+    #[arg(long, env = "KUBEWASM_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use; default: the current context.
+    #[arg(long, env = "KUBEWASM_CONTEXT")]
+    pub context: Option<String>,
+    /// Address of the admin server (/metrics, /healthz, /livez, /readyz).
+    #[arg(long, env = "KUBEWASM_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
+    pub admin_addr: SocketAddr,
+    /// Directory for compiled plugins, so restarts do not recompile; default: none.
+    #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
+    pub compile_cache: Option<PathBuf>,
+    /// Seconds to let in-flight reconciles finish after SIGTERM/SIGINT.
+    #[arg(long, env = "KUBEWASM_SHUTDOWN_GRACE_SECONDS", default_value_t = 30)]
+    pub shutdown_grace_seconds: u64,
+    /// Drop a key after this many failed reconciles in a row; default: retry forever with backoff.
+    #[arg(long, env = "KUBEWASM_MAX_RETRIES")]
+    pub max_retries: Option<u32>,
+}
+
+/// `kubewasm check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The plugin component.
+    pub wasm: PathBuf,
+    /// Its config file; default: `<wasm without .wasm>.yaml` if present.
+    #[arg(long, env = "KUBEWASM_CHECK_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// Log output.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info,kubewasm=debug`.
+    #[arg(long = "log", env = "KUBEWASM_LOG", default_value = "info", global = true)]
+    pub filter: String,
+    /// Log format.
+    #[arg(long, env = "KUBEWASM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+}
+
+/// Log formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_its_flags_and_defaults() {
+        let cli = Cli::try_parse_from(["kubewasm", "run", "--plugins", "/p", "--max-retries", "5"]).unwrap();
+        let Command::Run(run) = cli.command else { panic!("not run") };
+        assert_eq!(run.plugins, PathBuf::from("/p"));
+        assert_eq!(run.max_retries, Some(5));
+        assert_eq!(run.shutdown_grace_seconds, 30);
+        assert_eq!(run.admin_addr, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(cli.log.log_format, LogFormat::Text);
+    }
+}

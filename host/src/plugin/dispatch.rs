@@ -1,0 +1,167 @@
+//! Calls into a plugin: a fresh instance per call, inside the plugin's limits.
+
+use std::time::{Duration, Instant};
+
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use super::Plugin;
+use super::bindings::{self, Controller, types};
+use super::limits::LimitHit;
+use super::registration::Registration;
+use super::state::PluginCtx;
+
+/// Grace on top of the deadline before the host drops a call stuck in a host function.
+const HOST_CALL_GRACE: Duration = Duration::from_secs(1);
+
+/// Namespace and name of an object of the plugin's for kind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// Namespace; `None` for cluster-scoped kinds.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// What to do with a key after a successful reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing until something changes.
+    Done,
+    /// Reconcile again after this long.
+    RequeueAfter(Duration),
+}
+
+/// Why a call into a plugin failed. Every variant costs only that call.
+#[derive(Debug, thiserror::Error)]
+pub enum CallFailed {
+    /// The plugin returned an error.
+    #[error("plugin returned an error: {0}")]
+    Plugin(String),
+    /// A sandbox limit stopped the plugin.
+    #[error("{0}")]
+    Limit(LimitHit),
+    /// The plugin trapped (a panic, an unreachable, a host bug).
+    #[error("plugin trapped: {0}")]
+    Trap(String),
+    /// No instance could be made (e.g. the instance pool is exhausted).
+    #[error("cannot instantiate the plugin: {0}")]
+    Instantiate(String),
+}
+
+impl CallFailed {
+    /// Bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            CallFailed::Plugin(_) => "error",
+            CallFailed::Limit(LimitHit::Deadline(_)) => "timeout",
+            CallFailed::Limit(LimitHit::Memory { .. }) => "memory",
+            CallFailed::Limit(LimitHit::HostCalls(_)) => "host_calls",
+            CallFailed::Limit(LimitHit::Resource(_)) => "resource",
+            CallFailed::Trap(_) => "trap",
+            CallFailed::Instantiate(_) => "instantiate",
+        }
+    }
+
+    /// Whether this counts as a panic (controller-runtime's `reconcile_panics_total`).
+    pub fn is_panic(&self) -> bool {
+        matches!(self, CallFailed::Trap(_))
+    }
+}
+
+impl Plugin {
+    /// Reconciles one key of the plugin's for kind in a fresh instance.
+    pub async fn reconcile(&self, key: &ObjectKey, attempt: u32) -> Result<Action, CallFailed> {
+        let request = bindings::Request {
+            kind: (&self.registration.for_kind).into(),
+            key: types::ObjectKey { namespace: key.namespace.clone(), name: key.name.clone() },
+            attempt,
+        };
+        let result = self.call(async |inst, store| inst.call_reconcile(store, &request).await).await?;
+        match result {
+            Ok(bindings::Action::Done) => Ok(Action::Done),
+            Ok(bindings::Action::RequeueAfter(ms)) => Ok(Action::RequeueAfter(Duration::from_millis(ms))),
+            Err(message) => Err(CallFailed::Plugin(message)),
+        }
+    }
+
+    /// The keys of the for kind that a change to `object` (JSON) of a watched `kind` maps to.
+    pub async fn map(&self, kind: &kube::core::GroupVersionKind, object: &[u8]) -> Result<Vec<ObjectKey>, CallFailed> {
+        let kind = kind.into();
+        let keys = self.call(async |inst, store| inst.call_map(store, &kind, object).await).await?;
+        Ok(keys.into_iter().map(|k| ObjectKey { namespace: k.namespace, name: k.name }).collect())
+    }
+
+    /// Runs `f` on a fresh instance under the deadline, memory and host-call limits.
+    pub(crate) async fn call<R>(
+        &self,
+        f: impl AsyncFnOnce(&Controller, &mut Store<PluginCtx>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallFailed> {
+        let (mut store, instance) = instantiate(self).await?;
+        let deadline = self.shared.limits.deadline();
+        let outcome = tokio::time::timeout(deadline + HOST_CALL_GRACE, f(&instance, &mut store)).await;
+        match outcome {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(err)) => Err(self.classify(&store, err)),
+            Err(_) => Err(self.limit(LimitHit::Deadline(deadline))),
+        }
+    }
+
+    fn classify(&self, store: &Store<PluginCtx>, err: wasmtime::Error) -> CallFailed {
+        if let Some(hit) = &store.data().limiter.hit {
+            return self.limit(hit.clone());
+        }
+        // A trap's Debug form carries the wasm backtrace, which is what a plugin author needs.
+        let what = if err.is::<Trap>() { "" } else { "host error: " };
+        CallFailed::Trap(format!("{what}{err:?}"))
+    }
+
+    fn limit(&self, hit: LimitHit) -> CallFailed {
+        let label = match &hit {
+            LimitHit::Deadline(_) => "deadline",
+            LimitHit::Memory { .. } => "memory",
+            LimitHit::HostCalls(_) => "host_calls",
+            LimitHit::Resource(_) => "resource",
+        };
+        self.runtime.metrics.limit_hit(&self.shared.name, label);
+        CallFailed::Limit(hit)
+    }
+}
+
+/// A fresh store and instance with the deadline armed.
+pub(crate) async fn instantiate(plugin: &Plugin) -> Result<(Store<PluginCtx>, Controller), CallFailed> {
+    let mut store = Store::new(&plugin.runtime.engine, PluginCtx::new(plugin.shared.clone()));
+    store.limiter(|ctx| &mut ctx.limiter);
+    let deadline = plugin.shared.limits.deadline();
+    let until = Instant::now() + deadline;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |mut ctx| {
+        if Instant::now() >= until {
+            let hit = LimitHit::Deadline(deadline);
+            ctx.data_mut().limiter.hit.get_or_insert(hit.clone());
+            return Err(wasmtime::Error::new(hit));
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
+    match plugin.pre.instantiate_async(&mut store).await {
+        Ok(instance) => Ok((store, instance)),
+        Err(err) => match store.data().limiter.hit.clone() {
+            Some(hit) => Err(plugin.limit(hit)),
+            None => Err(CallFailed::Instantiate(format!("{err:#}"))),
+        },
+    }
+}
+
+/// Calls `describe` on a fresh instance.
+pub(crate) async fn describe(plugin: &Plugin) -> Result<Registration, CallFailed> {
+    let raw = plugin.call(async |inst, store| inst.call_describe(store).await).await?;
+    Ok(raw.into())
+}

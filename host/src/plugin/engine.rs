@@ -1,0 +1,176 @@
+//! The wasmtime engine shared by every plugin: component model, async, pooling allocator, epoch
+//! interruption, and wasmtime's on-disk compile cache.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::bindings::Controller;
+use super::metrics::PluginMetrics;
+use super::state::PluginCtx;
+
+/// How often the epoch advances: the granularity of deadlines, and how often a running plugin
+/// yields its tokio worker to other tasks. 10 ms.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Largest linear memory any plugin may be configured for (the pool's slot size). 1 GiB.
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1 << 30;
+
+/// Component instances alive at once across all plugins (each reconcile in flight holds one).
+pub const DEFAULT_POOL_INSTANCES: u32 = 1000;
+
+/// Errors building the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// wasmtime rejected the configuration.
+    #[error("cannot configure the wasm engine: {0}")]
+    Engine(#[source] wasmtime::Error),
+    /// The compile cache directory could not be set up.
+    #[error("cannot use compile cache {dir}: {source}")]
+    Cache {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: wasmtime::Error,
+    },
+}
+
+/// Engine settings.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    cache_dir: Option<PathBuf>,
+    max_memory_bytes: u64,
+    pool_instances: u32,
+    metrics: Option<PluginMetrics>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
+            pool_instances: DEFAULT_POOL_INSTANCES,
+            metrics: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for PluginMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PluginMetrics")
+    }
+}
+
+impl RuntimeConfig {
+    /// Keep compiled components in `dir` (wasmtime's cache: keyed by a hash of the module and the
+    /// engine's configuration), so a restart does not recompile.
+    #[must_use]
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// The largest linear memory any plugin may be given.
+    #[must_use]
+    pub fn max_memory_bytes(mut self, bytes: u64) -> Self {
+        self.max_memory_bytes = bytes;
+        self
+    }
+
+    /// How many plugin instances may be alive at once.
+    #[must_use]
+    pub fn pool_instances(mut self, n: u32) -> Self {
+        self.pool_instances = n;
+        self
+    }
+
+    /// Record plugin metrics here.
+    #[must_use]
+    pub fn metrics(mut self, metrics: PluginMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+}
+
+/// The engine, the linker with every host import, and the epoch ticker. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Arc<Linker<PluginCtx>>,
+    cache: Option<Cache>,
+    pub(crate) metrics: PluginMetrics,
+    pub(crate) max_memory_bytes: u64,
+}
+
+impl Runtime {
+    /// Builds the engine and starts its epoch ticker (a thread that ends with the engine).
+    pub fn new(config: RuntimeConfig) -> Result<Self, Error> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(config.pool_instances)
+            .total_core_instances(config.pool_instances * 4)
+            .total_memories(config.pool_instances)
+            .total_tables(config.pool_instances * 4)
+            .total_stacks(config.pool_instances)
+            .max_memory_size(config.max_memory_bytes as usize);
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let cache = match &config.cache_dir {
+            Some(dir) => {
+                let mut cc = CacheConfig::new();
+                cc.with_directory(dir);
+                let cache = Cache::new(cc).map_err(|source| Error::Cache { dir: dir.clone(), source })?;
+                wasm.cache(Some(cache.clone()));
+                Some(cache)
+            }
+            None => None,
+        };
+        let engine = Engine::new(&wasm).map_err(Error::Engine)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(Error::Engine)?;
+        Controller::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s).map_err(Error::Engine)?;
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("kubewasm-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })
+            .map_err(|e| Error::Engine(wasmtime::Error::msg(e.to_string())))?;
+        Ok(Self {
+            engine,
+            linker: Arc::new(linker),
+            cache,
+            metrics: config.metrics.unwrap_or_default(),
+            max_memory_bytes: config.max_memory_bytes,
+        })
+    }
+
+    /// Compiles (or fetches from the compile cache) a component. CPU-bound: call it off the
+    /// async workers.
+    pub(crate) fn compile(&self, wasm: &[u8]) -> wasmtime::Result<Component> {
+        Component::new(&self.engine, wasm)
+    }
+
+    /// Compile-cache hits and misses since this runtime started; `None` without a cache.
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.cache.as_ref().map(|c| CacheStats { hits: c.cache_hits(), misses: c.cache_misses() })
+    }
+}
+
+/// Compile-cache counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Components loaded from the cache.
+    pub hits: usize,
+    /// Components compiled (and stored).
+    pub misses: usize,
+}

@@ -1,0 +1,235 @@
+//! Grants: which kinds a plugin may read and write, checked at load and at every host call.
+//!
+//! A plugin's registration says what it needs; the operator's config says what it may have.
+//! Defaults (DESIGN.md): a plugin may read its for/owns/watches kinds, write its owned kinds and
+//! the status of its for kind. Everything else it registers under `reads`/`writes` must be
+//! granted, and so must [`SENSITIVE`] kinds wherever they appear. The effective set is what the
+//! registration asks for and the grants allow — never more than asked, so a registration is an
+//! honest manifest of the plugin's access.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use kube::core::GroupVersionKind;
+use serde::{Deserialize, Serialize};
+
+use super::registration::Registration;
+
+/// Kinds that always need an explicit grant, even as a for/owns/watches kind: reading them leaks
+/// credentials, or writing them escalates privileges (RBAC, and kubewasm's own WasmPlugin, which
+/// would let a plugin grant itself more).
+pub const SENSITIVE: &[(&str, &str)] = &[
+    ("", "Secret"),
+    ("", "ServiceAccount"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("kubewasm.dev", "WasmPlugin"),
+];
+
+/// A kind regardless of version, written as kubectl does: `Kind.group`, or `Kind` for the core
+/// group (`Secret`, `Deployment.apps`, `ConfigMapSync.examples.kubewasm.dev`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct KindRef {
+    /// API group; empty for the core group.
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+}
+
+impl KindRef {
+    /// The kind of `gvk`, version dropped.
+    pub fn of(gvk: &GroupVersionKind) -> Self {
+        Self { group: gvk.group.clone(), kind: gvk.kind.clone() }
+    }
+
+    fn is_sensitive(&self) -> bool {
+        SENSITIVE.iter().any(|(g, k)| *g == self.group && *k == self.kind)
+    }
+}
+
+impl fmt::Display for KindRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.group.is_empty() { f.write_str(&self.kind) } else { write!(f, "{}.{}", self.kind, self.group) }
+    }
+}
+
+impl FromStr for KindRef {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, group) = s.split_once('.').unwrap_or((s, ""));
+        if kind.is_empty() || !kind.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(format!("`{s}` is not a kind: write `Kind` or `Kind.group`, e.g. `Deployment.apps`"));
+        }
+        Ok(Self { group: group.to_owned(), kind: kind.to_owned() })
+    }
+}
+
+impl TryFrom<String> for KindRef {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<KindRef> for String {
+    fn from(k: KindRef) -> String {
+        k.to_string()
+    }
+}
+
+/// What the operator grants a plugin beyond the defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct GrantConfig {
+    /// Kinds the plugin may read besides its for/owns/watches kinds.
+    pub read: BTreeSet<KindRef>,
+    /// Kinds the plugin may write besides its owned kinds.
+    pub write: BTreeSet<KindRef>,
+}
+
+/// A registration asked for access the operator did not grant.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the plugin asks for access it was not granted: {}", .missing.join(", "))]
+pub struct NotGranted {
+    /// One entry per missing grant, e.g. `read Secret`.
+    pub missing: Vec<String>,
+}
+
+/// The access a loaded plugin has; every host call is checked against it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Grants {
+    read: BTreeSet<KindRef>,
+    write: BTreeSet<KindRef>,
+    write_status: BTreeSet<KindRef>,
+}
+
+impl Grants {
+    /// The effective access of `registration` under `config`, or which grants are missing.
+    pub fn resolve(registration: &Registration, config: &GrantConfig) -> Result<Self, NotGranted> {
+        let mut grants = Grants::default();
+        let mut missing = Vec::new();
+        let mut need =
+            |set: &mut BTreeSet<KindRef>, kind: KindRef, by_default: bool, verb: &str, granted: &BTreeSet<KindRef>| {
+                if (by_default && !kind.is_sensitive()) || granted.contains(&kind) {
+                    set.insert(kind);
+                } else {
+                    missing.push(format!("{verb} {kind}"));
+                }
+            };
+        let for_kind = KindRef::of(&registration.for_kind);
+        need(&mut grants.read, for_kind.clone(), true, "read", &config.read);
+        need(&mut grants.write_status, for_kind, true, "write status of", &config.write);
+        for kind in registration.owns.iter().map(KindRef::of) {
+            need(&mut grants.read, kind.clone(), true, "read", &config.read);
+            need(&mut grants.write, kind, true, "write", &config.write);
+        }
+        for kind in registration.watches.iter().map(|w| KindRef::of(&w.kind)) {
+            need(&mut grants.read, kind, true, "read", &config.read);
+        }
+        for kind in registration.reads.iter().map(KindRef::of) {
+            need(&mut grants.read, kind, false, "read", &config.read);
+        }
+        for kind in registration.writes.iter().map(KindRef::of) {
+            need(&mut grants.write, kind, false, "write", &config.write);
+        }
+        missing.dedup();
+        if missing.is_empty() { Ok(grants) } else { Err(NotGranted { missing }) }
+    }
+
+    /// Whether the plugin may read objects of `kind`.
+    pub fn can_read(&self, kind: &GroupVersionKind) -> bool {
+        self.read.contains(&KindRef::of(kind))
+    }
+
+    /// Whether the plugin may create, apply, patch or delete objects of `kind`.
+    pub fn can_write(&self, kind: &GroupVersionKind) -> bool {
+        self.write.contains(&KindRef::of(kind))
+    }
+
+    /// Whether the plugin may write the status subresource of `kind`.
+    pub fn can_write_status(&self, kind: &GroupVersionKind) -> bool {
+        let kind = KindRef::of(kind);
+        self.write_status.contains(&kind) || self.write.contains(&kind)
+    }
+
+    /// Kinds readable, for RBAC generation and diagnostics.
+    pub fn readable(&self) -> impl Iterator<Item = &KindRef> {
+        self.read.iter()
+    }
+
+    /// Kinds writable, for RBAC generation and diagnostics.
+    pub fn writable(&self) -> impl Iterator<Item = &KindRef> {
+        self.write.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::registration::WatchSpec;
+
+    fn gvk(g: &str, v: &str, k: &str) -> GroupVersionKind {
+        GroupVersionKind::gvk(g, v, k)
+    }
+
+    fn registration() -> Registration {
+        Registration {
+            for_kind: gvk("apps", "v1", "Deployment"),
+            owns: vec![gvk("", "v1", "ConfigMap")],
+            watches: vec![WatchSpec { kind: gvk("", "v1", "Namespace"), label_selector: None }],
+            ..Registration::new(gvk("apps", "v1", "Deployment"))
+        }
+    }
+
+    #[test]
+    fn defaults_allow_reading_triggers_and_writing_owned_kinds_and_for_status() {
+        let grants = Grants::resolve(&registration(), &GrantConfig::default()).unwrap();
+        assert!(grants.can_read(&gvk("apps", "v1", "Deployment")));
+        assert!(grants.can_read(&gvk("", "v1", "Namespace")));
+        assert!(grants.can_write(&gvk("", "v1", "ConfigMap")));
+        assert!(grants.can_write_status(&gvk("apps", "v1", "Deployment")));
+        assert!(!grants.can_write(&gvk("apps", "v1", "Deployment")), "status only");
+        assert!(!grants.can_write(&gvk("", "v1", "Namespace")), "watched is not writable");
+        assert!(!grants.can_read(&gvk("", "v1", "Secret")));
+    }
+
+    #[test]
+    fn extra_reads_and_writes_need_a_grant_and_the_error_lists_each() {
+        let mut reg = registration();
+        reg.reads.push(gvk("", "v1", "Pod"));
+        reg.writes.push(gvk("", "v1", "Service"));
+        let err = Grants::resolve(&reg, &GrantConfig::default()).unwrap_err();
+        assert_eq!(err.missing, vec!["read Pod".to_owned(), "write Service".to_owned()]);
+        let config = GrantConfig { read: ["Pod".parse().unwrap()].into(), write: ["Service".parse().unwrap()].into() };
+        let grants = Grants::resolve(&reg, &config).unwrap();
+        assert!(grants.can_read(&gvk("", "v1", "Pod")) && grants.can_write(&gvk("", "v1", "Service")));
+    }
+
+    #[test]
+    fn secrets_need_an_explicit_grant_even_when_owned() {
+        let mut reg = registration();
+        reg.owns.push(gvk("", "v1", "Secret"));
+        let err = Grants::resolve(&reg, &GrantConfig::default()).unwrap_err();
+        assert_eq!(err.missing, vec!["read Secret".to_owned(), "write Secret".to_owned()]);
+    }
+
+    #[test]
+    fn granting_more_than_registered_gives_nothing_extra() {
+        let config = GrantConfig { read: ["Pod".parse().unwrap()].into(), ..Default::default() };
+        let grants = Grants::resolve(&registration(), &config).unwrap();
+        assert!(!grants.can_read(&gvk("", "v1", "Pod")));
+    }
+
+    #[test]
+    fn kind_refs_round_trip_in_kubectl_notation() {
+        let k: KindRef = "ConfigMapSync.examples.kubewasm.dev".parse().unwrap();
+        assert_eq!((k.kind.as_str(), k.group.as_str()), ("ConfigMapSync", "examples.kubewasm.dev"));
+        assert_eq!(k.to_string(), "ConfigMapSync.examples.kubewasm.dev");
+        assert_eq!("Secret".parse::<KindRef>().unwrap().to_string(), "Secret");
+        assert!("apps/v1".parse::<KindRef>().is_err());
+    }
+}

@@ -1,0 +1,12 @@
+//! `kubewasm:controller/config`: the operator's settings for the plugin.
+
+use crate::plugin::bindings::config;
+use crate::plugin::state::PluginCtx;
+
+impl config::Host for PluginCtx {
+    async fn settings(&mut self) -> wasmtime::Result<Vec<u8>> {
+        self.charge()?;
+        self.count("config.settings", "ok");
+        Ok(self.shared.settings.clone())
+    }
+}

@@ -1,0 +1,195 @@
+//! Host side of the plugin's imports: one file per WIT interface, written against two traits —
+//! [`CacheReader`] (the informer store) and [`ApiWriter`] (the API server) — so the runtime is
+//! testable without an API server.
+
+mod cache;
+mod client;
+mod config;
+mod events;
+mod log;
+pub mod testing;
+
+use async_trait::async_trait;
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+
+use super::bindings::types;
+
+/// Why a cache read or API write failed; mirrors the WIT `error` variant.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The object does not exist.
+    #[error("not found")]
+    NotFound,
+    /// Outside the plugin's grants, or refused by the API server.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// Optimistic-concurrency or field-ownership conflict.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// Malformed request or object.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// Transient failure; retry later.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl CallError {
+    /// Bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            CallError::NotFound => "not_found",
+            CallError::Forbidden(_) => "forbidden",
+            CallError::Conflict(_) => "conflict",
+            CallError::Invalid(_) => "invalid",
+            CallError::Unavailable(_) => "unavailable",
+            CallError::Other(_) => "other",
+        }
+    }
+}
+
+impl From<CallError> for types::Error {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::NotFound => types::Error::NotFound,
+            CallError::Forbidden(m) => types::Error::Forbidden(m),
+            CallError::Conflict(m) => types::Error::Conflict(m),
+            CallError::Invalid(m) => types::Error::Invalid(m),
+            CallError::Unavailable(m) => types::Error::Unavailable(m),
+            CallError::Other(m) => types::Error::Other(m),
+        }
+    }
+}
+
+/// Reads the informer cache; implemented by the informer store, and by
+/// [`testing::MemoryCache`] in tests. Reads are local and synchronous.
+pub trait CacheReader: Send + Sync + 'static {
+    /// The object's JSON, if cached.
+    fn get(&self, kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> Result<Option<Vec<u8>>, CallError>;
+    /// Cached objects of `kind`, optionally in one namespace and matching a label selector.
+    fn list(
+        &self,
+        kind: &GroupVersionKind,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<Vec<u8>>, CallError>;
+    /// Cached objects of `kind` whose index `index` has `value`.
+    fn by_index(&self, kind: &GroupVersionKind, index: &str, value: &str) -> Result<Vec<Vec<u8>>, CallError>;
+}
+
+/// Names one object of any kind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectRef {
+    /// Kind.
+    pub kind: GroupVersionKind,
+    /// Namespace; `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+/// An object a plugin wants written, parsed once by the host: its kind and name (for the grant
+/// check and the URL) and its body.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypedObject {
+    /// Kind, namespace and name from `apiVersion`, `kind` and `metadata`.
+    pub target: ObjectRef,
+    /// The whole object.
+    pub body: Value,
+}
+
+impl TypedObject {
+    /// Parses a plugin's JSON bytes; the error says what is missing.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, CallError> {
+        let body: Value =
+            serde_json::from_slice(bytes).map_err(|e| CallError::Invalid(format!("object is not valid JSON: {e}")))?;
+        let field = |v: &Value, path: &[&str]| -> Option<String> {
+            path.iter().try_fold(v, |v, k| v.get(k))?.as_str().map(str::to_owned)
+        };
+        let api_version =
+            field(&body, &["apiVersion"]).ok_or_else(|| CallError::Invalid("object has no apiVersion".into()))?;
+        let kind = field(&body, &["kind"]).ok_or_else(|| CallError::Invalid("object has no kind".into()))?;
+        let name = field(&body, &["metadata", "name"])
+            .ok_or_else(|| CallError::Invalid("object has no metadata.name".into()))?;
+        let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+        let target = ObjectRef {
+            kind: GroupVersionKind::gvk(group, version, &kind),
+            namespace: field(&body, &["metadata", "namespace"]),
+            name,
+        };
+        Ok(Self { target, body })
+    }
+}
+
+/// The kinds of patch a plugin can send.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Patch {
+    /// JSON merge patch (RFC 7386).
+    Merge(Value),
+    /// JSON patch (RFC 6902).
+    Json(Value),
+    /// Strategic merge patch.
+    Strategic(Value),
+}
+
+/// An event a plugin publishes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRecord {
+    /// The object the event is about.
+    pub regarding: ObjectRef,
+    /// `Warning` rather than `Normal`.
+    pub warning: bool,
+    /// Machine-readable reason.
+    pub reason: String,
+    /// Human-readable note.
+    pub note: String,
+}
+
+/// Writes to the API server on a plugin's behalf; implemented over kube's client, and by
+/// [`testing::RecordingWriter`] in tests. `manager` is the field manager
+/// (`kubewasm/<plugin>`), also the events' reporting controller.
+#[async_trait]
+pub trait ApiWriter: Send + Sync + 'static {
+    /// Server-side apply; returns the stored object's JSON.
+    async fn apply(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError>;
+    /// Server-side apply of the status subresource.
+    async fn apply_status(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError>;
+    /// Patches an object.
+    async fn patch(&self, manager: &str, target: &ObjectRef, patch: &Patch) -> Result<Vec<u8>, CallError>;
+    /// Creates an object.
+    async fn create(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError>;
+    /// Deletes an object with background propagation.
+    async fn delete(&self, target: &ObjectRef) -> Result<(), CallError>;
+    /// Publishes an event reported by `manager`.
+    async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_typed_object_takes_group_version_kind_and_name_from_its_json() {
+        let o = TypedObject::from_json(
+            br#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"a"}}"#,
+        )
+        .unwrap();
+        assert_eq!(o.target.kind, GroupVersionKind::gvk("apps", "v1", "Deployment"));
+        assert_eq!((o.target.namespace.as_deref(), o.target.name.as_str()), (Some("a"), "web"));
+        let core =
+            TypedObject::from_json(br#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"x"}}"#).unwrap();
+        assert_eq!((core.target.kind.group.as_str(), core.target.namespace), ("", None));
+    }
+
+    #[test]
+    fn a_typed_object_without_a_name_or_valid_json_is_invalid_with_a_reason() {
+        let no_name = TypedObject::from_json(br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{}}"#);
+        assert_eq!(no_name.unwrap_err(), CallError::Invalid("object has no metadata.name".into()));
+        let garbage = TypedObject::from_json(b"{not json").unwrap_err();
+        assert!(matches!(garbage, CallError::Invalid(m) if m.starts_with("object is not valid JSON")));
+    }
+}

@@ -1,0 +1,164 @@
+//! Loading a plugin: check the bytes, compile (or hit the cache), check the world, call
+//! `describe()`, check the registration against the grants.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use super::Plugin;
+use super::bindings::ControllerPre;
+use super::config::PluginConfig;
+use super::dispatch::{self, CallFailed};
+use super::engine::Runtime;
+use super::grants::{Grants, NotGranted};
+use super::host::{ApiWriter, CacheReader};
+use super::registration::{InvalidRegistration, Registration};
+use super::state::PluginShared;
+
+/// The world every plugin must implement.
+pub const WORLD: &str = "kubewasm:controller/controller@0.1.0";
+
+/// Why a plugin version was rejected. The previous version, if any, keeps serving.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The bytes are not WebAssembly at all.
+    #[error("not a WebAssembly binary: the file does not start with the `\\0asm` magic")]
+    NotWasm,
+    /// A core module rather than a component.
+    #[error(
+        "a core WebAssembly module, not a component: build with `--target wasm32-wasip2` (Rust), componentize-py or jco, or wrap it with `wasm-tools component new`"
+    )]
+    CoreModule,
+    /// wasmtime could not compile it.
+    #[error("cannot compile the component: {0:#}")]
+    Compile(#[source] wasmtime::Error),
+    /// It does not implement the controller world, or imports what the host does not provide.
+    #[error("the component does not fit world `{WORLD}`: {0:#}")]
+    WrongWorld(#[source] wasmtime::Error),
+    /// `describe()` failed.
+    #[error("describe() failed: {0}")]
+    Describe(#[source] CallFailed),
+    /// `describe()` returned something the host cannot serve.
+    #[error(transparent)]
+    Registration(#[from] InvalidRegistration),
+    /// The registration asks for more than the grants allow.
+    #[error(transparent)]
+    NotGranted(#[from] NotGranted),
+    /// The plugin asked for more memory than the engine's pool allows.
+    #[error("limits.memoryBytes = {asked} exceeds the host's maximum of {max} bytes")]
+    MemoryAboveMax {
+        /// Configured.
+        asked: u64,
+        /// The engine's maximum.
+        max: u64,
+    },
+}
+
+impl LoadError {
+    /// Bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            LoadError::NotWasm => "not_wasm",
+            LoadError::CoreModule => "core_module",
+            LoadError::Compile(_) => "compile",
+            LoadError::WrongWorld(_) => "wrong_world",
+            LoadError::Describe(_) => "describe",
+            LoadError::Registration(_) => "registration",
+            LoadError::NotGranted(_) => "not_granted",
+            LoadError::MemoryAboveMax { .. } => "limits",
+        }
+    }
+}
+
+fn check_header(wasm: &[u8]) -> Result<(), LoadError> {
+    match wasm {
+        [0, b'a', b's', b'm', 1, 0, 0, 0, ..] => Err(LoadError::CoreModule),
+        [0, b'a', b's', b'm', ..] => Ok(()),
+        _ => Err(LoadError::NotWasm),
+    }
+}
+
+impl Runtime {
+    /// Loads one plugin version. CPU-heavy steps run off the async workers.
+    pub async fn load(
+        &self,
+        name: &str,
+        wasm: Arc<[u8]>,
+        config: PluginConfig,
+        cache: Arc<dyn CacheReader>,
+        writer: Arc<dyn ApiWriter>,
+    ) -> Result<Plugin, LoadError> {
+        let result = self.load_inner(name, wasm, config, cache, writer).await;
+        match &result {
+            Ok(_) => self.metrics.loaded(name),
+            Err(e) => self.metrics.load_error(name, e.metric_label()),
+        }
+        result
+    }
+
+    async fn load_inner(
+        &self,
+        name: &str,
+        wasm: Arc<[u8]>,
+        config: PluginConfig,
+        cache: Arc<dyn CacheReader>,
+        writer: Arc<dyn ApiWriter>,
+    ) -> Result<Plugin, LoadError> {
+        check_header(&wasm)?;
+        if config.limits.memory_bytes > self.max_memory_bytes {
+            return Err(LoadError::MemoryAboveMax { asked: config.limits.memory_bytes, max: self.max_memory_bytes });
+        }
+        let sha256 = hex::encode(Sha256::digest(&wasm));
+        let runtime = self.clone();
+        let pre = tokio::task::spawn_blocking(move || -> Result<_, LoadError> {
+            let component = runtime.compile(&wasm).map_err(LoadError::Compile)?;
+            let pre = runtime.linker.instantiate_pre(&component).map_err(LoadError::WrongWorld)?;
+            ControllerPre::new(pre).map_err(LoadError::WrongWorld)
+        })
+        .await
+        .map_err(|e| LoadError::Compile(wasmtime::Error::msg(e.to_string())))??;
+
+        let shared = |grants| {
+            Arc::new(PluginShared {
+                name: name.into(),
+                manager: format!("kubewasm/{name}"),
+                grants,
+                limits: config.limits.clone(),
+                settings: config.settings_json(),
+                cache: cache.clone(),
+                writer: writer.clone(),
+                metrics: self.metrics.clone(),
+            })
+        };
+        // describe() runs with no grants: it may log and read its settings, nothing else.
+        let mut plugin = Plugin {
+            runtime: self.clone(),
+            pre,
+            shared: shared(Grants::default()),
+            registration: Registration::new(kube::core::GroupVersionKind::gvk("", "", "")),
+            sha256,
+            max_concurrent: 1,
+        };
+        let registration = dispatch::describe(&plugin).await.map_err(LoadError::Describe)?;
+        registration.validate()?;
+        let grants = Grants::resolve(&registration, &config.grants)?;
+        plugin.max_concurrent = config.max_concurrent.or(registration.max_concurrent).unwrap_or(1).max(1);
+        plugin.registration = registration;
+        plugin.shared = shared(grants);
+        tracing::info!(plugin = name, sha256 = %plugin.sha256, for_kind = ?plugin.registration.for_kind, "plugin loaded");
+        Ok(plugin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_and_core_modules_are_told_apart_by_their_header() {
+        assert!(matches!(check_header(b"hello world"), Err(LoadError::NotWasm)));
+        assert!(matches!(check_header(b""), Err(LoadError::NotWasm)));
+        assert!(matches!(check_header(b"\0asm\x01\0\0\0"), Err(LoadError::CoreModule)));
+        assert!(check_header(b"\0asm\x0d\0\x01\0").is_ok());
+    }
+}

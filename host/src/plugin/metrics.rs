@@ -1,0 +1,70 @@
+//! `kubewasm_plugin_*` metrics: loads, load errors, limit hits and host calls.
+
+use std::sync::Arc;
+
+use prometheus::{IntCounterVec, Opts, Registry};
+
+/// Plugin metrics, registered on a registry passed in; [`PluginMetrics::default`] records
+/// nothing (for tests and tools).
+#[derive(Clone, Default)]
+pub struct PluginMetrics(Option<Arc<Inner>>);
+
+struct Inner {
+    loads: IntCounterVec,
+    load_errors: IntCounterVec,
+    limit_hits: IntCounterVec,
+    host_calls: IntCounterVec,
+}
+
+impl PluginMetrics {
+    /// Creates the metrics and registers them on `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let counter = |name: &str, help: &str, labels: &[&str]| -> prometheus::Result<IntCounterVec> {
+            let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        Ok(Self(Some(Arc::new(Inner {
+            loads: counter("kubewasm_plugin_loads_total", "Plugin versions loaded and serving.", &["plugin"])?,
+            load_errors: counter(
+                "kubewasm_plugin_load_errors_total",
+                "Plugin versions rejected at load, by reason.",
+                &["plugin", "reason"],
+            )?,
+            limit_hits: counter(
+                "kubewasm_plugin_limit_hits_total",
+                "Plugin calls stopped by a sandbox limit (deadline, memory, host_calls, resource).",
+                &["plugin", "limit"],
+            )?,
+            host_calls: counter(
+                "kubewasm_plugin_host_calls_total",
+                "Host calls made by plugins, by function and result.",
+                &["plugin", "function", "result"],
+            )?,
+        }))))
+    }
+
+    pub(crate) fn loaded(&self, plugin: &str) {
+        if let Some(m) = &self.0 {
+            m.loads.with_label_values(&[plugin]).inc();
+        }
+    }
+
+    pub(crate) fn load_error(&self, plugin: &str, reason: &'static str) {
+        if let Some(m) = &self.0 {
+            m.load_errors.with_label_values(&[plugin, reason]).inc();
+        }
+    }
+
+    pub(crate) fn limit_hit(&self, plugin: &str, limit: &'static str) {
+        if let Some(m) = &self.0 {
+            m.limit_hits.with_label_values(&[plugin, limit]).inc();
+        }
+    }
+
+    pub(crate) fn host_call(&self, plugin: &str, function: &'static str, result: &'static str) {
+        if let Some(m) = &self.0 {
+            m.host_calls.with_label_values(&[plugin, function, result]).inc();
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! What a plugin's `describe()` asks of the host, as host types, validated.
+
+use kube::core::GroupVersionKind;
+
+use super::bindings;
+
+/// A kind watched through the plugin's `map` export.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchSpec {
+    /// Kind to watch.
+    pub kind: GroupVersionKind,
+    /// Only objects matching this label selector.
+    pub label_selector: Option<String>,
+}
+
+/// How the values of a custom index are computed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IndexSource {
+    /// A dotted field path into the object; arrays are flattened.
+    Field(String),
+    /// An index function built into the host, by name.
+    Builtin(String),
+}
+
+/// A custom index over a cached kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexSpec {
+    /// Kind to index.
+    pub kind: GroupVersionKind,
+    /// Name of the index, as used in `cache.by-index`.
+    pub name: String,
+    /// How values are computed.
+    pub source: IndexSource,
+}
+
+/// A plugin's registration: what it reconciles, owns, watches, reads and writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// The kind reconciled; each object is one key.
+    pub for_kind: GroupVersionKind,
+    /// Only objects of `for_kind` matching this label selector.
+    pub for_label_selector: Option<String>,
+    /// Kinds created and controlled by the plugin.
+    pub owns: Vec<GroupVersionKind>,
+    /// Other kinds whose changes map to keys.
+    pub watches: Vec<WatchSpec>,
+    /// Further kinds read from the cache.
+    pub reads: Vec<GroupVersionKind>,
+    /// Further kinds written.
+    pub writes: Vec<GroupVersionKind>,
+    /// Custom indexes.
+    pub indexes: Vec<IndexSpec>,
+    /// Concurrent reconciles the plugin asks for.
+    pub max_concurrent: Option<u32>,
+}
+
+/// A registration that cannot be served.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid registration: {0}")]
+pub struct InvalidRegistration(pub String);
+
+impl Registration {
+    /// A registration reconciling `for_kind` and nothing else.
+    pub fn new(for_kind: GroupVersionKind) -> Self {
+        Self {
+            for_kind,
+            for_label_selector: None,
+            owns: Vec::new(),
+            watches: Vec::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            indexes: Vec::new(),
+            max_concurrent: None,
+        }
+    }
+
+    /// Every kind the plugin can read: for, owns, watches, reads.
+    pub fn readable_kinds(&self) -> impl Iterator<Item = &GroupVersionKind> {
+        std::iter::once(&self.for_kind).chain(&self.owns).chain(self.watches.iter().map(|w| &w.kind)).chain(&self.reads)
+    }
+
+    /// Checks what the host cannot serve; the message names the field.
+    pub fn validate(&self) -> Result<(), InvalidRegistration> {
+        let bad = |what: &str, g: &GroupVersionKind| {
+            (g.version.is_empty() || g.kind.is_empty())
+                .then(|| InvalidRegistration(format!("{what} has an empty version or kind: {g:?}")))
+        };
+        if let Some(e) = bad("for-kind", &self.for_kind) {
+            return Err(e);
+        }
+        for g in self.readable_kinds().chain(&self.writes).chain(self.indexes.iter().map(|i| &i.kind)) {
+            if let Some(e) = bad("a kind", g) {
+                return Err(e);
+            }
+        }
+        for index in &self.indexes {
+            if index.name.is_empty() || matches!(index.name.as_str(), "namespace" | "label" | "controller-owner") {
+                return Err(InvalidRegistration(format!("index name `{}` is empty or built in", index.name)));
+            }
+            if let IndexSource::Builtin(name) = &index.source
+                && !BUILTIN_INDEXES.contains(&name.as_str())
+            {
+                return Err(InvalidRegistration(format!(
+                    "index `{}` uses unknown built-in `{name}`; known: {}",
+                    index.name,
+                    BUILTIN_INDEXES.join(", ")
+                )));
+            }
+        }
+        if self.max_concurrent == Some(0) {
+            return Err(InvalidRegistration("max-concurrent must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Index functions built into the host that plugins can name in `index-source.builtin`.
+pub const BUILTIN_INDEXES: &[&str] = &["pod-template-configmaps"];
+
+impl From<bindings::Registration> for Registration {
+    fn from(r: bindings::Registration) -> Self {
+        Self {
+            for_kind: r.for_kind.into(),
+            for_label_selector: r.for_label_selector,
+            owns: r.owns.into_iter().map(Into::into).collect(),
+            watches: r
+                .watches
+                .into_iter()
+                .map(|w| WatchSpec { kind: w.kind.into(), label_selector: w.label_selector })
+                .collect(),
+            reads: r.reads.into_iter().map(Into::into).collect(),
+            writes: r.writes.into_iter().map(Into::into).collect(),
+            indexes: r
+                .indexes
+                .into_iter()
+                .map(|i| IndexSpec {
+                    kind: i.kind.into(),
+                    name: i.name,
+                    source: match i.source {
+                        bindings::IndexSource::Field(f) => IndexSource::Field(f),
+                        bindings::IndexSource::Builtin(b) => IndexSource::Builtin(b),
+                    },
+                })
+                .collect(),
+            max_concurrent: r.max_concurrent,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_registration_with_an_unknown_builtin_index_is_invalid_and_says_which() {
+        let mut reg = Registration::new(GroupVersionKind::gvk("apps", "v1", "Deployment"));
+        reg.indexes.push(IndexSpec {
+            kind: GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            name: "refs".into(),
+            source: IndexSource::Builtin("nope".into()),
+        });
+        let err = reg.validate().unwrap_err();
+        assert!(err.0.contains("unknown built-in `nope`"), "{err}");
+    }
+
+    #[test]
+    fn a_registration_with_an_empty_kind_is_invalid() {
+        let reg = Registration::new(GroupVersionKind::gvk("", "v1", ""));
+        assert!(reg.validate().is_err());
+        assert!(Registration::new(GroupVersionKind::gvk("", "v1", "Namespace")).validate().is_ok());
+    }
+}

@@ -1,0 +1,25 @@
+//! Logging setup: tracing with an env-filter, text or JSON; wasmtime/cranelift quiet by default.
+
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{LogArgs, LogFormat};
+
+/// Directives appended to the user's filter so compiler internals stay quiet unless asked for.
+const QUIET: &[&str] =
+    &["cranelift_codegen=warn", "wasmtime_cranelift=warn", "wasmtime=warn", "hyper=warn", "tower=warn"];
+
+/// Installs the global subscriber. Fails if the filter does not parse.
+pub fn init(args: &LogArgs) -> Result<(), tracing_subscriber::filter::ParseError> {
+    let mut filter = EnvFilter::try_new(&args.filter)?;
+    for directive in QUIET {
+        if !args.filter.contains(directive.split('=').next().unwrap_or_default()) {
+            filter = filter.add_directive(directive.parse()?);
+        }
+    }
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! The host end to end against a real kube-apiserver + etcd: namespace-defaults converges,
+//! repairs deleted children, follows the opt-out label, reports events, and readiness follows
+//! the caches.
+
+mod common;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kubewasm::app::{App, PluginFile};
+use kubewasm_testenv::ControlPlane;
+
+use common::{eventually, plugin_dir};
+
+const CONVERGE: Duration = Duration::from_secs(60);
+
+fn namespace_defaults() -> PluginFile {
+    PluginFile { name: "namespace-defaults".into(), wasm: plugin_dir().join("namespace_defaults.wasm"), config: None }
+}
+
+async fn new_namespace(client: &kube::Client, prefix: &str) -> String {
+    let name = format!("{prefix}-{}", std::process::id() as u64 * 1000 + rand_suffix());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    name
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_defaults_converges_repairs_children_and_honours_opt_out() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let mut app = App::new(client.clone(), None, None).unwrap();
+    assert!(!app.readiness().is_ready(), "not ready before any plugin or cache");
+    app.add_plugin(&namespace_defaults()).await.unwrap();
+    eventually("readiness after the caches synced", CONVERGE, || async { app.readiness().is_ready().then_some(()) })
+        .await;
+
+    let ns = new_namespace(&client, "nd").await;
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
+    let policies = Api::<NetworkPolicy>::namespaced(client.clone(), &ns);
+    let quota =
+        eventually("the default quota", CONVERGE, || async { quotas.get_opt("default-quota").await.unwrap() }).await;
+    let owner = &quota.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("Namespace", ns.as_str(), Some(true)));
+    assert_eq!(quota.spec.unwrap().hard.unwrap()["pods"].0, "50");
+    let managers: Vec<_> = quota.metadata.managed_fields.unwrap().into_iter().filter_map(|m| m.manager).collect();
+    assert!(managers.contains(&"kubewasm/namespace-defaults".to_owned()), "{managers:?}");
+    eventually("the default-deny policy", CONVERGE, || async { policies.get_opt("default-deny").await.unwrap() }).await;
+
+    // A deleted owned child comes back (Owns trigger → owner's key → reconcile).
+    let old_uid = quota.metadata.uid.unwrap();
+    quotas.delete("default-quota", &DeleteParams::default()).await.unwrap();
+    eventually("the quota re-created", CONVERGE, || async {
+        quotas.get_opt("default-quota").await.unwrap().filter(|q| q.metadata.uid.as_deref() != Some(&old_uid))
+    })
+    .await;
+
+    // The event the plugin published.
+    let events = Api::<Event>::all(client.clone());
+    eventually("a DefaultsApplied event about the namespace", CONVERGE, || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items.into_iter().find(|e| {
+            e.reason.as_deref() == Some("DefaultsApplied")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(ns.as_str())
+                && e.reporting_controller.as_deref() == Some("kubewasm/namespace-defaults")
+        })
+    })
+    .await;
+
+    // Opting out removes the defaults.
+    let label = serde_json::json!({"metadata": {"labels": {"kubewasm.dev/no-defaults": "true"}}});
+    Api::<Namespace>::all(client.clone()).patch(&ns, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+    eventually("the defaults removed after opt-out", CONVERGE, || async {
+        let gone = quotas.get_opt("default-quota").await.unwrap().is_none()
+            && policies.get_opt("default-deny").await.unwrap().is_none();
+        gone.then_some(())
+    })
+    .await;
+
+    assert!(app.shut_down(Duration::from_secs(10)).await, "in-flight reconciles finished within the grace period");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_fails_to_load_is_reported_and_the_others_run() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let mut app = App::new(client.clone(), None, None).unwrap();
+    let broken =
+        PluginFile { name: "broken".into(), wasm: plugin_dir().join("fixture-wrong-world.wasm"), config: None };
+    let err = app.add_plugin(&broken).await.unwrap_err();
+    assert!(format!("{err:#}").contains("describe"), "{err:#}");
+    app.add_plugin(&namespace_defaults()).await.unwrap();
+
+    let ns = new_namespace(&client, "nd-broken").await;
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
+    eventually("the default quota despite the broken plugin", CONVERGE, || async {
+        quotas.get_opt("default-quota").await.unwrap()
+    })
+    .await;
+    assert!(!app.readiness().is_ready(), "a plugin that failed to load keeps the host unready");
+    let metrics = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    assert!(
+        metrics.contains(r#"kubewasm_plugin_load_errors_total{plugin="broken",reason="wrong_world"} 1"#),
+        "{metrics}"
+    );
+    app.shut_down(Duration::from_secs(10)).await;
+}

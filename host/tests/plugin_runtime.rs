@@ -1,0 +1,281 @@
+//! The plugin runtime against real components: limits, traps, grants, bad modules, the compile
+//! cache, and namespace-defaults' output. No API server: an in-memory cache and a recording
+//! writer stand behind the host functions.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::core::GroupVersionKind;
+use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter, WriteCall};
+use kubewasm::plugin::host::{CallError, EventRecord, ObjectRef};
+use kubewasm::plugin::limits::{LimitHit, Limits};
+use kubewasm::plugin::{Action, CallFailed, LoadError, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
+use serde_json::json;
+
+use common::plugin_wasm;
+
+struct Harness {
+    runtime: Runtime,
+    cache: Arc<MemoryCache>,
+    writer: Arc<RecordingWriter>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self::with_runtime(Runtime::new(RuntimeConfig::default().cache_dir(common::test_compile_cache())).unwrap())
+    }
+
+    fn with_runtime(runtime: Runtime) -> Self {
+        Self { runtime, cache: Arc::default(), writer: Arc::default() }
+    }
+
+    async fn load(&self, name: &str, file: &str, config: PluginConfig) -> Result<Plugin, LoadError> {
+        self.runtime.load(name, plugin_wasm(file), config, self.cache.clone(), self.writer.clone()).await
+    }
+}
+
+fn key(ns: Option<&str>, name: &str) -> ObjectKey {
+    ObjectKey { namespace: ns.map(Into::into), name: name.into() }
+}
+
+fn limits(f: impl FnOnce(Limits) -> Limits) -> PluginConfig {
+    PluginConfig { limits: f(Limits::default()), ..Default::default() }
+}
+
+fn namespace(name: &str, uid: &str, labels: serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "uid": uid, "labels": labels}})
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_looping_plugin_times_out_at_its_deadline_while_other_plugins_keep_reconciling() {
+    let h = Harness::new();
+    let deadline = Duration::from_secs(1);
+    let looper =
+        Arc::new(h.load("looper", "fixture_looper.wasm", limits(|l| l.with_deadline(deadline))).await.unwrap());
+    let healthy = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    h.cache.insert(&namespace("team-a", "uid-a", json!({})));
+
+    let started = Instant::now();
+    let looping = tokio::spawn({
+        let looper = looper.clone();
+        async move { looper.reconcile(&key(Some("default"), "cm"), 0).await }
+    });
+    tokio::task::yield_now().await;
+    // One runtime thread: this reconcile can only finish if the looping one yields it.
+    assert_eq!(healthy.reconcile(&key(None, "team-a"), 0).await.unwrap(), Action::Done);
+    assert!(!looping.is_finished(), "the healthy reconcile finished while the loop was still running");
+
+    let err = looping.await.unwrap().unwrap_err();
+    assert!(matches!(err, CallFailed::Limit(LimitHit::Deadline(d)) if d == deadline), "{err:?}");
+    assert_eq!(err.metric_label(), "timeout");
+    assert!(started.elapsed() < deadline + Duration::from_secs(1), "stopped after {:?}", started.elapsed());
+    // The host keeps serving the same plugin: the next call gets a fresh instance (and times out again).
+    assert!(matches!(
+        looper.reconcile(&key(Some("default"), "cm"), 1).await,
+        Err(CallFailed::Limit(LimitHit::Deadline(_)))
+    ));
+}
+
+#[tokio::test]
+async fn a_memory_bomb_is_stopped_at_its_cap_with_a_clear_error() {
+    let h = Harness::new();
+    let cap = 16 << 20;
+    let bomb = h.load("bomb", "fixture_memory_bomb.wasm", limits(|l| l.with_memory_bytes(cap))).await.unwrap();
+    let err = bomb.reconcile(&key(Some("default"), "cm"), 0).await.unwrap_err();
+    match &err {
+        CallFailed::Limit(LimitHit::Memory { requested, limit }) => {
+            assert_eq!(*limit, cap);
+            assert!(*requested as u64 > cap);
+        }
+        other => panic!("expected the memory limit, got {other:?}"),
+    }
+    assert!(err.to_string().starts_with("memory limit: the plugin asked for"), "{err}");
+    assert_eq!(err.metric_label(), "memory");
+}
+
+#[tokio::test]
+async fn a_panicking_plugin_becomes_a_trap_error_and_the_next_call_works() {
+    let h = Harness::new();
+    let config = PluginConfig { settings: Some(json!({"panicIn": "map"})), ..Default::default() };
+    let trapper = h.load("trapper", "fixture_trapper.wasm", config).await.unwrap();
+    let cm = GroupVersionKind::gvk("", "v1", "ConfigMap");
+    let err = trapper.map(&cm, b"{}").await.unwrap_err();
+    assert!(matches!(&err, CallFailed::Trap(m) if m.contains("unreachable")), "{err:?}");
+    assert!(err.is_panic());
+    assert_eq!(trapper.reconcile(&key(Some("default"), "cm"), 0).await.unwrap(), Action::Done);
+
+    let trapper = h.load("trapper", "fixture_trapper.wasm", PluginConfig::default()).await.unwrap();
+    let err = trapper.reconcile(&key(Some("default"), "cm"), 0).await.unwrap_err();
+    assert!(matches!(err, CallFailed::Trap(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_trap_in_describe_rejects_the_plugin_at_load() {
+    let h = Harness::new();
+    let config = PluginConfig { settings: Some(json!({"panicIn": "describe"})), ..Default::default() };
+    let err = h.load("trapper", "fixture_trapper.wasm", config).await.unwrap_err();
+    assert!(matches!(err, LoadError::Describe(CallFailed::Trap(_))), "{err:?}");
+    assert_eq!(err.metric_label(), "describe");
+}
+
+#[tokio::test]
+async fn calls_outside_the_grants_return_forbidden_to_the_plugin_and_never_reach_the_writer() {
+    let h = Harness::new();
+    let plugin = h.load("forbidden", "fixture_forbidden.wasm", PluginConfig::default()).await.unwrap();
+    let err = plugin.reconcile(&key(Some("default"), "cm"), 0).await.unwrap_err();
+    let CallFailed::Plugin(seen) = err else { panic!("expected the plugin's own error, got {err:?}") };
+    let (read, write) = seen.split_once(" | ").unwrap();
+    assert!(read.starts_with("read: Err(Forbidden(\"plugin `forbidden` may not read Secret"), "{read}");
+    assert!(write.starts_with("write: Err(Forbidden(\"plugin `forbidden` may not write Deployment.apps"), "{write}");
+    assert!(h.writer.calls().is_empty(), "a forbidden write reached the writer: {:?}", h.writer.calls());
+}
+
+#[tokio::test]
+async fn a_component_of_another_world_is_rejected_naming_the_world_and_what_is_missing() {
+    let h = Harness::new();
+    let err = h.load("command", "fixture-wrong-world.wasm", PluginConfig::default()).await.unwrap_err();
+    assert!(matches!(err, LoadError::WrongWorld(_)), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("kubewasm:controller/controller@0.1.0"), "{message}");
+    assert!(message.contains("describe"), "the message should name the missing export: {message}");
+}
+
+#[tokio::test]
+async fn garbage_bytes_and_core_modules_are_rejected_with_what_they_are() {
+    let h = Harness::new();
+    let load = |bytes: &'static [u8]| {
+        h.runtime.load("bad", Arc::from(bytes), PluginConfig::default(), h.cache.clone(), h.writer.clone())
+    };
+    let garbage = load(b"#!/bin/sh\necho not wasm\n").await.unwrap_err();
+    assert!(matches!(garbage, LoadError::NotWasm), "{garbage:?}");
+    let core = load(b"\0asm\x01\0\0\0").await.unwrap_err();
+    assert!(matches!(core, LoadError::CoreModule), "{core:?}");
+    assert!(core.to_string().contains("not a component"));
+    let truncated = load(b"\0asm\x0d\0\x01\0\x01\x02").await.unwrap_err();
+    assert!(matches!(truncated, LoadError::Compile(_)), "{truncated:?}");
+}
+
+#[tokio::test]
+async fn namespace_defaults_applies_exactly_a_quota_and_a_default_deny_policy_owned_by_the_namespace() {
+    let h = Harness::new();
+    let plugin = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    h.cache.insert(&namespace("team-a", "uid-a", json!({"team": "a"})));
+    assert_eq!(plugin.reconcile(&key(None, "team-a"), 0).await.unwrap(), Action::Done);
+
+    let owner = json!([{"apiVersion": "v1", "kind": "Namespace", "name": "team-a", "uid": "uid-a",
+                        "controller": true, "blockOwnerDeletion": true}]);
+    let labels = json!({"app.kubernetes.io/managed-by": "kubewasm-namespace-defaults"});
+    let calls = h.writer.calls();
+    assert_eq!(calls.len(), 3, "{calls:#?}");
+    let WriteCall::Apply { manager, object: quota, force: false } = &calls[0] else { panic!("{:?}", calls[0]) };
+    assert_eq!(manager, "kubewasm/namespace-defaults");
+    assert_eq!(
+        quota.body,
+        json!({
+            "apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": "default-quota", "namespace": "team-a", "labels": labels, "ownerReferences": owner},
+            "spec": {"hard": {"pods": "50", "requests.cpu": "4", "requests.memory": "8Gi"}},
+        })
+    );
+    let WriteCall::Apply { object: policy, .. } = &calls[1] else { panic!("{:?}", calls[1]) };
+    assert_eq!(
+        policy.body,
+        json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "default-deny", "namespace": "team-a", "labels": labels, "ownerReferences": owner},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+        })
+    );
+    let WriteCall::Event(EventRecord { regarding, warning: false, reason, .. }) = &calls[2] else {
+        panic!("{:?}", calls[2])
+    };
+    assert_eq!(reason, "DefaultsApplied");
+    assert_eq!(
+        regarding,
+        &ObjectRef { kind: GroupVersionKind::gvk("", "v1", "Namespace"), namespace: None, name: "team-a".into() }
+    );
+}
+
+#[tokio::test]
+async fn namespace_defaults_takes_quota_and_opt_out_label_from_its_settings() {
+    let h = Harness::new();
+    let settings = json!({"optOutLabel": "skip-me", "quota": {"pods": "3"}, "quotaName": "small"});
+    let config = PluginConfig { settings: Some(settings), ..Default::default() };
+    let plugin = h.load("namespace-defaults", "namespace_defaults.wasm", config).await.unwrap();
+    h.cache.insert(&namespace("a", "uid-a", json!({})));
+    h.cache.insert(&namespace("b", "uid-b", json!({"skip-me": "yes"})));
+    plugin.reconcile(&key(None, "a"), 0).await.unwrap();
+    plugin.reconcile(&key(None, "b"), 0).await.unwrap();
+    let applied: Vec<_> = h
+        .writer
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            WriteCall::Apply { object, .. } => Some(object),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(applied.len(), 2, "only namespace a gets defaults");
+    assert!(applied.iter().all(|o| o.target.namespace.as_deref() == Some("a")));
+    assert_eq!(applied[0].target.name, "small");
+    assert_eq!(applied[0].body["spec"]["hard"], json!({"pods": "3"}));
+}
+
+#[tokio::test]
+async fn namespace_defaults_removes_its_defaults_when_a_namespace_opts_out() {
+    let h = Harness::new();
+    let plugin = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    h.cache.insert(&namespace("c", "uid-c", json!({"kubewasm.dev/no-defaults": ""})));
+    let owner = json!([{"apiVersion": "v1", "kind": "Namespace", "name": "c", "uid": "uid-c", "controller": true}]);
+    h.cache.insert(&json!({"apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "default-quota", "namespace": "c", "ownerReferences": owner}}));
+    plugin.reconcile(&key(None, "c"), 0).await.unwrap();
+    let calls = h.writer.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(matches!(&calls[0], WriteCall::Delete(r) if r.name == "default-quota" && r.kind.kind == "ResourceQuota"));
+}
+
+#[tokio::test]
+async fn a_plugin_past_its_host_call_budget_is_stopped() {
+    let h = Harness::new();
+    let plugin =
+        h.load("namespace-defaults", "namespace_defaults.wasm", limits(|l| l.with_host_calls(2))).await.unwrap();
+    h.cache.insert(&namespace("d", "uid-d", json!({})));
+    let err = plugin.reconcile(&key(None, "d"), 0).await.unwrap_err();
+    assert!(matches!(err, CallFailed::Limit(LimitHit::HostCalls(2))), "{err:?}");
+}
+
+#[tokio::test]
+async fn api_errors_reach_the_plugin_as_wit_errors_and_fail_the_reconcile() {
+    let h = Harness::new();
+    let plugin = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    h.cache.insert(&namespace("e", "uid-e", json!({})));
+    h.writer.fail_with(CallError::Conflict("field manager conflict".into()));
+    let err = plugin.reconcile(&key(None, "e"), 0).await.unwrap_err();
+    assert!(matches!(&err, CallFailed::Plugin(m) if m == "conflict: field manager conflict"), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_second_runtime_on_the_same_cache_directory_loads_without_recompiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Harness::with_runtime(Runtime::new(RuntimeConfig::default().cache_dir(dir.path())).unwrap());
+    first.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    let stats = first.runtime.cache_stats().unwrap();
+    assert_eq!((stats.hits, stats.misses), (0, 1), "the first start compiles");
+
+    // A fresh runtime shares nothing in memory with the first: only the directory.
+    let second = Harness::with_runtime(Runtime::new(RuntimeConfig::default().cache_dir(dir.path())).unwrap());
+    second.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    let stats = second.runtime.cache_stats().unwrap();
+    assert_eq!((stats.hits, stats.misses), (1, 0), "the second start must not recompile");
+}
+
+#[tokio::test]
+async fn a_memory_limit_above_the_hosts_maximum_is_rejected_at_load() {
+    let h = Harness::new();
+    let config = PluginConfig { limits: Limits::default().with_memory_bytes(2 << 30), ..Default::default() };
+    let err = h.load("namespace-defaults", "namespace_defaults.wasm", config).await.unwrap_err();
+    assert!(matches!(err, LoadError::MemoryAboveMax { .. }), "{err:?}");
+}

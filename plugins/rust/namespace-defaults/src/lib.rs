@@ -1,0 +1,133 @@
+//! namespace-defaults: gives every Namespace a default ResourceQuota and a default-deny
+//! NetworkPolicy, owned by the Namespace, unless the Namespace opts out with a label.
+//!
+//! Settings (all optional):
+//! ```yaml
+//! optOutLabel: kubewasm.dev/no-defaults   # a Namespace with this label (any value) is skipped
+//! quotaName: default-quota
+//! quota: { pods: "50", requests.cpu: "4", requests.memory: 8Gi }
+//! networkPolicyName: default-deny
+//! ```
+//! When a Namespace opts out, defaults this plugin created there are removed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota, ResourceQuotaSpec};
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kubewasm_sdk::{Action, Reconciler, Registration, Request, Result, cache, client, events};
+use serde::Deserialize;
+
+/// The plugin's settings.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Settings {
+    /// Namespaces carrying this label are skipped.
+    pub opt_out_label: String,
+    /// Name of the ResourceQuota.
+    pub quota_name: String,
+    /// `spec.hard` of the ResourceQuota.
+    pub quota: BTreeMap<String, String>,
+    /// Name of the NetworkPolicy.
+    pub network_policy_name: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            opt_out_label: "kubewasm.dev/no-defaults".into(),
+            quota_name: "default-quota".into(),
+            quota: [("pods", "50"), ("requests.cpu", "4"), ("requests.memory", "8Gi")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            network_policy_name: "default-deny".into(),
+        }
+    }
+}
+
+/// Labels stamped on every object this plugin creates.
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kubewasm-namespace-defaults");
+
+fn meta(name: &str, ns: &Namespace) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: ns.metadata.name.clone(),
+        labels: Some([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())].into()),
+        owner_references: Some(vec![kubewasm_sdk::controller_reference(ns)]),
+        ..Default::default()
+    }
+}
+
+/// The ResourceQuota for `ns`.
+pub fn quota(settings: &Settings, ns: &Namespace) -> ResourceQuota {
+    ResourceQuota {
+        metadata: meta(&settings.quota_name, ns),
+        spec: Some(ResourceQuotaSpec {
+            hard: Some(settings.quota.iter().map(|(k, v)| (k.clone(), Quantity(v.clone()))).collect()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The default-deny NetworkPolicy for `ns`: selects every pod, allows no ingress or egress.
+pub fn network_policy(settings: &Settings, ns: &Namespace) -> NetworkPolicy {
+    NetworkPolicy {
+        metadata: meta(&settings.network_policy_name, ns),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector::default()),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn owned_by(meta: &ObjectMeta, ns: &Namespace) -> bool {
+    let uid = ns.metadata.uid.as_deref();
+    meta.owner_references.iter().flatten().any(|r| r.controller == Some(true) && Some(r.uid.as_str()) == uid)
+}
+
+struct NamespaceDefaults;
+
+impl Reconciler for NamespaceDefaults {
+    fn describe() -> Registration {
+        Registration::reconciles::<Namespace>().owns::<ResourceQuota>().owns::<NetworkPolicy>()
+    }
+
+    fn reconcile(request: Request) -> Result<Action> {
+        let settings: Settings = kubewasm_sdk::settings()?;
+        let Some(ns) = cache::get::<Namespace>(None, &request.name)? else {
+            return Ok(Action::Done);
+        };
+        if ns.metadata.deletion_timestamp.is_some() {
+            return Ok(Action::Done);
+        }
+        let name = request.name.as_str();
+        let opted_out = ns.metadata.labels.as_ref().is_some_and(|l| l.contains_key(&settings.opt_out_label));
+        let existing = cache::get::<ResourceQuota>(Some(name), &settings.quota_name)?;
+        if opted_out {
+            if existing.as_ref().is_some_and(|q| owned_by(&q.metadata, &ns)) {
+                client::delete::<ResourceQuota>(Some(name), &settings.quota_name)?;
+            }
+            let policy = cache::get::<NetworkPolicy>(Some(name), &settings.network_policy_name)?;
+            if policy.as_ref().is_some_and(|p| owned_by(&p.metadata, &ns)) {
+                client::delete::<NetworkPolicy>(Some(name), &settings.network_policy_name)?;
+            }
+            return Ok(Action::Done);
+        }
+        client::apply(&quota(&settings, &ns))?;
+        client::apply(&network_policy(&settings, &ns))?;
+        if existing.is_none() {
+            let note = format!(
+                "applied ResourceQuota {} and NetworkPolicy {}",
+                settings.quota_name, settings.network_policy_name
+            );
+            events::normal(&kubewasm_sdk::object_ref(&ns), "DefaultsApplied", &note)?;
+        }
+        Ok(Action::Done)
+    }
+}
+
+kubewasm_sdk::export_reconciler!(NamespaceDefaults);

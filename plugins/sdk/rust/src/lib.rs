@@ -1,0 +1,172 @@
+//! Write kubewasm reconcile plugins in Rust.
+//!
+//! A plugin is a type implementing [`Reconciler`], exported with [`export_reconciler!`] and built
+//! with `cargo build --target wasm32-wasip2`. It reads the host's informer cache with
+//! [`cache`], writes with [`client`], reports with [`events`] and [`log`], and gets the operator's
+//! settings with [`settings`]. Objects are k8s-openapi types, or `serde_json::Value` for kinds
+//! without one (CRDs).
+//!
+//! ```ignore
+//! use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+//! use kubewasm_sdk::{Action, Reconciler, Registration, Request, Result};
+//!
+//! struct Hello;
+//! impl Reconciler for Hello {
+//!     fn describe() -> Registration {
+//!         Registration::reconciles::<Namespace>().owns::<ConfigMap>()
+//!     }
+//!     fn reconcile(req: Request) -> Result<Action> {
+//!         let Some(ns) = kubewasm_sdk::cache::get::<Namespace>(None, &req.name)? else { return Ok(Action::Done) };
+//!         let mut cm = ConfigMap::default();
+//!         cm.metadata.name = Some("hello".into());
+//!         cm.metadata.namespace = Some(req.name.clone());
+//!         cm.metadata.owner_references = Some(vec![kubewasm_sdk::controller_reference(&ns)]);
+//!         kubewasm_sdk::client::apply(&cm)?;
+//!         Ok(Action::Done)
+//!     }
+//! }
+//! kubewasm_sdk::export_reconciler!(Hello);
+//! ```
+
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "controller",
+        path: "../../../wit/controller@0.1.0",
+        pub_export_macro: true,
+        export_macro_name: "__export_controller",
+        default_bindings_module: "kubewasm_sdk::bindings",
+    });
+}
+
+pub mod cache;
+pub mod client;
+mod error;
+pub mod events;
+pub mod log;
+mod registration;
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use serde::de::DeserializeOwned;
+
+pub use bindings::kubewasm::controller::types::{Gvk, ObjectKey, ObjectRef};
+pub use error::{Error, Result};
+pub use registration::{IndexSource, Registration};
+
+/// The kind of a k8s-openapi type.
+pub fn gvk<K: k8s_openapi::Resource>() -> Gvk {
+    Gvk { group: K::GROUP.into(), version: K::VERSION.into(), kind: K::KIND.into() }
+}
+
+/// One key to reconcile.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// Namespace of the object (`None` for cluster-scoped kinds).
+    pub namespace: Option<String>,
+    /// Name of the object.
+    pub name: String,
+    /// Failures in a row before this attempt (0 on a first try).
+    pub attempt: u32,
+}
+
+/// What the host does after a successful reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing until something changes.
+    Done,
+    /// Reconcile again after this long.
+    RequeueAfter(Duration),
+}
+
+/// A reconciler. Every call runs in a fresh instance: keep no state between calls.
+pub trait Reconciler {
+    /// What the plugin reconciles, owns, watches, reads and writes. Called once at load.
+    fn describe() -> Registration;
+    /// Reconciles one key; an `Err` is retried with backoff.
+    fn reconcile(request: Request) -> Result<Action>;
+    /// For a change to `object` of a watched `kind`, the keys to reconcile. Default: none.
+    fn map(kind: Gvk, object: &[u8]) -> Vec<ObjectKey> {
+        let _ = (kind, object);
+        Vec::new()
+    }
+}
+
+/// The operator's settings for this plugin, deserialized (missing fields take `T`'s defaults
+/// if `T` uses `#[serde(default)]`).
+pub fn settings<T: DeserializeOwned>() -> Result<T> {
+    serde_json::from_slice(&bindings::kubewasm::controller::config::settings())
+        .map_err(|e| Error::Json(format!("settings: {e}")))
+}
+
+/// An ownerReference making `owner` the controller of an object (`controller` and
+/// `blockOwnerDeletion` set), so the host's Owns trigger and Kubernetes' garbage collector
+/// follow it.
+pub fn controller_reference<K>(owner: &K) -> OwnerReference
+where
+    K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+{
+    let meta = owner.metadata();
+    OwnerReference {
+        api_version: K::API_VERSION.into(),
+        kind: K::KIND.into(),
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// A reference to `object` for [`events`].
+pub fn object_ref<K>(object: &K) -> ObjectRef
+where
+    K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+{
+    let meta = object.metadata();
+    ObjectRef {
+        kind: gvk::<K>(),
+        key: ObjectKey { namespace: meta.namespace.clone(), name: meta.name.clone().unwrap_or_default() },
+    }
+}
+
+#[doc(hidden)]
+pub mod __private {
+    use super::*;
+
+    pub fn describe<R: Reconciler>() -> bindings::Registration {
+        R::describe().into()
+    }
+
+    pub fn reconcile<R: Reconciler>(r: bindings::Request) -> core::result::Result<bindings::Action, String> {
+        let request = Request { namespace: r.key.namespace, name: r.key.name, attempt: r.attempt };
+        match R::reconcile(request) {
+            Ok(Action::Done) => Ok(bindings::Action::Done),
+            Ok(Action::RequeueAfter(d)) => Ok(bindings::Action::RequeueAfter(d.as_millis() as u64)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// Exports a [`Reconciler`] as the plugin's `describe`, `reconcile` and `map`.
+#[macro_export]
+macro_rules! export_reconciler {
+    ($reconciler:ty) => {
+        #[doc(hidden)]
+        pub struct __KubewasmGuest;
+        impl $crate::bindings::Guest for __KubewasmGuest {
+            fn describe() -> $crate::bindings::Registration {
+                $crate::__private::describe::<$reconciler>()
+            }
+            fn reconcile(
+                request: $crate::bindings::Request,
+            ) -> ::core::result::Result<$crate::bindings::Action, ::std::string::String> {
+                $crate::__private::reconcile::<$reconciler>(request)
+            }
+            fn map(kind: $crate::Gvk, object: ::std::vec::Vec<u8>) -> ::std::vec::Vec<$crate::ObjectKey> {
+                <$reconciler as $crate::Reconciler>::map(kind, &object)
+            }
+        }
+        $crate::bindings::__export_controller!(__KubewasmGuest with_types_in $crate::bindings);
+    };
+}

@@ -1,0 +1,97 @@
+//! A builder for what a plugin registers.
+
+use crate::bindings::{self, Index, Watch};
+use crate::{Gvk, gvk};
+
+/// How a custom index's values are computed.
+#[derive(Clone, Debug)]
+pub enum IndexSource {
+    /// A dotted field path, e.g. `spec.nodeName`; arrays are flattened.
+    Field(String),
+    /// A host built-in index function, e.g. `pod-template-configmaps`.
+    Builtin(String),
+}
+
+/// What a plugin reconciles, owns, watches, reads and writes. Built by value:
+/// `Registration::reconciles::<Namespace>().owns::<ResourceQuota>()`.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct Registration(bindings::Registration);
+
+impl Registration {
+    /// Reconciles objects of `K`.
+    pub fn reconciles<K: k8s_openapi::Resource>() -> Self {
+        Self::reconciles_kind(gvk::<K>())
+    }
+
+    /// Reconciles objects of any kind (e.g. a CRD without a Rust type).
+    pub fn reconciles_kind(kind: Gvk) -> Self {
+        Self(bindings::Registration {
+            for_kind: kind,
+            for_label_selector: None,
+            owns: Vec::new(),
+            watches: Vec::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            indexes: Vec::new(),
+            max_concurrent: None,
+        })
+    }
+
+    /// Only objects of the for kind matching `selector`.
+    pub fn selector(mut self, selector: &str) -> Self {
+        self.0.for_label_selector = Some(selector.into());
+        self
+    }
+
+    /// Creates and controls objects of `K`.
+    pub fn owns<K: k8s_openapi::Resource>(mut self) -> Self {
+        self.0.owns.push(gvk::<K>());
+        self
+    }
+
+    /// Watches `K`; changes map to keys through [`crate::Reconciler::map`].
+    pub fn watches<K: k8s_openapi::Resource>(self) -> Self {
+        self.watches_kind(gvk::<K>(), None)
+    }
+
+    /// Watches any kind, optionally only objects matching a label selector.
+    pub fn watches_kind(mut self, kind: Gvk, label_selector: Option<&str>) -> Self {
+        self.0.watches.push(Watch { kind, label_selector: label_selector.map(Into::into) });
+        self
+    }
+
+    /// Also reads `K` from the cache (needs a grant).
+    pub fn reads<K: k8s_openapi::Resource>(mut self) -> Self {
+        self.0.reads.push(gvk::<K>());
+        self
+    }
+
+    /// Also writes `K` (needs a grant).
+    pub fn writes<K: k8s_openapi::Resource>(mut self) -> Self {
+        self.0.writes.push(gvk::<K>());
+        self
+    }
+
+    /// Builds index `name` over `K`.
+    pub fn index<K: k8s_openapi::Resource>(mut self, name: &str, source: IndexSource) -> Self {
+        let source = match source {
+            IndexSource::Field(f) => bindings::IndexSource::Field(f),
+            IndexSource::Builtin(b) => bindings::IndexSource::Builtin(b),
+        };
+        self.0.indexes.push(Index { kind: gvk::<K>(), name: name.into(), source });
+        self
+    }
+
+    /// Asks for this many concurrent reconciles (the operator's setting wins).
+    pub fn max_concurrent(mut self, n: u32) -> Self {
+        self.0.max_concurrent = Some(n);
+        self
+    }
+}
+
+impl From<Registration> for bindings::Registration {
+    fn from(r: Registration) -> Self {
+        r.0
+    }
+}
