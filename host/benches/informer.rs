@@ -66,7 +66,7 @@ fn median(runs: &[Value], field: &str) -> f64 {
     v[v.len() / 2]
 }
 
-async fn populate(cp: &ControlPlane) -> String {
+async fn populate(cp: &ControlPlane) -> (String, usize) {
     let client = cp.admin_client().await;
     let ns = cp.namespace("bench-informer").await;
     let api: Api<ConfigMap> = Api::namespaced(client, &ns);
@@ -89,7 +89,11 @@ async fn populate(cp: &ControlPlane) -> String {
         .await
         .unwrap();
     eprintln!("created {OBJECTS} ConfigMaps in {ns} in {:.1?}", started.elapsed());
-    ns
+    // One object as the server sends it (with managedFields), for the wire-size column.
+    let req = http::Request::get(format!("/api/v1/namespaces/{ns}/configmaps/cm-00000")).body(Vec::new()).unwrap();
+    let wire = cp.admin_client().await.request_text(req).await.unwrap();
+    let compact = serde_json::to_vec(&serde_json::from_str::<Value>(&wire).unwrap()).unwrap();
+    (ns, compact.len())
 }
 
 fn build_go_peer(out: &Path) {
@@ -109,7 +113,7 @@ fn main() {
         return; // `cargo test --benches` asks for the list of benchmarks
     }
     let Some(cp) = ControlPlane::shared() else { return };
-    let ns = rt.block_on(populate(cp));
+    let (ns, wire_json) = rt.block_on(populate(cp));
     let go_peer = std::env::temp_dir().join("kubewasm-informer-bench-go");
     build_go_peer(&go_peer);
     let exe = std::env::current_exe().unwrap();
@@ -139,5 +143,8 @@ fn main() {
         "| cache bytes per object | {cache_per_object:.0} B ({:.2}x its {json_per_object:.0} B of JSON) | {go_heap_per_object:.0} B (live heap growth after GC) | {:.2}x |",
         cache_per_object / json_per_object,
         cache_per_object / go_heap_per_object
+    );
+    println!(
+        "| JSON per object | {json_per_object:.0} B cached (managedFields stripped); {wire_json} B as served | | |"
     );
 }

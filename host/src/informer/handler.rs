@@ -159,8 +159,10 @@ impl Listener {
         let p = buf.pending.remove(&key).expect("every queued key has a pending entry");
         Some(match (p.seen, p.latest) {
             (None, Latest::Present { obj, initial }) => vec![Notification::Add { obj, is_in_initial_list: initial }],
+            // Replaced by a new object of the same name: the handler never saw the old one's
+            // final state, so its delete is a tombstone.
             (Some(old), Latest::Present { obj, initial }) if old.meta().uid != obj.meta().uid => vec![
-                Notification::Delete { obj: old, final_state_unknown: false },
+                Notification::Delete { obj: old, final_state_unknown: true },
                 Notification::Add { obj, is_in_initial_list: initial },
             ],
             (Some(old), Latest::Present { obj, .. }) => vec![Notification::Update { old, new: obj }],

@@ -8,13 +8,14 @@ use std::{
     sync::Arc,
 };
 
-use kube::core::{Expression, Selector, SelectorExt};
+use kube::core::{Expression, Selector};
 use parking_lot::RwLock;
 use serde_json::Value;
 
 use super::{
     Error, Result,
     index::{IndexFunc, Indexers, LABEL_INDEX, NAMESPACE_INDEX, default_indexers},
+    labels,
     object::{CachedObject, object_key},
     selector::parse_label_selector,
 };
@@ -96,13 +97,14 @@ impl Store {
     /// scan through the label or namespace index when it can.
     pub fn list_selector(&self, namespace: Option<&str>, selector: &Selector) -> Vec<Arc<CachedObject>> {
         let inner = self.inner.read();
-        let equal = selector.clone().into_iter().find_map(|e| match e {
+        let requirements = labels::requirements(selector);
+        let equal = requirements.iter().find_map(|e| match e {
             Expression::Equal(k, v) => Some(format!("{k}={v}")),
             _ => None,
         });
         let keep = |o: &&Arc<CachedObject>| {
             namespace.is_none_or(|ns| o.meta().namespace.as_deref().unwrap_or("") == ns)
-                && selector.matches(&o.meta().labels)
+                && labels::matches(&requirements, &o.meta().labels)
         };
         let from_index = |index: &str, value: &str| -> Option<Vec<Arc<CachedObject>>> {
             let keys = inner.indices.get(index)?.get(value);
@@ -142,7 +144,7 @@ impl Store {
         const SLOT: usize = std::mem::size_of::<(Arc<str>, Arc<CachedObject>)>() + 1;
         const INDEX_SLOT: usize = std::mem::size_of::<Arc<str>>() + 1;
         let inner = self.inner.read();
-        let objects: usize = inner.items.values().map(|o| o.heap_size() + 16).sum::<usize>();
+        let objects: usize = inner.items.values().map(|o| o.heap_size()).sum::<usize>();
         let index_entries: usize = inner
             .indices
             .values()
