@@ -34,9 +34,14 @@ async fn measure_kubewasm(kubeconfig: &Path, namespace: &str) -> Value {
     let client = kube::Client::try_from(config).unwrap();
     let rss_before = rss();
     let start = Instant::now();
-    let factory = SharedInformerFactory::new(client, &prometheus::Registry::new()).unwrap();
+    let mut factory = SharedInformerFactory::new(client, &prometheus::Registry::new()).unwrap();
+    if std::env::var("KUBEWASM_BENCH_LIST").as_deref() == Ok("paginated") {
+        factory = factory.list_strategy(kubewasm::informer::ListStrategy::Paginated);
+    }
+    let t_discovery = Instant::now();
     let gvk = GroupVersionKind::gvk("", "v1", "ConfigMap");
     let informer = factory.informer(&gvk, InformerParams::default().namespace(namespace)).await.unwrap();
+    let discovery = t_discovery.elapsed();
     informer.wait_for_sync().await.unwrap();
     let elapsed = start.elapsed();
     let store = informer.store();
@@ -45,6 +50,7 @@ async fn measure_kubewasm(kubeconfig: &Path, namespace: &str) -> Value {
         "peer": "kubewasm",
         "objects": store.len(),
         "sync_seconds": elapsed.as_secs_f64(),
+        "discovery_seconds": discovery.as_secs_f64(),
         "rss_before_bytes": rss_before,
         "rss_synced_bytes": rss(),
         "cache_bytes": store.approx_heap_bytes(),
@@ -117,14 +123,20 @@ fn main() {
     let go_peer = std::env::temp_dir().join("kubewasm-informer-bench-go");
     build_go_peer(&go_peer);
     let exe = std::env::current_exe().unwrap();
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let (mut ours, mut paged, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         ours.push(run_peer(Command::new(&exe).env(ROLE, &ns).env("KUBECONFIG", cp.kubeconfig_path())));
+        paged.push(run_peer(
+            Command::new(&exe)
+                .env(ROLE, &ns)
+                .env("KUBECONFIG", cp.kubeconfig_path())
+                .env("KUBEWASM_BENCH_LIST", "paginated"),
+        ));
         theirs.push(run_peer(
             Command::new(&go_peer).arg("-kubeconfig").arg(cp.kubeconfig_path()).arg("-namespace").arg(&ns),
         ));
     }
-    for r in ours.iter().chain(&theirs) {
+    for r in ours.iter().chain(&paged).chain(&theirs) {
         eprintln!("{r}");
     }
     let objects = median(&ours, "objects");
@@ -138,6 +150,9 @@ fn main() {
     println!("| measure | kubewasm | client-go | ratio |");
     println!("|---|---|---|---|");
     println!("| sync time | {sync:.3} s | {go_sync:.3} s | {:.2}x |", sync / go_sync);
+    let paged_sync = median(&paged, "sync_seconds");
+    println!("| sync time, paginated list (500/page) | {paged_sync:.3} s | | {:.2}x |", paged_sync / go_sync);
+    println!("| of which discovery + server version | {:.3} s | | |", median(&ours, "discovery_seconds"));
     println!("| process RSS after sync | {:.1} MiB | {:.1} MiB | {:.2}x |", mib(rss), mib(go_rss), rss / go_rss);
     println!(
         "| cache bytes per object | {cache_per_object:.0} B ({:.2}x its {json_per_object:.0} B of JSON) | {go_heap_per_object:.0} B (live heap growth after GC) | {:.2}x |",
