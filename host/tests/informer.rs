@@ -173,7 +173,9 @@ async fn objects_deleted_while_the_watch_is_down_arrive_as_tombstones() {
         create(&api, n, serde_json::json!({})).await;
     }
     let proxy = cp.fault_proxy();
-    let informer = factory(proxy.client().await)
+    let registry = Registry::new();
+    let informer = SharedInformerFactory::new(proxy.client().await, &registry)
+        .unwrap()
         .informer(&configmap_gvk(), InformerParams::default().namespace(&ns))
         .await
         .unwrap();
@@ -212,6 +214,44 @@ async fn objects_deleted_while_the_watch_is_down_arrive_as_tombstones() {
     keys.retain(|k| !k.ends_with("kube-root-ca.crt"));
     keys.sort();
     assert_eq!(keys, [format!("{ns}/keep"), format!("{ns}/new")]);
+    assert_eq!(metric(&registry, "kubewasm_informer_relists_total"), 1.0);
+    assert_eq!(metric(&registry, "kubewasm_informer_objects"), informer.store().len() as f64);
+}
+
+/// Sum of every series of metric `name` in `registry`.
+fn metric(registry: &Registry, name: &str) -> f64 {
+    let mut text = Vec::new();
+    prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &registry.gather(), &mut text).unwrap();
+    String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_server_that_refuses_streaming_lists_is_listed_with_pages() {
+    if ControlPlane::shared().is_none() {
+        return;
+    }
+    let cp = ControlPlane::builder().apiserver_arg("--feature-gates=WatchList=false").start().unwrap();
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("informer-paged").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for i in 0..3 {
+        create(&api, &format!("cm-{i}"), serde_json::json!({})).await;
+    }
+    let registry = Registry::new();
+    let informer = SharedInformerFactory::new(client, &registry)
+        .unwrap()
+        .informer(&configmap_gvk(), InformerParams::default().namespace(&ns))
+        .await
+        .unwrap();
+    synced(&informer).await;
+    assert!(informer.store().get_by_key(&format!("{ns}/cm-2")).is_some());
+    assert_eq!(metric(&registry, "kubewasm_informer_watch_errors_total"), 1.0, "one refused streaming list");
+    assert_eq!(metric(&registry, "kubewasm_informer_lists_total"), 1.0, "only the paged list ran");
 }
 
 #[tokio::test]

@@ -60,6 +60,12 @@ pub(crate) struct InformerKey {
     params: InformerParams,
 }
 
+impl InformerKey {
+    pub(crate) fn new(gvk: GroupVersionKind, params: InformerParams) -> Self {
+        Self { gvk, params }
+    }
+}
+
 struct FactoryInner {
     client: Client,
     config: ReflectorConfig,
@@ -138,7 +144,7 @@ impl SharedInformerFactory {
     /// new one whose watch starts now. Unknown kinds are looked up through discovery each time,
     /// so a CRD installed after start becomes watchable.
     pub async fn informer(&self, gvk: &GroupVersionKind, params: InformerParams) -> Result<Informer> {
-        let key = InformerKey { gvk: gvk.clone(), params };
+        let key = InformerKey::new(gvk.clone(), params);
         let mut informers = self.inner.informers.lock().await;
         if let Some(inner) = informers.get(&key).and_then(Weak::upgrade) {
             return Ok(Informer { inner });

@@ -131,7 +131,13 @@ impl Listener {
     fn enqueue(&self, key: &Arc<str>, seen: Option<Arc<CachedObject>>, latest: Latest) {
         let mut buf = self.buffer.lock();
         if let Some(p) = buf.pending.get_mut(key) {
-            p.latest = latest;
+            // An object of the initial list stays "in the initial list" when an update
+            // coalesces into its pending add.
+            let was_initial = matches!(p.latest, Latest::Present { initial: true, .. });
+            p.latest = match latest {
+                Latest::Present { obj, initial } => Latest::Present { obj, initial: initial || was_initial },
+                deleted @ Latest::Deleted { .. } => deleted,
+            };
             return;
         }
         buf.pending.insert(key.clone(), Pending { seen, latest });
@@ -153,8 +159,10 @@ impl Listener {
         let p = buf.pending.remove(&key).expect("every queued key has a pending entry");
         Some(match (p.seen, p.latest) {
             (None, Latest::Present { obj, initial }) => vec![Notification::Add { obj, is_in_initial_list: initial }],
+            // Replaced by a new object of the same name: the handler never saw the old one's
+            // final state, so its delete is a tombstone.
             (Some(old), Latest::Present { obj, initial }) if old.meta().uid != obj.meta().uid => vec![
-                Notification::Delete { obj: old, final_state_unknown: false },
+                Notification::Delete { obj: old, final_state_unknown: true },
                 Notification::Add { obj, is_in_initial_list: initial },
             ],
             (Some(old), Latest::Present { obj, .. }) => vec![Notification::Update { old, new: obj }],

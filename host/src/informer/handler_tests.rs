@@ -63,12 +63,12 @@ fn an_add_then_delete_before_delivery_delivers_nothing() {
 }
 
 #[test]
-fn a_delete_and_recreate_before_delivery_is_a_delete_then_an_add() {
+fn a_delete_and_recreate_before_delivery_is_a_tombstone_then_an_add() {
     let l = Listener::default();
     let old = obj("a", "u1", 1);
     l.deleted(&old, false);
     l.upserted(None, &obj("a", "u2", 5), false);
-    assert_eq!(drain(&l), ["delete ns/a 1 false", "add ns/a 5 false"]);
+    assert_eq!(drain(&l), ["delete ns/a 1 true", "add ns/a 5 false"]);
 }
 
 #[test]

@@ -93,7 +93,7 @@ fn namespace_index(meta: &ObjectMeta) -> Vec<String> {
 }
 
 fn label_index(meta: &ObjectMeta) -> Vec<String> {
-    meta.labels.iter().map(|(k, v)| format!("{k}={v}")).collect()
+    meta.labels.pairs().map(str::to_owned).collect()
 }
 
 fn controller_owner_index(meta: &ObjectMeta) -> Vec<String> {

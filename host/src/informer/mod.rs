@@ -18,11 +18,24 @@
 //! let cm = informer.store().get_by_key("default/kube-root-ca.crt");
 //! # Ok(()) }
 //! ```
+//!
+//! Guarantees a consumer can build on:
+//! - Keep the [`Informer`] or the [`HandlerRegistration`]: the watch stops when the last of them
+//!   is dropped. Asking the factory again for the same kind and params returns the same informer.
+//! - A handler first gets an `Add` (with `is_in_initial_list`) for every object already cached,
+//!   then every change; per key in order. A slow handler never blocks the watch: its pending
+//!   notifications coalesce per key (old = what it last saw, new = latest).
+//! - `Delete { final_state_unknown: true }` means the object vanished while the watch was down
+//!   (found on relist), or was replaced by a new object of the same name before the handler
+//!   caught up; `obj` is then the last state the cache (or the handler) knew.
+//! - Reads (`get_by_key`, `list_selected`, `by_index`) are local, lock a `RwLock` briefly and
+//!   return `Arc<CachedObject>`; [`CachedObject::json`] is the body exactly as cached.
 
 mod error;
 pub mod factory;
 pub mod handler;
 pub mod index;
+pub mod labels;
 pub mod metrics;
 pub mod object;
 pub mod reflector;
@@ -34,6 +47,7 @@ pub use error::{Error, Result};
 pub use factory::{InformerParams, SharedInformerFactory};
 pub use handler::{Notification, ResourceEventHandler};
 pub use index::{CONTROLLER_OWNER_INDEX, IndexFunc, Indexers, LABEL_INDEX, NAMESPACE_INDEX};
+pub use labels::Labels;
 pub use object::{CachedObject, ObjectMeta, OwnerRef};
 pub use reflector::{ListStrategy, ReflectorConfig};
 pub use selector::parse_label_selector;

@@ -233,3 +233,7 @@ impl Drop for HandlerRegistration {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "shared_informer_tests.rs"]
+mod tests;

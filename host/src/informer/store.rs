@@ -8,13 +8,14 @@ use std::{
     sync::Arc,
 };
 
-use kube::core::{Expression, Selector, SelectorExt};
+use kube::core::{Expression, Selector};
 use parking_lot::RwLock;
 use serde_json::Value;
 
 use super::{
     Error, Result,
     index::{IndexFunc, Indexers, LABEL_INDEX, NAMESPACE_INDEX, default_indexers},
+    labels,
     object::{CachedObject, object_key},
     selector::parse_label_selector,
 };
@@ -96,13 +97,14 @@ impl Store {
     /// scan through the label or namespace index when it can.
     pub fn list_selector(&self, namespace: Option<&str>, selector: &Selector) -> Vec<Arc<CachedObject>> {
         let inner = self.inner.read();
-        let equal = selector.clone().into_iter().find_map(|e| match e {
+        let requirements = labels::requirements(selector);
+        let equal = requirements.iter().find_map(|e| match e {
             Expression::Equal(k, v) => Some(format!("{k}={v}")),
             _ => None,
         });
         let keep = |o: &&Arc<CachedObject>| {
             namespace.is_none_or(|ns| o.meta().namespace.as_deref().unwrap_or("") == ns)
-                && selector.matches(&o.meta().labels)
+                && labels::matches(&requirements, &o.meta().labels)
         };
         let from_index = |index: &str, value: &str| -> Option<Vec<Arc<CachedObject>>> {
             let keys = inner.indices.get(index)?.get(value);
@@ -134,6 +136,22 @@ impl Store {
     /// Every value of index `index` that has at least one object (client-go `ListIndexFuncValues`).
     pub fn list_index_values(&self, index: &str) -> Result<Vec<String>> {
         Ok(self.inner.read().index(index)?.keys().cloned().collect())
+    }
+
+    /// Approximate heap bytes of the cache: every object's [`CachedObject::heap_size`] plus
+    /// the map and index entries pointing at it (hash table slots, not allocator overhead).
+    pub fn approx_heap_bytes(&self) -> usize {
+        const SLOT: usize = std::mem::size_of::<(Arc<str>, Arc<CachedObject>)>() + 1;
+        const INDEX_SLOT: usize = std::mem::size_of::<Arc<str>>() + 1;
+        let inner = self.inner.read();
+        let objects: usize = inner.items.values().map(|o| o.heap_size()).sum::<usize>();
+        let index_entries: usize = inner
+            .indices
+            .values()
+            .flat_map(|idx| idx.iter())
+            .map(|(value, keys)| value.len() + 48 + keys.capacity() * INDEX_SLOT)
+            .sum();
+        objects + inner.items.capacity() * SLOT + index_entries
     }
 
     /// Names of the registered indexes.
