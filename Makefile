@@ -34,13 +34,13 @@ control-plane:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p kubewasm -p kubewasm-testenv --no-deps
 
-## Formatting, rustdoc without missing docs, then every test of the native crates (the guest
-## crates are exercised through the components `plugins` builds).
+## Formatting, then every test of the native crates (the guest crates are exercised through
+## the components `plugins` builds). Missing docs fail the build itself (workspace lints).
 test: toolchain plugins control-plane
 	$(CARGO) fmt --all -- --check
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p kubewasm -p kubewasm-testenv --no-deps
 	$(CARGO) test --no-fail-fast
 
 ## The host and the control-plane launcher, then deploy/demo/demo.sh (Ctrl-C stops it).

@@ -50,17 +50,6 @@ fn main() {
             "data": {"payload": filler}});
         let size = object.to_string().len();
         cache.insert(&object);
-        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
-        let plugin = runtime
-            .load(
-                "getter",
-                common::plugin_wasm("fixture_getter.wasm"),
-                PluginConfig::default(),
-                cache.clone(),
-                Arc::new(RecordingWriter::default()),
-            )
-            .await
-            .unwrap();
         let key = ObjectKey { namespace: Some("default".into()), name: "bench".into() };
         let kind = GroupVersionKind::gvk("", "v1", "ConfigMap");
 

@@ -4,7 +4,6 @@
 //! version the plugin names finds them). Custom index names are prefixed with the plugin's name
 //! in the shared store, so two plugins can both have an index called `refs`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use kube::core::GroupVersionKind;
@@ -26,7 +25,8 @@ pub fn index_name(plugin: &str, index: &str) -> String {
 /// The informers one plugin reads, filled after its registration is known.
 pub struct PluginCache {
     plugin: String,
-    informers: RwLock<HashMap<KindRef, Informer>>,
+    /// A handful per plugin, found by comparing group and kind in place (no allocation per read).
+    informers: RwLock<Vec<Informer>>,
 }
 
 impl PluginCache {
@@ -37,19 +37,25 @@ impl PluginCache {
 
     /// Serves reads of the informer's kind from it.
     pub fn insert(&self, informer: Informer) {
-        self.informers.write().insert(KindRef::of(informer.gvk()), informer);
+        let mut informers = self.informers.write();
+        informers.retain(|i| !same_kind(i.gvk(), informer.gvk()));
+        informers.push(informer);
     }
 
     /// Replaces every informer at once (a new plugin version with another registration).
     pub fn replace(&self, informers: impl IntoIterator<Item = Informer>) {
-        *self.informers.write() = informers.into_iter().map(|i| (KindRef::of(i.gvk()), i)).collect();
+        *self.informers.write() = informers.into_iter().collect();
     }
 
     fn informer(&self, kind: &GroupVersionKind) -> Result<Informer, CallError> {
-        self.informers.read().get(&KindRef::of(kind)).cloned().ok_or_else(|| {
+        self.informers.read().iter().find(|i| same_kind(i.gvk(), kind)).cloned().ok_or_else(|| {
             CallError::Forbidden(format!("{} is not watched for plugin `{}`", KindRef::of(kind), self.plugin))
         })
     }
+}
+
+fn same_kind(a: &GroupVersionKind, b: &GroupVersionKind) -> bool {
+    a.kind == b.kind && a.group == b.group
 }
 
 fn bytes(objects: Vec<Arc<CachedObject>>) -> Vec<Vec<u8>> {

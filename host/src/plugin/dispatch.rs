@@ -86,13 +86,7 @@ impl Plugin {
             key: types::ObjectKey { namespace: key.namespace.clone(), name: key.name.clone() },
             attempt,
         };
-        let regarding = ObjectRef {
-            kind: self.registration.for_kind.clone(),
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
-        };
-        let result =
-            self.call(Some(&regarding), async |inst, store| inst.call_reconcile(store, &request).await).await?;
+        let result = self.call(Some(key), async |inst, store| inst.call_reconcile(store, &request).await).await?;
         match result {
             Ok(bindings::Action::Done) => Ok(Action::Done),
             Ok(bindings::Action::RequeueAfter(ms)) => Ok(Action::RequeueAfter(Duration::from_millis(ms))),
@@ -108,10 +102,11 @@ impl Plugin {
     }
 
     /// Runs `f` on a fresh instance under the deadline, memory and host-call limits. Calls the
-    /// grants refused are reported as one Warning event about `regarding`.
+    /// grants refused are reported as one Warning event about `regarding`, an object of the for
+    /// kind.
     pub(crate) async fn call<R>(
         &self,
-        regarding: Option<&ObjectRef>,
+        regarding: Option<&ObjectKey>,
         f: impl AsyncFnOnce(&Controller, &mut Store<PluginCtx>) -> wasmtime::Result<R>,
     ) -> Result<R, CallFailed> {
         let (mut store, instance) = instantiate(self).await?;
@@ -129,10 +124,15 @@ impl Plugin {
     }
 
     /// Best effort: an operator sees refused calls on the object (`kubectl describe`).
-    async fn report_denied(&self, regarding: &ObjectRef, denied: Vec<String>) {
+    async fn report_denied(&self, key: &ObjectKey, denied: Vec<String>) {
         let mut note = denied.join("; ");
         note.truncate(note.floor_char_boundary(MAX_NOTE));
-        let event = EventRecord { regarding: regarding.clone(), warning: true, reason: "AccessDenied".into(), note };
+        let regarding = ObjectRef {
+            kind: self.registration.for_kind.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        };
+        let event = EventRecord { regarding, warning: true, reason: "AccessDenied".into(), note };
         if let Err(err) = self.shared.writer.publish_event(&self.shared.manager, &event).await {
             tracing::warn!(plugin = %self.shared.name, error = %err, "could not publish the AccessDenied event");
         }

@@ -81,6 +81,12 @@ impl From<KindRef> for String {
     }
 }
 
+/// Whether `set` holds `kind`'s group and kind. Checked on every host call, so it compares in
+/// place instead of building a `KindRef`; the sets hold a handful of kinds.
+fn holds(set: &BTreeSet<KindRef>, kind: &GroupVersionKind) -> bool {
+    set.iter().any(|k| k.kind == kind.kind && k.group == kind.group)
+}
+
 /// What the operator grants a plugin beyond the defaults.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -142,18 +148,17 @@ impl Grants {
 
     /// Whether the plugin may read objects of `kind`.
     pub fn can_read(&self, kind: &GroupVersionKind) -> bool {
-        self.read.contains(&KindRef::of(kind))
+        holds(&self.read, kind)
     }
 
     /// Whether the plugin may create, apply, patch or delete objects of `kind`.
     pub fn can_write(&self, kind: &GroupVersionKind) -> bool {
-        self.write.contains(&KindRef::of(kind))
+        holds(&self.write, kind)
     }
 
     /// Whether the plugin may write the status subresource of `kind`.
     pub fn can_write_status(&self, kind: &GroupVersionKind) -> bool {
-        let kind = KindRef::of(kind);
-        self.write_status.contains(&kind) || self.write.contains(&kind)
+        holds(&self.write_status, kind) || holds(&self.write, kind)
     }
 
     /// Kinds readable, for RBAC generation and diagnostics.
