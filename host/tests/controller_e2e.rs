@@ -114,3 +114,67 @@ async fn a_plugin_that_fails_to_load_is_reported_and_the_others_run() {
     );
     app.shut_down(Duration::from_secs(10)).await;
 }
+
+fn deployment(name: &str, reload: bool, configmap: &str) -> k8s_openapi::api::apps::v1::Deployment {
+    let labels = if reload { serde_json::json!({"kubewasm.dev/reload": "true"}) } else { serde_json::json!({}) };
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+            "metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1",
+                                     "envFrom": [{"configMapRef": {"name": configmap}}]}]}}}
+    }))
+    .unwrap()
+}
+
+fn config_hash(d: &k8s_openapi::api::apps::v1::Deployment) -> Option<String> {
+    d.spec.template.metadata.as_ref()?.annotations.as_ref()?.get("kubewasm.dev/config-hash").cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_reloader_restamps_a_deployment_when_its_configmap_changes() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = common::install_plugin(
+        dir.path(),
+        "config-reloader",
+        "config_reloader.wasm",
+        "grants: {write: [Deployment.apps]}\n",
+    );
+    let file =
+        PluginFile { name: "config-reloader".into(), wasm, config: Some(dir.path().join("config-reloader.yaml")) };
+    let mut app = App::new(client.clone(), None, None).unwrap();
+    app.add_plugin(&file).await.unwrap();
+    eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
+
+    let ns = cp.namespace("reload").await;
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
+    let cm: ConfigMap =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "app-config"}, "data": {"mode": "a"}})).unwrap();
+    configmaps.create(&PostParams::default(), &cm).await.unwrap();
+    deployments.create(&PostParams::default(), &deployment("web", true, "app-config")).await.unwrap();
+    deployments.create(&PostParams::default(), &deployment("ignored", false, "app-config")).await.unwrap();
+
+    let first =
+        eventually("the first hash on web", CONVERGE, || async { config_hash(&deployments.get("web").await.unwrap()) })
+            .await;
+    // The ConfigMap changes: Watches → map → the index finds web → a new hash.
+    let change = serde_json::json!({"data": {"mode": "b"}});
+    configmaps.patch("app-config", &PatchParams::default(), &Patch::Merge(&change)).await.unwrap();
+    let second = eventually("a new hash on web after the ConfigMap changed", CONVERGE, || async {
+        config_hash(&deployments.get("web").await.unwrap()).filter(|h| *h != first)
+    })
+    .await;
+    assert_ne!(first, second);
+    assert_eq!(
+        config_hash(&deployments.get("ignored").await.unwrap()),
+        None,
+        "a Deployment without the label is left alone"
+    );
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}
