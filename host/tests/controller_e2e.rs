@@ -178,3 +178,91 @@ async fn config_reloader_restamps_a_deployment_when_its_configmap_changes() {
     );
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_sync_copies_to_matching_namespaces_follows_new_ones_and_cleans_up_on_delete() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject};
+    use kube::core::GroupVersionKind;
+
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/configmapsync.yaml");
+    let applied = cp.kubectl().arg("apply").arg("-f").arg(&crd).output().unwrap();
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    eventually("the ConfigMapSync CRD established", CONVERGE, || async {
+        let crd = crds.get("configmapsyncs.examples.kubewasm.dev").await.ok()?;
+        let conditions = crd.status?.conditions?;
+        conditions.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
+    })
+    .await;
+
+    let id = format!("{}-{}", std::process::id(), rand_suffix());
+    let src = new_namespace(&client, "cms-src").await;
+    let shared: ConfigMap =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "shared"}, "data": {"greeting": "hello"}}))
+            .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &src).create(&PostParams::default(), &shared).await.unwrap();
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let labelled = |name: String| async {
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": {"kubewasm-test": id}}}))
+                .unwrap();
+        namespaces.create(&PostParams::default(), &ns).await.unwrap();
+        name
+    };
+    let ns_a = labelled(format!("cms-a-{id}")).await;
+    let ns_b = labelled(format!("cms-b-{id}")).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = "grants: {write: [ConfigMapSync.examples.kubewasm.dev]}\n";
+    let wasm = common::install_plugin(dir.path(), "configmap-sync", "configmap_sync.wasm", config);
+    let file = PluginFile { name: "configmap-sync".into(), wasm, config: Some(dir.path().join("configmap-sync.yaml")) };
+    let mut app = App::new(client.clone(), None, None).unwrap();
+    app.add_plugin(&file).await.unwrap();
+
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("examples.kubewasm.dev", "v1alpha1", "ConfigMapSync"));
+    let syncs = Api::<DynamicObject>::all_with(client.clone(), &resource);
+    let name = format!("sync-{id}");
+    let sync: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "examples.kubewasm.dev/v1alpha1", "kind": "ConfigMapSync", "metadata": {"name": name},
+        "spec": {"source": {"namespace": src, "name": "shared"}, "namespaceSelector": format!("kubewasm-test={id}")}}))
+    .unwrap();
+    syncs.create(&PostParams::default(), &sync).await.unwrap();
+
+    let copy_in = |ns: String| {
+        let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+        async move { api.get_opt("shared").await.unwrap() }
+    };
+    let synced = |count: i64| {
+        let syncs = syncs.clone();
+        let name = name.clone();
+        async move {
+            let s = syncs.get(&name).await.ok()?;
+            let ready = s.data.pointer("/status/conditions/0/status").and_then(|v| v.as_str()) == Some("True");
+            (ready && s.data.pointer("/status/syncedCount").and_then(|v| v.as_i64()) == Some(count)).then_some(())
+        }
+    };
+    for ns in [&ns_a, &ns_b] {
+        let copy = eventually("a copy in each matching namespace", CONVERGE, || copy_in(ns.clone())).await;
+        assert_eq!(copy.data.unwrap()["greeting"], "hello");
+    }
+    eventually("status: Ready, 2 synced", CONVERGE, || synced(2)).await;
+
+    let ns_c = labelled(format!("cms-c-{id}")).await;
+    eventually("a copy in a namespace created later", CONVERGE, || copy_in(ns_c.clone())).await;
+    eventually("status: 3 synced", CONVERGE, || synced(3)).await;
+
+    syncs.delete(&name, &DeleteParams::default()).await.unwrap();
+    eventually("copies removed and the ConfigMapSync gone", CONVERGE, || async {
+        let mut left = 0;
+        for ns in [&ns_a, &ns_b, &ns_c] {
+            left += usize::from(copy_in(ns.clone()).await.is_some());
+        }
+        (left == 0 && syncs.get_opt(&name).await.unwrap().is_none()).then_some(())
+    })
+    .await;
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}

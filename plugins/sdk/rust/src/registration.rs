@@ -73,6 +73,12 @@ impl Registration {
         self
     }
 
+    /// Also writes objects of any kind (e.g. a CRD without a Rust type; needs a grant).
+    pub fn writes_kind(mut self, kind: Gvk) -> Self {
+        self.0.writes.push(kind);
+        self
+    }
+
     /// Builds index `name` over `K`.
     pub fn index<K: k8s_openapi::Resource>(mut self, name: &str, source: IndexSource) -> Self {
         let source = match source {
