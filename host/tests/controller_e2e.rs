@@ -266,3 +266,53 @@ async fn configmap_sync_copies_to_matching_namespaces_follows_new_ones_and_clean
     .await;
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_while_a_cache_cannot_sync_and_200_once_it_has() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+
+    let Some(cp) = ControlPlane::shared() else { return };
+    let admin = cp.admin_client().await;
+    // The restricted user may discover kinds but not list them: the caches cannot sync.
+    let mut app = App::new(cp.restricted_client().await, None, None).unwrap();
+    let router = kubewasm::admin::router(app.registry().clone(), app.readiness().clone());
+    let (addr, _server) =
+        kubewasm::admin::serve("127.0.0.1:0".parse().unwrap(), router, std::future::pending()).await.unwrap();
+    let readyz = || async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    app.add_plugin(&namespace_defaults()).await.unwrap();
+    let refused =
+        |text: &str| common::metric_value(text, "kubewasm_informer_watch_errors_total", &[("kind", "v1/Namespace")]);
+    eventually("the Namespace list refused at least once", CONVERGE, || async {
+        refused(&prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap())
+            .filter(|v| *v >= 1.0)
+    })
+    .await;
+    let before = readyz().await;
+    assert!(before.starts_with("HTTP/1.1 503"), "ready although a cache never synced:\n{before}");
+    assert!(before.contains("[-] controller namespace-defaults"), "{before}");
+
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kubewasm-e2e-readyz"},
+        "rules": [{"apiGroups": ["", "networking.k8s.io"], "resources": ["namespaces", "resourcequotas", "networkpolicies"],
+                   "verbs": ["get", "list", "watch"]}]}))
+    .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kubewasm-e2e-readyz"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubewasm-e2e-readyz"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": cp.restricted_user()}]}))
+    .unwrap();
+    Api::<ClusterRole>::all(admin.clone()).create(&PostParams::default(), &role).await.unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &binding).await.unwrap();
+    eventually("/readyz 200 once the caches synced", CONVERGE, || async {
+        Some(readyz().await).filter(|r| r.starts_with("HTTP/1.1 200"))
+    })
+    .await;
+    app.shut_down(Duration::from_secs(10)).await;
+}
