@@ -66,12 +66,6 @@ impl Default for RuntimeConfig {
     }
 }
 
-impl std::fmt::Debug for PluginMetrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PluginMetrics")
-    }
-}
-
 impl RuntimeConfig {
     /// Keep compiled components in `dir` (wasmtime's cache: keyed by a hash of the module and the
     /// engine's configuration), so a restart does not recompile.

@@ -9,6 +9,12 @@ use prometheus::{IntCounterVec, Opts, Registry};
 #[derive(Clone, Default)]
 pub struct PluginMetrics(Option<Arc<Inner>>);
 
+impl std::fmt::Debug for PluginMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginMetrics").field("registered", &self.0.is_some()).finish()
+    }
+}
+
 struct Inner {
     loads: IntCounterVec,
     load_errors: IntCounterVec,
