@@ -9,7 +9,9 @@ plugins="${KUBEWASM_PLUGIN_DIR:?set by make demo}"
 work=.kubewasm/demo
 admin="${KUBEWASM_DEMO_ADMIN:-127.0.0.1:8080}"
 rm -rf "$work" && mkdir -p "$work/plugins"
-cp "$plugins/namespace_defaults.wasm" "$work/plugins/namespace-defaults.wasm"
+for plugin in namespace-defaults config-reloader configmap-sync; do
+  cp "$plugins/${plugin//-/_}.wasm" "$work/plugins/$plugin.wasm"
+done
 cp deploy/demo/plugins/*.yaml "$work/plugins/"
 
 pids=()
@@ -27,6 +29,10 @@ for _ in $(seq 1 120); do [ -f "$work/kubeconfig" ] && break; sleep 1; done
 export KUBECONFIG="$PWD/$work/kubeconfig"
 kubectl=( "${KUBEWASM_KUBECTL:?set by make demo}" --kubeconfig "$KUBECONFIG" )
 
+echo "== installing the ConfigMapSync CRD (deploy/crds/)"
+"${kubectl[@]}" apply -f deploy/crds/
+"${kubectl[@]}" wait --for condition=established --timeout=60s crd/configmapsyncs.examples.kubewasm.dev
+
 echo "== starting kubewasm with the plugins in $work/plugins"
 "$bin/kubewasm" run --plugins "$work/plugins" --kubeconfig "$KUBECONFIG" --admin-addr "$admin" \
   --log info 2> >(tee "$work/kubewasm.log" >&2) &
@@ -36,12 +42,31 @@ curl -fsS "http://$admin/readyz" || { echo "kubewasm did not become ready"; exit
 
 echo "== applying example objects (deploy/demo/objects.yaml)"
 "${kubectl[@]}" apply -f deploy/demo/objects.yaml
-for _ in $(seq 1 60); do
-  "${kubectl[@]}" get resourcequota default-quota -n team-b >/dev/null 2>&1 && break; sleep 1
-done
+converged() {
+  "${kubectl[@]}" get resourcequota default-quota -n team-b >/dev/null 2>&1 &&
+  [ -n "$("${kubectl[@]}" get deploy web -n team-a -o jsonpath='{.spec.template.metadata.annotations.kubewasm\.dev/config-hash}')" ] &&
+  "${kubectl[@]}" get configmap web-config -n team-b >/dev/null 2>&1
+}
+for _ in $(seq 1 90); do converged && break; sleep 1; done
+converged || { echo "the plugins did not converge; see $work/kubewasm.log"; exit 1; }
 
 echo; echo "== what the plugins did"
 "${kubectl[@]}" get resourcequota,networkpolicy -A -l app.kubernetes.io/managed-by=kubewasm-namespace-defaults
+echo; echo "== config-reloader: the pod template's hash of web-config"
+"${kubectl[@]}" get deploy web -n team-a -o jsonpath='{.spec.template.metadata.annotations}{"\n"}'
+before=$("${kubectl[@]}" get deploy web -n team-a -o jsonpath='{.spec.template.metadata.annotations.kubewasm\.dev/config-hash}')
+"${kubectl[@]}" patch configmap web-config -n team-a --type merge -p '{"data":{"mode":"green"}}' >/dev/null
+for _ in $(seq 1 60); do
+  after=$("${kubectl[@]}" get deploy web -n team-a -o jsonpath='{.spec.template.metadata.annotations.kubewasm\.dev/config-hash}')
+  [ "$after" != "$before" ] && break; sleep 1
+done
+echo "after changing web-config: $before -> $after"
+[ "$after" != "$before" ] || { echo "config-reloader did not re-stamp web"; exit 1; }
+
+echo; echo "== configmap-sync: copies of team-a/web-config, and the ConfigMapSync status"
+"${kubectl[@]}" get configmaps -A -l examples.kubewasm.dev/sync
+"${kubectl[@]}" get configmapsyncs
+
 echo; echo "== events they reported"
 "${kubectl[@]}" get events.events.k8s.io -A --field-selector reason=DefaultsApplied \
   -o custom-columns=NAMESPACE:.regarding.name,REASON:.reason,NOTE:.note,BY:.reportingController
@@ -54,7 +79,8 @@ fi
 
 echo
 echo "Point kubectl at the demo cluster:  export KUBECONFIG=$KUBECONFIG"
-echo "(kubectl is at ${KUBEWASM_KUBECTL}). Try: kubectl create namespace team-c; kubectl get resourcequota -n team-c"
+echo "(kubectl is at ${KUBEWASM_KUBECTL}). Try: kubectl create namespace team-c --dry-run=client -o yaml |"
+echo "  kubectl label -f - --local shared-config=yes -o yaml | kubectl apply -f -   # gets a quota and a web-config copy"
 if [ "${KUBEWASM_DEMO_EXIT:-0}" = 1 ]; then
   echo "demo: OK"
   exit 0
