@@ -98,10 +98,14 @@ impl Mapper {
     pub(crate) async fn run(self: Arc<Self>, reconciler: Arc<Reconciler>) {
         while let Some(item) = self.queue.get().await {
             let informer = &self.watched[item.0];
-            let obj = informer.store().get_by_key(&item.1).or_else(|| self.tombstones.lock().remove(&item));
+            // A deleted object's tombstone stays until it has been mapped, so a failed map is
+            // retried with the same last state; success also clears a tombstone left behind by
+            // a delete-then-recreate.
+            let obj = informer.store().get_by_key(&item.1).or_else(|| self.tombstones.lock().get(&item).cloned());
             if let Some(obj) = obj {
                 match reconciler.plugin().map(informer.gvk(), obj.json()).await {
                     Ok(keys) => {
+                        self.tombstones.lock().remove(&item);
                         self.queue.forget(&item);
                         for key in keys {
                             reconciler.queue().add(key);
