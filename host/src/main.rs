@@ -22,6 +22,10 @@ fn main() -> anyhow::Result<()> {
                 app::run(args, token).await
             }
             Command::Check(args) => check(args).await,
+            Command::Crd => {
+                print!("{}", kubewasm::hotload::crd_yaml());
+                Ok(())
+            }
         }
     })
 }
