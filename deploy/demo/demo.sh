@@ -29,9 +29,10 @@ for _ in $(seq 1 120); do [ -f "$work/kubeconfig" ] && break; sleep 1; done
 export KUBECONFIG="$PWD/$work/kubeconfig"
 kubectl=( "${KUBEWASM_KUBECTL:?set by make demo}" --kubeconfig "$KUBECONFIG" )
 
-echo "== installing the ConfigMapSync CRD (deploy/crds/)"
+echo "== installing the CRDs (deploy/crds/: ConfigMapSync for the example, WasmPlugin for the host)"
 "${kubectl[@]}" apply -f deploy/crds/
 "${kubectl[@]}" wait --for condition=established --timeout=60s crd/configmapsyncs.examples.kubewasm.dev
+"${kubectl[@]}" wait --for condition=established --timeout=60s crd/wasmplugins.kubewasm.dev
 
 echo "== starting kubewasm with the plugins in $work/plugins"
 "$bin/kubewasm" run --plugins "$work/plugins" --kubeconfig "$KUBECONFIG" --admin-addr "$admin" \

@@ -17,6 +17,9 @@ use super::wasmplugin::{Condition, WasmPlugin, WasmPluginStatus};
 use crate::informer::{CachedObject, Informer, InformerParams, ResourceEventHandler};
 use crate::queue::{Config as QueueConfig, WorkQueue};
 
+/// Name of this source's readiness check.
+pub const READINESS_CHECK: &str = "wasmplugins";
+
 /// Field manager of the host's status writes.
 pub const STATUS_MANAGER: &str = "kubewasm";
 
@@ -90,7 +93,10 @@ impl WasmPluginSource {
     }
 
     /// Runs until `shutdown`. Waits for the WasmPlugin CRD if it is not installed yet.
+    /// The readiness check `wasmplugins` passes once its caches have synced.
     pub async fn run(self, shutdown: CancellationToken) {
+        let readiness = self.manager.context().readiness.clone();
+        readiness.set(READINESS_CHECK, false);
         let factory = self.manager.context().factory.clone();
         let plugins = loop {
             match factory.informer_for(&gvk()).await {
@@ -123,6 +129,7 @@ impl WasmPluginSource {
                 _ = informer.wait_for_sync() => {}
             }
         }
+        readiness.set(READINESS_CHECK, true);
         tracing::info!(namespace = %self.module_namespace, "applying WasmPlugin objects");
         let stop = queue.clone();
         let this = Arc::new(self);

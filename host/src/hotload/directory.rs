@@ -54,6 +54,9 @@ pub fn read_config(file: &PluginFile) -> anyhow::Result<PluginConfig> {
     }
 }
 
+/// Name of the directory source's readiness check.
+pub const READINESS_CHECK: &str = "plugin directory";
+
 /// The bytes a version is made of; a pass skips a plugin whose bytes it already tried.
 #[derive(Clone, PartialEq, Eq)]
 struct Fingerprint {
@@ -87,9 +90,17 @@ impl DirectorySource {
 
     /// One pass: loads new files, swaps changed ones, unloads removed ones. Files whose bytes
     /// were already tried (and failed, or serve) are skipped, so a bad file is reported once.
+    /// The readiness check `plugin directory` passes once a pass could read the directory.
     pub async fn sync(&mut self) -> anyhow::Result<Vec<(String, Change)>> {
-        let files =
-            plugin_files(&self.dir).with_context(|| format!("reading plugin directory {}", self.dir.display()))?;
+        let readiness = &self.manager.context().readiness;
+        let files = match plugin_files(&self.dir) {
+            Ok(files) => files,
+            Err(e) => {
+                readiness.set(READINESS_CHECK, false);
+                return Err(e).with_context(|| format!("reading plugin directory {}", self.dir.display()));
+            }
+        };
+        readiness.set(READINESS_CHECK, true);
         let mut changes = Vec::new();
         for file in &files {
             // A file can vanish or be half-written between listing and reading: the next

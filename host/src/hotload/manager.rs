@@ -179,10 +179,10 @@ impl Manager {
 
     async fn apply_locked(&self, slot: &mut Option<Slot>, desired: Desired) -> Result<Applied, ApplyError> {
         let Desired { name, origin, wasm, config } = desired;
-        if let Some(current) = slot.as_ref() {
-            if current.origin != origin {
-                return Err(ApplyError::NameTaken { name, owner: current.origin.clone() });
-            }
+        if let Some(current) = slot.as_ref()
+            && current.origin != origin
+        {
+            return Err(ApplyError::NameTaken { name, owner: current.origin.clone() });
         }
         let sha256 = crate::plugin::sha256_hex(&wasm);
         if slot.as_ref().is_some_and(|s| s.sha256 == sha256 && s.config == config) {
