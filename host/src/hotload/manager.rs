@@ -262,6 +262,13 @@ impl Manager {
         slot.as_ref().map(|s| Serving { sha256: s.sha256.clone(), revision: s.revision })
     }
 
+    /// Whether `name` serves exactly this component (by sha256) and config.
+    pub async fn serves(&self, name: &str, sha256: &str, config: &PluginConfig) -> bool {
+        let Some(slot) = self.slots.lock().get(name).cloned() else { return false };
+        let slot = slot.lock().await;
+        slot.as_ref().is_some_and(|s| s.sha256 == sha256 && &s.config == config)
+    }
+
     /// The current plugin version of `name`, with its controller's reconciler.
     pub async fn reconciler(&self, name: &str) -> Option<Arc<controller::Reconciler>> {
         let slot = self.slots.lock().get(name).cloned()?;
