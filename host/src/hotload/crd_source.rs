@@ -191,7 +191,7 @@ impl WasmPluginSource {
                 self.manager.apply(desired).await.map(|_| ()).map_err(|e| NotServing {
                     reason: e.reason(),
                     message: format!("{e:#}"),
-                    retry: false,
+                    retry: e.is_transient(),
                 })
             }
         };

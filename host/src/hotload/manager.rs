@@ -51,6 +51,12 @@ pub enum ApplyError {
 }
 
 impl ApplyError {
+    /// Whether the same version may load later without any change to it (the API server was
+    /// away, a cache did not sync in time), as opposed to a version that can never load.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ApplyError::Wiring(_))
+    }
+
     /// Bounded label for metrics and condition reasons.
     pub fn reason(&self) -> &'static str {
         match self {
