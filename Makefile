@@ -22,7 +22,7 @@ JS_TOOL := $(KUBEWASM_TOOLS)/js-$(shell cat plugins/js/package.json plugins/js/p
 WIT := wit/controller@0.1.0
 comma := ,
 space := $(subst ,, )
-FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper
+FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter
 
 .PHONY: help toolchain plugins rust-plugins py-plugins js-plugins control-plane test lint demo demo-check bench
 

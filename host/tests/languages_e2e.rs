@@ -99,8 +99,10 @@ fn normalize(object: Value, ns: &str, ns_uid: &str) -> Value {
         .as_array()
         .into_iter()
         .flatten()
-        .map(|m| json!({"manager": m["manager"], "operation": m["operation"], "fieldsType": m["fieldsType"],
-                         "fieldsV1": m["fieldsV1"]}))
+        .map(|m| {
+            json!({"manager": m["manager"], "operation": m["operation"], "fieldsType": m["fieldsType"],
+                         "fieldsV1": m["fieldsV1"]})
+        })
         .collect();
     v["managedFields"] = Value::Array(managed);
     v.as_object_mut().unwrap().remove("status");

@@ -138,6 +138,7 @@ impl Runtime {
             registration: Registration::new(kube::core::GroupVersionKind::gvk("", "", "")),
             sha256,
             max_concurrent: 1,
+            idle: Default::default(),
         };
         let registration = dispatch::describe(&plugin).await.map_err(LoadError::Describe)?;
         registration.validate()?;
