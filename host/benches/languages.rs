@@ -1,7 +1,8 @@
 //! namespace-defaults built in each plugin language, on the same host and in the same run:
 //! component size, load time (compile + describe, no compile cache), instantiate cost (a fresh
 //! instance + a call that does nothing), per-reconcile p50/p99 (fresh instance, settings, two
-//! cache reads, two applies), and the smallest `limits.memoryBytes` a reconcile succeeds with.
+//! cache reads, two applies), the same with `limits.reuseInstances: 100`, and the smallest
+//! `limits.memoryBytes` a reconcile succeeds with.
 //! Builds missing from `KUBEWASM_PLUGIN_DIR` fail the bench, naming the one missing.
 //!
 //! Run: `make plugins && cargo bench -p kubewasm --bench languages` (`KUBEWASM_BENCH_LANGS=rust,js`
@@ -25,6 +26,9 @@ const LANGUAGES: [(&str, &str); 4] = [
     ("js", "namespace_defaults_js.wasm"),
     ("go", "namespace_defaults_go.wasm"),
 ];
+
+/// `limits.reuseInstances` for the second set of reconcile figures.
+const REUSE: u32 = 100;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
@@ -109,14 +113,21 @@ fn main() {
             })
             .await;
             let memory = memory_needed(&cached, file, &key).await;
+            let reusing = load(&fresh, file, limits.clone().with_reuse_instances(REUSE)).await.unwrap();
+            let (reuse_p50, reuse_p99) = sample(n, async || {
+                reusing.reconcile(&key, 0).await.unwrap();
+            })
+            .await;
             println!(
-                "{lang:<7} {:>6.1} MB {:>11} {:>13} {:>13} {:>13} {:>5} MiB",
+                "{lang:<7} {:>6.1} MB {:>11} {:>13} {:>13} {:>13} {:>5} MiB   reuse {REUSE}: p50 {} p99 {}",
                 size as f64 / 1e6,
                 ms(load_time),
                 ms(inst),
                 ms(p50),
                 ms(p99),
-                memory
+                memory,
+                ms(reuse_p50),
+                ms(reuse_p99)
             );
         }
     });
