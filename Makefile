@@ -56,13 +56,15 @@ py-plugins: $(foreach p,$(PY_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_p
 js-plugins: $(foreach p,$(JS_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_js.wasm)
 go-plugins: $(foreach p,$(GO_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_go.wasm)
 
-# The toolchains: a venv with componentize-py; `npm ci` of the committed lock file.
-$(PY_TOOL)/.installed: plugins/python/requirements.txt
+# The toolchains: a venv with componentize-py; `npm ci` of the committed lock file. Their
+# directories are named by version / lock-file hash, so the stamp's existence is enough (a fresh
+# clone's newer file times must not reinstall them).
+$(PY_TOOL)/.installed: | plugins/python/requirements.txt
 	rm -rf $(PY_TOOL) && python3 -m venv $(PY_TOOL)
-	$(PY_TOOL)/bin/pip install --quiet --disable-pip-version-check -r $<
+	$(PY_TOOL)/bin/pip install --quiet --disable-pip-version-check -r plugins/python/requirements.txt
 	touch $@
-$(JS_TOOL)/.installed: plugins/js/package.json plugins/js/package-lock.json
-	rm -rf $(JS_TOOL) && mkdir -p $(JS_TOOL) && cp $^ $(JS_TOOL)/
+$(JS_TOOL)/.installed: | plugins/js/package.json plugins/js/package-lock.json
+	rm -rf $(JS_TOOL) && mkdir -p $(JS_TOOL) && cp plugins/js/package.json plugins/js/package-lock.json $(JS_TOOL)/
 	cd $(JS_TOOL) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 $(WASM_TOOLS):
