@@ -29,8 +29,6 @@ WASM_TOOLS := $(KUBEWASM_TOOLS)/wasm-tools-$(WASM_TOOLS_VERSION)/bin/wasm-tools
 REACTOR_ADAPTER := $(JS_TOOL)/node_modules/@bytecodealliance/jco/lib/wasi_snapshot_preview1.reactor.wasm
 GO ?= go
 WIT := wit/controller@0.1.0
-comma := ,
-space := $(subst ,, )
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter
 
 .PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins control-plane test lint demo demo-check bench
@@ -83,7 +81,7 @@ $(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT)/controller.wit \
 		plugins/sdk/js/kubewasm.js $$(wildcard plugins/js/$$(subst _,-,$$*)/*.js)
 	@mkdir -p $(@D)/js-bundle
 	$(JS_TOOL)/node_modules/.bin/rolldown plugins/js/$(subst _,-,$*)/$(subst _,-,$*).js --format esm \
-		--external $(subst $(space),$(comma),$(foreach i,types cache client events log config,kubewasm:controller/$(i)@0.1.0)) \
+		$(foreach i,types cache client events log config,--external kubewasm:controller/$(i)@0.1.0) \
 		--file $(@D)/js-bundle/$*.js
 	# componentize-js resolves the source relative to the working directory.
 	cd $(@D)/js-bundle && $(JS_TOOL)/node_modules/.bin/componentize-js $*.js --wit $(CURDIR)/$(WIT) \
