@@ -9,9 +9,29 @@ export KUBEWASM_PLUGIN_DIR ?= $(TARGET_DIR)/wasm32-wasip2/plugin
 RUST_PLUGINS := namespace-defaults config-reloader configmap-sync
 K8S_VERSION ?= 1.37.2
 K8S_BIN ?= $(or $(KUBEBUILDER_ASSETS),$(or $(KUBEWASM_K8S_CACHE),$(HOME)/.cache/kubewasm/k8s)/$(K8S_VERSION))
-FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-stamper
+# Plugins in other languages: plugins/python/<name>/<name_with_underscores>.py and
+# plugins/js/<name>/<name>.js, built to <name_with_underscores>_py.wasm / _js.wasm.
+PY_PLUGINS := namespace-defaults
+JS_PLUGINS := namespace-defaults
+GO_PLUGINS := namespace-defaults
+# Their toolchains, pinned (plugins/python/requirements.txt, plugins/js/package-lock.json) and
+# installed once per version into this cache; a plain `cargo build` needs none of them.
+KUBEWASM_TOOLS ?= $(HOME)/.cache/kubewasm/tools
+COMPONENTIZE_PY_VERSION := $(shell sed -n 's/^componentize-py==//p' plugins/python/requirements.txt)
+PY_TOOL := $(KUBEWASM_TOOLS)/componentize-py-$(COMPONENTIZE_PY_VERSION)
+JS_TOOL := $(KUBEWASM_TOOLS)/js-$(shell cat plugins/js/package.json plugins/js/package-lock.json | sha256sum | cut -c1-16)
+# Go (experimental, not part of `plugins`: the component loads and describes itself, but a
+# reconcile traps in the WASI adapter; plugins/README.md says why): wasm-tools from crates.io
+# (only its `component` feature) and the WASI preview1 reactor adapter that
+# @bytecodealliance/jco ships (in the JS toolchain's node_modules).
+WASM_TOOLS_VERSION := 1.263.0
+WASM_TOOLS := $(KUBEWASM_TOOLS)/wasm-tools-$(WASM_TOOLS_VERSION)/bin/wasm-tools
+REACTOR_ADAPTER := $(JS_TOOL)/node_modules/@bytecodealliance/jco/lib/wasi_snapshot_preview1.reactor.wasm
+GO ?= go
+WIT := wit/controller@0.1.0
+FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper
 
-.PHONY: help toolchain plugins control-plane test lint demo demo-check bench bench-hotload
+.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins control-plane test lint demo demo-check bench bench-hotload
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -23,10 +43,63 @@ toolchain:
 	@rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 
-## Every guest component (example plugins and test fixtures), built once for wasm32-wasip2.
-plugins: toolchain
-	$(CARGO) build --profile plugin --target wasm32-wasip2 $(addprefix -p ,$(RUST_PLUGINS) $(FIXTURES))
+## Every guest component (example plugins in each language and test fixtures).
+plugins: rust-plugins py-plugins js-plugins
 	@ls -l $(KUBEWASM_PLUGIN_DIR)/*.wasm
+
+rust-plugins: toolchain
+	$(CARGO) build --profile plugin --target wasm32-wasip2 $(addprefix -p ,$(RUST_PLUGINS) $(FIXTURES))
+
+py-plugins: $(foreach p,$(PY_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_py.wasm)
+js-plugins: $(foreach p,$(JS_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_js.wasm)
+go-plugins: $(foreach p,$(GO_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_go.wasm)
+
+# The toolchains: a venv with componentize-py; `npm ci` of the committed lock file. Their
+# directories are named by version / lock-file hash, so the stamp's existence is enough (a fresh
+# clone's newer file times must not reinstall them).
+$(PY_TOOL)/.installed: | plugins/python/requirements.txt
+	rm -rf $(PY_TOOL) && python3 -m venv $(PY_TOOL)
+	$(PY_TOOL)/bin/pip install --quiet --disable-pip-version-check -r plugins/python/requirements.txt
+	touch $@
+$(JS_TOOL)/.installed: | plugins/js/package.json plugins/js/package-lock.json
+	rm -rf $(JS_TOOL) && mkdir -p $(JS_TOOL) && cp plugins/js/package.json plugins/js/package-lock.json $(JS_TOOL)/
+	cd $(JS_TOOL) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+$(WASM_TOOLS):
+	$(CARGO) install wasm-tools --version $(WASM_TOOLS_VERSION) --locked --no-default-features \
+		--features component --root $(KUBEWASM_TOOLS)/wasm-tools-$(WASM_TOOLS_VERSION)
+
+# A plugin is rebuilt when its sources, its SDK, the WIT world or its toolchain change.
+.SECONDEXPANSION:
+$(KUBEWASM_PLUGIN_DIR)/%_py.wasm: $(PY_TOOL)/.installed $(WIT)/controller.wit \
+		$$(wildcard plugins/sdk/python/kubewasm/*.py) $$(wildcard plugins/python/$$(subst _,-,$$*)/*.py)
+	@mkdir -p $(@D)
+	$(PY_TOOL)/bin/componentize-py -d $(WIT) -w controller componentize \
+		-p plugins/sdk/python -p plugins/python/$(subst _,-,$*) $* -o $@.tmp
+	mv $@.tmp $@
+$(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT)/controller.wit \
+		plugins/sdk/js/kubewasm.js $$(wildcard plugins/js/$$(subst _,-,$$*)/*.js)
+	@mkdir -p $(@D)/js-bundle
+	$(JS_TOOL)/node_modules/.bin/rolldown plugins/js/$(subst _,-,$*)/$(subst _,-,$*).js --format esm \
+		$(foreach i,types cache client events log config,--external kubewasm:controller/$(i)@0.1.0) \
+		--file $(@D)/js-bundle/$*.js
+	# componentize-js resolves the source relative to the working directory.
+	cd $(@D)/js-bundle && $(JS_TOOL)/node_modules/.bin/componentize-js $*.js --wit $(CURDIR)/$(WIT) \
+		-n controller --disable http fetch-event -o $@.tmp
+	mv $@.tmp $@
+# The adapter allocates with memory.grow: Go's runtime cannot take a call into its cabi_realloc
+# while it is writing (on its system stack) through the adapter.
+$(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(WASM_TOOLS) $(JS_TOOL)/.installed $(WIT)/controller.wit \
+		$(wildcard plugins/sdk/go/*.go plugins/sdk/go/go.mod) \
+		$$(wildcard plugins/go/$$(subst _,-,$$*)/*.go plugins/go/$$(subst _,-,$$*)/go.mod)
+	@mkdir -p $(@D)/go-build
+	cd plugins/go/$(subst _,-,$*) && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath \
+		-o $(@D)/go-build/$*.core.wasm .
+	$(WASM_TOOLS) component embed $(WIT) --world controller $(@D)/go-build/$*.core.wasm \
+		-o $(@D)/go-build/$*.embed.wasm
+	$(WASM_TOOLS) component new $(@D)/go-build/$*.embed.wasm --realloc-via-memory-grow \
+		--adapt wasi_snapshot_preview1=$(REACTOR_ADAPTER) -o $@.tmp
+	mv $@.tmp $@
 
 ## kube-apiserver, etcd and kubectl built from Go modules, cached by version.
 control-plane:

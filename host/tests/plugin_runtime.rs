@@ -295,3 +295,52 @@ async fn a_memory_limit_above_the_hosts_maximum_is_rejected_at_load() {
     let err = h.load("namespace-defaults", "namespace_defaults.wasm", config).await.unwrap_err();
     assert!(matches!(err, LoadError::MemoryAboveMax { .. }), "{err:?}");
 }
+
+/// The `RequeueAfter` of the counter fixture: how many calls its instance has served.
+async fn served(plugin: &Plugin, name: &str) -> Result<u64, CallFailed> {
+    match plugin.reconcile(&key(Some("default"), name), 0).await? {
+        Action::RequeueAfter(d) => Ok(d.as_millis() as u64),
+        Action::Done => panic!("the counter fixture always requeues"),
+    }
+}
+
+#[tokio::test]
+async fn every_reconcile_gets_a_fresh_instance_unless_reuse_is_configured() {
+    let h = Harness::new();
+    let fresh = h.load("counter", "fixture_counter.wasm", PluginConfig::default()).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(served(&fresh, "cm").await.unwrap(), 1);
+    }
+    let reusing = h.load("counter", "fixture_counter.wasm", limits(|l| l.with_reuse_instances(3))).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..7 {
+        seen.push(served(&reusing, "cm").await.unwrap());
+    }
+    assert_eq!(seen, [1, 2, 3, 1, 2, 3, 1], "an instance serves reuseInstances calls, then a fresh one takes over");
+}
+
+#[tokio::test]
+async fn a_reused_instance_is_dropped_after_its_reconcile_fails() {
+    let h = Harness::new();
+    let plugin = h.load("counter", "fixture_counter.wasm", limits(|l| l.with_reuse_instances(100))).await.unwrap();
+    assert_eq!((served(&plugin, "a").await.unwrap(), served(&plugin, "b").await.unwrap()), (1, 2));
+    let err = served(&plugin, "fail").await.unwrap_err();
+    assert!(matches!(&err, CallFailed::Plugin(m) if m.contains("failing on call 3")), "{err:?}");
+    assert_eq!(served(&plugin, "c").await.unwrap(), 1, "the next key starts from a fresh instance");
+}
+
+#[tokio::test]
+async fn the_python_and_javascript_builds_run_under_the_default_limits_and_write_what_the_rust_build_writes() {
+    let h = Harness::new();
+    h.cache.insert(&namespace("team-a", "uid-a", json!({})));
+    let mut writes = Vec::new();
+    for file in ["namespace_defaults.wasm", "namespace_defaults_py.wasm", "namespace_defaults_js.wasm"] {
+        let plugin = h.load("namespace-defaults", file, PluginConfig::default()).await.unwrap();
+        assert_eq!(plugin.reconcile(&key(None, "team-a"), 0).await.unwrap(), Action::Done, "{file}");
+        let calls = h.writer.calls();
+        writes.push(calls.into_iter().skip(writes.len() * 3).collect::<Vec<_>>());
+    }
+    assert_eq!(writes[0].len(), 3, "two applies and an event: {:?}", writes[0]);
+    assert_eq!(writes[1], writes[0], "Python");
+    assert_eq!(writes[2], writes[0], "JavaScript");
+}

@@ -1,4 +1,5 @@
-//! Calls into a plugin: a fresh instance per call, inside the plugin's limits.
+//! Calls into a plugin: a fresh instance per call (or, with `limits.reuseInstances`, an idle
+//! instance that has served fewer calls and never failed), inside the plugin's limits.
 
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,13 @@ impl ObjectKey {
             None => Self { namespace: None, name: key.to_owned() },
         }
     }
+}
+
+/// An instance kept between calls (`limits.reuseInstances`), with the calls it has served.
+pub(crate) struct Idle {
+    store: Store<PluginCtx>,
+    instance: Controller,
+    served: u32,
 }
 
 /// What to do with a key after a successful reconcile.
@@ -89,14 +97,17 @@ impl CallFailed {
 }
 
 impl Plugin {
-    /// Reconciles one key of the plugin's for kind in a fresh instance.
+    /// Reconciles one key of the plugin's for kind in a fresh (or reusable) instance.
     pub async fn reconcile(&self, key: &ObjectKey, attempt: u32) -> Result<Action, CallFailed> {
         let request = bindings::Request {
             kind: (&self.registration.for_kind).into(),
             key: types::ObjectKey { namespace: key.namespace.clone(), name: key.name.clone() },
             attempt,
         };
-        let result = self.call(Some(key), async |inst, store| inst.call_reconcile(store, &request).await).await?;
+        let reconcile =
+            async |inst: &Controller, store: &mut Store<PluginCtx>| inst.call_reconcile(store, &request).await;
+        // An instance whose reconcile returned an error is not reused: its state may be why.
+        let result = self.call(Some(key), Reuse::If(|r: &Result<_, String>| r.is_ok()), reconcile).await?;
         match result {
             Ok(bindings::Action::Done) => Ok(Action::Done),
             Ok(bindings::Action::RequeueAfter(ms)) => Ok(Action::RequeueAfter(Duration::from_millis(ms))),
@@ -107,27 +118,52 @@ impl Plugin {
     /// The keys of the for kind that a change to `object` (JSON) of a watched `kind` maps to.
     pub async fn map(&self, kind: &kube::core::GroupVersionKind, object: &[u8]) -> Result<Vec<ObjectKey>, CallFailed> {
         let kind = kind.into();
-        let keys = self.call(None, async |inst, store| inst.call_map(store, &kind, object).await).await?;
+        let map = async |inst: &Controller, store: &mut Store<PluginCtx>| inst.call_map(store, &kind, object).await;
+        let keys = self.call(None, Reuse::If(|_: &Vec<_>| true), map).await?;
         Ok(keys.into_iter().map(|k| ObjectKey { namespace: k.namespace, name: k.name }).collect())
     }
 
-    /// Runs `f` on a fresh instance under the deadline, memory and host-call limits. Calls the
+    /// Runs `f` on an instance under the deadline, memory and host-call limits. Calls the
     /// grants refused are reported as one Warning event about `regarding`, an object of the for
-    /// kind.
+    /// kind. The instance is fresh unless the plugin's `reuseInstances` allows an idle one; it
+    /// goes back to the idle list only if `f` succeeded, `reuse` accepts the result and it has
+    /// calls left.
     pub(crate) async fn call<R>(
         &self,
         regarding: Option<&ObjectKey>,
+        reuse: Reuse<impl Fn(&R) -> bool>,
         f: impl AsyncFnOnce(&Controller, &mut Store<PluginCtx>) -> wasmtime::Result<R>,
     ) -> Result<R, CallFailed> {
-        let (mut store, instance) = instantiate(self).await?;
+        let max_served = match reuse {
+            Reuse::If(_) => self.shared.limits.reuse_instances,
+            Reuse::Never => 0,
+        };
         let deadline = self.shared.limits.deadline();
+        let idle = if max_served > 1 { self.idle.lock().pop() } else { None };
+        let Idle { mut store, instance, served } = match idle {
+            Some(mut idle) => {
+                idle.store.data_mut().begin_call();
+                arm_deadline(&mut idle.store, deadline);
+                idle
+            }
+            None => {
+                let (store, instance) = instantiate(self).await?;
+                Idle { store, instance, served: 0 }
+            }
+        };
         let outcome = tokio::time::timeout(deadline + HOST_CALL_GRACE, f(&instance, &mut store)).await;
         let denied = std::mem::take(&mut store.data_mut().denied);
         if let Some(regarding) = regarding.filter(|_| !denied.is_empty()) {
             self.report_denied(regarding, denied).await;
         }
         match outcome {
-            Ok(Ok(r)) => Ok(r),
+            Ok(Ok(r)) => {
+                let served = served + 1;
+                if served < max_served && matches!(&reuse, Reuse::If(keep) if keep(&r)) {
+                    self.idle.lock().push(Idle { store, instance, served });
+                }
+                Ok(r)
+            }
             Ok(Err(err)) => Err(self.classify(&store, err)),
             Err(_) => Err(self.limit(LimitHit::Deadline(deadline))),
         }
@@ -169,11 +205,17 @@ impl Plugin {
     }
 }
 
-/// A fresh store and instance with the deadline armed.
-pub(crate) async fn instantiate(plugin: &Plugin) -> Result<(Store<PluginCtx>, Controller), CallFailed> {
-    let mut store = Store::new(&plugin.runtime.engine, PluginCtx::new(plugin.shared.clone()));
-    store.limiter(|ctx| &mut ctx.limiter);
-    let deadline = plugin.shared.limits.deadline();
+/// Whether a call may run on, and return its instance to, the plugin's idle instances.
+pub(crate) enum Reuse<F> {
+    /// Never: a fresh instance that is dropped afterwards (`describe`, whose instance holds the
+    /// load-time state without grants).
+    Never,
+    /// When `limits.reuseInstances` allows it and the call's result passes this check.
+    If(F),
+}
+
+/// Arms the reconcile deadline on `store`, counted from now.
+fn arm_deadline(store: &mut Store<PluginCtx>, deadline: Duration) {
     let until = Instant::now() + deadline;
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |mut ctx| {
@@ -184,6 +226,13 @@ pub(crate) async fn instantiate(plugin: &Plugin) -> Result<(Store<PluginCtx>, Co
         }
         Ok(UpdateDeadline::Yield(1))
     });
+}
+
+/// A fresh store and instance with the deadline armed.
+pub(crate) async fn instantiate(plugin: &Plugin) -> Result<(Store<PluginCtx>, Controller), CallFailed> {
+    let mut store = Store::new(&plugin.runtime.engine, PluginCtx::new(plugin.shared.clone()));
+    store.limiter(|ctx| &mut ctx.limiter);
+    arm_deadline(&mut store, plugin.shared.limits.deadline());
     match plugin.pre.instantiate_async(&mut store).await {
         Ok(instance) => Ok((store, instance)),
         Err(err) => match store.data().limiter.hit.clone() {
@@ -195,6 +244,7 @@ pub(crate) async fn instantiate(plugin: &Plugin) -> Result<(Store<PluginCtx>, Co
 
 /// Calls `describe` on a fresh instance.
 pub(crate) async fn describe(plugin: &Plugin) -> Result<Registration, CallFailed> {
-    let raw = plugin.call(None, async |inst, store| inst.call_describe(store).await).await?;
+    let describe = async |inst: &Controller, store: &mut Store<PluginCtx>| inst.call_describe(store).await;
+    let raw = plugin.call(None, Reuse::<fn(&_) -> bool>::Never, describe).await?;
     Ok(raw.into())
 }

@@ -31,6 +31,12 @@ pub const DEFAULT_TABLE_ELEMENTS: usize = 100_000;
 /// of calls, which the deadline alone would let run for 10 s at full speed.
 pub const DEFAULT_HOST_CALLS: u32 = 10_000;
 
+/// Reconciles one instance serves before it is replaced; 0 and 1 mean a fresh instance for every
+/// call. Protects the design's "nothing leaks between keys" (DESIGN.md): reuse is an operator's
+/// opt-in for plugins whose instantiation dominates a reconcile (interpreters built with
+/// componentize-py or componentize-js; see BENCHMARKS.md). 0.
+pub const DEFAULT_REUSE_INSTANCES: u32 = 0;
+
 /// Per-plugin limits; every field has a named default above. Config field names are camelCase.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -49,6 +55,10 @@ pub struct Limits {
     pub table_elements: usize,
     /// Host calls per reconcile.
     pub host_calls: u32,
+    /// Calls one instance serves before it is replaced (0 or 1: a fresh instance per call). An
+    /// instance is also replaced after any error, trap or limit hit, so state a failing call
+    /// left behind never reaches the next key.
+    pub reuse_instances: u32,
 }
 
 impl Default for Limits {
@@ -61,6 +71,7 @@ impl Default for Limits {
             memories: DEFAULT_MEMORIES,
             table_elements: DEFAULT_TABLE_ELEMENTS,
             host_calls: DEFAULT_HOST_CALLS,
+            reuse_instances: DEFAULT_REUSE_INSTANCES,
         }
     }
 }
@@ -89,6 +100,13 @@ impl Limits {
     #[must_use]
     pub fn with_host_calls(mut self, calls: u32) -> Self {
         self.host_calls = calls;
+        self
+    }
+
+    /// Lets one instance serve `calls` calls before it is replaced (see [`Limits::reuse_instances`]).
+    #[must_use]
+    pub fn with_reuse_instances(mut self, calls: u32) -> Self {
+        self.reuse_instances = calls;
         self
     }
 }
@@ -183,5 +201,7 @@ mod tests {
         assert_eq!(limits.memory_bytes, 1 << 20);
         assert_eq!(limits.host_calls, DEFAULT_HOST_CALLS);
         assert!(serde_json::from_str::<Limits>(r#"{"deadline": 1}"#).is_err(), "unknown fields are rejected");
+        let reuse: Limits = serde_json::from_str(r#"{"reuseInstances": 100}"#).unwrap();
+        assert_eq!((reuse.reuse_instances, Limits::default().reuse_instances), (100, 0));
     }
 }

@@ -137,6 +137,7 @@ impl Runtime {
             sha256,
             max_concurrent: 1,
             revision: 0,
+            idle: Default::default(),
         };
         let registration = dispatch::describe(&plugin).await.map_err(LoadError::Describe)?;
         registration.validate()?;

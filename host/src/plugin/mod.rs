@@ -4,7 +4,8 @@
 //! (wasmtime's on-disk cache makes restarts cheap), pre-links it, and calls `describe()`; each
 //! call afterwards ([`Plugin::reconcile`], [`Plugin::map`]) runs in a fresh instance from the
 //! pooling allocator, so nothing leaks between keys and swapping a version is swapping a
-//! [`Plugin`].
+//! [`Plugin`]. An operator may let instances serve several calls (`limits.reuseInstances`) for
+//! plugins whose instantiation is expensive.
 
 pub mod bindings;
 pub mod config;
@@ -46,6 +47,8 @@ pub struct Plugin {
     sha256: String,
     max_concurrent: u32,
     revision: u64,
+    /// Instances kept for reuse (`limits.reuseInstances`); at most one per concurrent call.
+    idle: parking_lot::Mutex<Vec<dispatch::Idle>>,
 }
 
 impl Plugin {

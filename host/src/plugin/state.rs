@@ -60,6 +60,14 @@ impl PluginCtx {
         }
     }
 
+    /// Readies a reused instance's state for another call: a full host-call budget, no refused
+    /// calls and no limit hit carried over.
+    pub(crate) fn begin_call(&mut self) {
+        self.calls_left = self.shared.limits.host_calls;
+        self.denied.clear();
+        self.limiter.hit = None;
+    }
+
     /// Charges one host call to the budget; past it, the call traps with [`LimitHit::HostCalls`].
     pub(crate) fn charge(&mut self) -> wasmtime::Result<()> {
         if self.calls_left == 0 {

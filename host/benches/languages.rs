@@ -1,0 +1,135 @@
+//! namespace-defaults built in each plugin language, on the same host and in the same run:
+//! component size, load time (compile + describe, no compile cache), instantiate cost (a fresh
+//! instance + a call that does nothing), per-reconcile p50/p99 (fresh instance, settings, two
+//! cache reads, two applies), the same with `limits.reuseInstances: 100`, and the smallest
+//! `limits.memoryBytes` a reconcile succeeds with.
+//! Builds missing from `KUBEWASM_PLUGIN_DIR` fail the bench, naming the one missing.
+//!
+//! Run: `make plugins && cargo bench -p kubewasm --bench languages` (`KUBEWASM_BENCH_LANGS=rust,js`
+//! picks languages).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::core::GroupVersionKind;
+use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm::plugin::limits::Limits;
+use kubewasm::plugin::{Action, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
+use serde_json::json;
+
+const LANGUAGES: [(&str, &str); 4] = [
+    ("rust", "namespace_defaults.wasm"),
+    ("python", "namespace_defaults_py.wasm"),
+    ("js", "namespace_defaults_js.wasm"),
+    // Experimental: `make go-plugins`; a reconcile traps (plugins/README.md).
+    ("go", "namespace_defaults_go.wasm"),
+];
+
+/// `limits.reuseInstances` for the second set of reconcile figures.
+const REUSE: u32 = 100;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+/// A cache holding the namespace and its quota: a reconcile re-applies both defaults.
+fn cache() -> Arc<MemoryCache> {
+    let cache = Arc::new(MemoryCache::default());
+    cache.insert(&json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "bench", "uid": "0000-1111", "labels": {"team": "a"}}}));
+    cache.insert(&json!({"apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "default-quota", "namespace": "bench"}, "spec": {"hard": {"pods": "50"}}}));
+    cache
+}
+
+async fn load(runtime: &Runtime, file: &str, limits: Limits) -> Result<Plugin, String> {
+    let config = PluginConfig { limits, ..Default::default() };
+    let writer = Arc::new(RecordingWriter::default());
+    runtime.load("nd", common::plugin_wasm(file), config, cache(), writer).await.map_err(|e| e.to_string())
+}
+
+/// p50 and p99 of `n` runs of `f` after `n / 10` warm-up runs.
+async fn sample<F: AsyncFnMut()>(n: usize, mut f: F) -> (Duration, Duration) {
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let start = Instant::now();
+        f().await;
+        if i >= n / 10 {
+            samples.push(start.elapsed());
+        }
+    }
+    samples.sort();
+    (percentile(&samples, 0.5), percentile(&samples, 0.99))
+}
+
+/// The smallest memory limit (1 MiB steps) under which load and one reconcile succeed.
+async fn memory_needed(runtime: &Runtime, file: &str, key: &ObjectKey) -> u64 {
+    let (mut low, mut high) = (0u64, 1024u64);
+    while high - low > 1 {
+        let mid = (low + high) / 2;
+        let ok = match load(runtime, file, Limits::default().with_memory_bytes(mid << 20)).await {
+            Ok(plugin) => plugin.reconcile(key, 0).await.is_ok(),
+            Err(_) => false,
+        };
+        if ok { high = mid } else { low = mid }
+    }
+    high
+}
+
+fn main() {
+    let wanted = std::env::var("KUBEWASM_BENCH_LANGS").unwrap_or_else(|_| "rust,python,js".into());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let key = ObjectKey { namespace: None, name: "bench".into() };
+        let kind = GroupVersionKind::gvk("", "v1", "Namespace");
+        let cache_dir = tempfile::tempdir().unwrap();
+        let cached = Runtime::new(RuntimeConfig::default().cache_dir(cache_dir.path())).unwrap();
+        println!(
+            "{:<7} {:>9} {:>11} {:>13} {:>13} {:>13} {:>8}",
+            "lang", "size", "load", "instantiate", "reconcile p50", "reconcile p99", "memory"
+        );
+        for (lang, file) in LANGUAGES.iter().filter(|(l, _)| wanted.split(',').any(|w| w == *l)) {
+            let size = common::plugin_wasm(file).len();
+            // A runtime without a compile cache: load = compile + instantiate + describe.
+            let fresh = Runtime::new(RuntimeConfig::default()).unwrap();
+            let limits = Limits::default().with_memory_bytes(256 << 20);
+            let start = Instant::now();
+            let plugin = load(&fresh, file, limits.clone()).await.unwrap_or_else(|e| panic!("{lang}: {e}"));
+            let load_time = start.elapsed();
+            assert_eq!(plugin.reconcile(&key, 0).await.unwrap(), Action::Done, "{lang} reconciles");
+            let n = if *lang == "rust" { 5_000 } else { 500 };
+            let (inst, _) = sample(n, async || {
+                plugin.map(&kind, b"{}").await.unwrap();
+            })
+            .await;
+            let (p50, p99) = sample(n, async || {
+                plugin.reconcile(&key, 0).await.unwrap();
+            })
+            .await;
+            let memory = memory_needed(&cached, file, &key).await;
+            let reusing = load(&fresh, file, limits.clone().with_reuse_instances(REUSE)).await.unwrap();
+            let (reuse_p50, reuse_p99) = sample(n, async || {
+                reusing.reconcile(&key, 0).await.unwrap();
+            })
+            .await;
+            println!(
+                "{lang:<7} {:>6.1} MB {:>11} {:>13} {:>13} {:>13} {:>5} MiB   reuse {REUSE}: p50 {} p99 {}",
+                size as f64 / 1e6,
+                ms(load_time),
+                ms(inst),
+                ms(p50),
+                ms(p99),
+                memory,
+                ms(reuse_p50),
+                ms(reuse_p99)
+            );
+        }
+    });
+}
