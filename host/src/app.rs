@@ -15,6 +15,7 @@ use crate::admin::{self, Readiness};
 use crate::cli::RunArgs;
 use crate::controller::{self, Controller, ControllerMetrics, PluginCache};
 use crate::informer::SharedInformerFactory;
+use crate::leader::{self, LeaderGate};
 use crate::plugin::metrics::PluginMetrics;
 use crate::plugin::{PluginConfig, Runtime, RuntimeConfig};
 use crate::queue::QueueMetrics;
@@ -98,6 +99,7 @@ impl App {
             queue_metrics: QueueMetrics::register(&registry)?,
             readiness: Readiness::default(),
             max_retries,
+            leader: LeaderGate::default(),
         };
         Ok(Self {
             ctx,
@@ -117,6 +119,11 @@ impl App {
     /// Readiness checks (served on /readyz).
     pub fn readiness(&self) -> &Readiness {
         &self.ctx.readiness
+    }
+
+    /// Gates the workers of controllers started from now on (leader election).
+    pub fn set_leader_gate(&mut self, gate: LeaderGate) {
+        self.ctx.leader = gate;
     }
 
     /// Loads one plugin and starts its controller. On failure the plugin is reported (log,
@@ -159,7 +166,11 @@ impl App {
 /// `kubewasm run`: serve until `shutdown` is cancelled.
 pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let client = client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-    let mut app = App::new(client, args.compile_cache.as_deref(), args.max_retries)?;
+    let mut app = App::new(client.clone(), args.compile_cache.as_deref(), args.max_retries)?;
+    let mut election = leader::election(&args, client, app.registry())?;
+    if let Some(election) = &election {
+        app.set_leader_gate(election.gate());
+    }
     let router = admin::router(app.registry().clone(), app.readiness().clone());
     let (addr, admin_task) = admin::serve(args.admin_addr, router, shutdown.clone().cancelled_owned()).await?;
     tracing::info!(%addr, "admin server listening");
@@ -171,12 +182,26 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
     for file in &files {
         let _ = app.add_plugin(file).await;
     }
+    if let Some(election) = election.as_mut() {
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            lost = election.lost() => {
+                // controller-runtime exits at once too: no reconcile may run once another
+                // replica can lead, and a restart campaigns afresh with warm-up.
+                tracing::error!(error = %lost, "leader election lost; exiting");
+                std::process::exit(1);
+            }
+        }
+    }
     shutdown.cancelled().await;
     let grace = Duration::from_secs(args.shutdown_grace_seconds);
     if app.shut_down(grace).await {
         tracing::info!("all in-flight reconciles finished; exiting");
     } else {
         tracing::warn!(?grace, "grace period over with reconciles still running; exiting");
+    }
+    if let Some(election) = election {
+        election.release().await;
     }
     admin_task.await??;
     Ok(())

@@ -10,6 +10,7 @@ pub mod app;
 pub mod cli;
 pub mod controller;
 pub mod informer;
+pub mod leader;
 pub mod plugin;
 pub mod queue;
 pub mod shutdown;

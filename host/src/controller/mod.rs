@@ -19,9 +19,11 @@ use kube::Client;
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::admin::Readiness;
 use crate::informer::{HandlerRegistration, Informer, InformerParams, SharedInformerFactory};
+use crate::leader::LeaderGate;
 use crate::plugin::grants::KindRef;
 use crate::plugin::{ObjectKey, Plugin};
 use crate::queue::{self, QueueMetrics, WorkQueue};
@@ -68,6 +70,8 @@ pub struct Context {
     pub readiness: Readiness,
     /// Drop keys after this many failures in a row; `None` retries forever.
     pub max_retries: Option<u32>,
+    /// Workers start only once this opens (leader election); caches sync regardless.
+    pub leader: LeaderGate,
 }
 
 /// One plugin's controller: informers, triggers, queue and workers.
@@ -79,6 +83,8 @@ pub struct Controller {
     registrations: Vec<HandlerRegistration>,
     mapper: Option<Arc<Mapper>>,
     tasks: Vec<JoinHandle<()>>,
+    leader: LeaderGate,
+    stop: CancellationToken,
 }
 
 fn params(selector: Option<&str>) -> InformerParams {
@@ -153,13 +159,16 @@ impl Controller {
             registrations,
             mapper,
             tasks: Vec::new(),
+            leader: ctx.leader.clone(),
+            stop: CancellationToken::new(),
         })
     }
 
-    /// Waits for every cache the plugin reads to sync, then starts its workers (and mapper).
+    /// Waits for every cache the plugin reads to sync and for the leader gate, then starts its
+    /// workers (and mapper). Ready once synced: followers are ready too (controller-runtime).
     pub fn start(&mut self, readiness: Readiness) {
         let (reconciler, informers, name) = (self.reconciler.clone(), self.informers.clone(), self.name.clone());
-        let mapper = self.mapper.clone();
+        let (mapper, leader, stop) = (self.mapper.clone(), self.leader.clone(), self.stop.clone());
         self.tasks.push(tokio::spawn(async move {
             for informer in &informers {
                 if informer.wait_for_sync().await.is_err() {
@@ -168,6 +177,14 @@ impl Controller {
                 }
             }
             readiness.set(format!("controller {name}"), true);
+            if !leader.is_leader() {
+                tracing::info!(controller = %name, "caches synced; waiting to lead before starting workers");
+            }
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                () = leader.leading() => {}
+            }
             tracing::info!(controller = %name, "caches synced; starting workers");
             if let Some(mapper) = mapper {
                 tokio::spawn(mapper.run(reconciler.clone()));
@@ -200,6 +217,7 @@ impl Controller {
     /// Stops taking keys, lets in-flight reconciles finish within `grace`, then stops the
     /// workers and releases the informers. Returns whether everything finished in time.
     pub async fn shut_down(self, grace: Duration) -> bool {
+        self.stop.cancel();
         if let Some(mapper) = &self.mapper {
             mapper.shut_down();
         }
