@@ -12,7 +12,8 @@ rm -rf "$work" && mkdir -p "$work/plugins"
 for plugin in namespace-defaults config-reloader configmap-sync; do
   cp "$plugins/${plugin//-/_}.wasm" "$work/plugins/$plugin.wasm"
 done
-cp deploy/demo/plugins/*.yaml "$work/plugins/"
+# The operator configs are the ones deploy/overlays/examples ships in its ConfigMap.
+cp deploy/overlays/examples/plugins/*.yaml "$work/plugins/"
 
 pids=()
 cleanup() {
@@ -29,8 +30,8 @@ for _ in $(seq 1 120); do [ -f "$work/kubeconfig" ] && break; sleep 1; done
 export KUBECONFIG="$PWD/$work/kubeconfig"
 kubectl=( "${KUBEWASM_KUBECTL:?set by make demo}" --kubeconfig "$KUBECONFIG" )
 
-echo "== installing the ConfigMapSync CRD (deploy/crds/)"
-"${kubectl[@]}" apply -f deploy/crds/
+echo "== installing the ConfigMapSync CRD (deploy/crds/examples)"
+"${kubectl[@]}" apply -k deploy/crds/examples
 "${kubectl[@]}" wait --for condition=established --timeout=60s crd/configmapsyncs.examples.kubewasm.dev
 
 echo "== starting kubewasm with the plugins in $work/plugins"
