@@ -1,3 +1,4 @@
+# syntax=docker/dockerfile:1
 # kubewasm: the host binary and the three example plugins, on distroless.
 #   docker build -t kubewasm:0.1.0 .
 # Builder: the toolchain rust-toolchain.toml pins (with its wasm32-wasip2 target), on Debian 12
