@@ -129,6 +129,13 @@ async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_requ
     for verb in ["watch", "create", "patch", "update", "delete"] {
         assert!(verbs.contains(verb), "the audit log has no {verb} by {SA_USER}: {verbs:?}");
     }
+    let resources: std::collections::BTreeSet<&str> =
+        events.iter().filter_map(|e| e.pointer("/objectRef/resource").and_then(|v| v.as_str())).collect();
+    // The host's own rules (Lease, events) and every kind of the plugins' role were exercised.
+    let used = ["leases", "events", "namespaces", "resourcequotas", "networkpolicies", "deployments", "configmaps"];
+    for resource in used.into_iter().chain(["configmapsyncs"]) {
+        assert!(resources.contains(resource), "the audit log has no request for {resource}: {resources:?}");
+    }
     let forbidden: Vec<String> = events.iter().filter(|e| code(e) == Some(403)).map(describe).collect();
     assert!(forbidden.is_empty(), "forbidden requests by the host's ServiceAccount:\n{}", forbidden.join("\n"));
 
