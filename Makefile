@@ -9,9 +9,9 @@ export KUBEWASM_PLUGIN_DIR ?= $(TARGET_DIR)/wasm32-wasip2/plugin
 RUST_PLUGINS := namespace-defaults config-reloader configmap-sync
 K8S_VERSION ?= 1.37.2
 K8S_BIN ?= $(or $(KUBEBUILDER_ASSETS),$(or $(KUBEWASM_K8S_CACHE),$(HOME)/.cache/kubewasm/k8s)/$(K8S_VERSION))
-FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper
+FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-stamper
 
-.PHONY: help toolchain plugins control-plane test lint demo demo-check bench
+.PHONY: help toolchain plugins control-plane test lint demo demo-check bench bench-hotload
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -54,3 +54,8 @@ demo-check:
 
 bench: plugins
 	$(CARGO) bench -p kubewasm --bench dispatch
+
+## Swap latency of a ~1 MiB (unoptimized) component, with and without the compile cache.
+bench-hotload: toolchain control-plane
+	$(CARGO) build --profile plugin-unoptimized --target wasm32-wasip2 -p fixture-stamper
+	$(CARGO) bench -p kubewasm --bench hotload

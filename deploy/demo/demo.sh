@@ -30,9 +30,11 @@ for _ in $(seq 1 120); do [ -f "$work/kubeconfig" ] && break; sleep 1; done
 export KUBECONFIG="$PWD/$work/kubeconfig"
 kubectl=( "${KUBEWASM_KUBECTL:?set by make demo}" --kubeconfig "$KUBECONFIG" )
 
-echo "== installing the ConfigMapSync CRD (deploy/crds/examples)"
+echo "== installing the CRDs (deploy/crds: WasmPlugin for the host; deploy/crds/examples: ConfigMapSync)"
+"${kubectl[@]}" apply -k deploy/crds
 "${kubectl[@]}" apply -k deploy/crds/examples
 "${kubectl[@]}" wait --for condition=established --timeout=60s crd/configmapsyncs.examples.kubewasm.dev
+"${kubectl[@]}" wait --for condition=established --timeout=60s crd/wasmplugins.kubewasm.dev
 
 echo "== starting kubewasm with the plugins in $work/plugins"
 "$bin/kubewasm" run --plugins "$work/plugins" --kubeconfig "$KUBECONFIG" --admin-addr "$admin" \

@@ -1,7 +1,7 @@
 //! The host application: one kube client, one metrics registry, one wasm runtime, one shared
-//! informer factory, and a controller per plugin in the plugin directory.
+//! informer factory, and a controller per plugin from the plugin directory and WasmPlugin objects.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,50 +13,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Readiness};
 use crate::cli::RunArgs;
-use crate::controller::{self, Controller, ControllerMetrics, PluginCache};
+use crate::controller::{self, ControllerMetrics};
+use crate::hotload::{Desired, DirectorySource, HotloadMetrics, Manager, Options, Origin, WasmPluginSource};
+pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::informer::SharedInformerFactory;
 use crate::leader::{self, LeaderGate};
 use crate::plugin::metrics::PluginMetrics;
-use crate::plugin::{PluginConfig, Runtime, RuntimeConfig};
+use crate::plugin::{Runtime, RuntimeConfig};
 use crate::queue::QueueMetrics;
 use crate::writer::KubeWriter;
-
-/// A plugin file found in the plugin directory.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PluginFile {
-    /// Plugin name: the file name without `.wasm`.
-    pub name: String,
-    /// The component.
-    pub wasm: PathBuf,
-    /// Its config file, if there is one (`<name>.yaml`, `.yml` or `.json`).
-    pub config: Option<PathBuf>,
-}
-
-/// Every `*.wasm` in `dir`, sorted by name, with its config file.
-pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "wasm") {
-            let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-            let config = ["yaml", "yml", "json"].iter().map(|ext| path.with_extension(ext)).find(|p| p.is_file());
-            found.push(PluginFile { name, wasm: path, config });
-        }
-    }
-    found.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(found)
-}
-
-/// Reads a plugin's config file (default config when there is none).
-pub fn read_config(file: &PluginFile) -> anyhow::Result<PluginConfig> {
-    match &file.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            PluginConfig::from_yaml(&text).with_context(|| format!("in {}", path.display()))
-        }
-        None => Ok(PluginConfig::default()),
-    }
-}
 
 /// A kube client from `--kubeconfig`/`--context`, else the usual inference (KUBECONFIG,
 /// ~/.kube/config, in-cluster service account).
@@ -73,22 +38,29 @@ pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow:
     Ok(Client::try_from(config)?)
 }
 
-/// The running host.
+/// The running host: shared parts plus the [`Manager`] of its plugins.
 pub struct App {
-    ctx: controller::Context,
-    runtime: Runtime,
-    writer: Arc<KubeWriter>,
-    controllers: Vec<Controller>,
+    manager: Manager,
     registry: Registry,
-    plugin_metrics: PluginMetrics,
+    client: Client,
 }
 
 impl App {
-    /// Builds the shared parts on `client`.
+    /// Builds the shared parts on `client`, with default hot-load options.
     pub fn new(client: Client, compile_cache: Option<&Path>, max_retries: Option<u32>) -> anyhow::Result<Self> {
+        Self::with_options(client, compile_cache, max_retries, Options::default())
+    }
+
+    /// Builds the shared parts on `client`.
+    pub fn with_options(
+        client: Client,
+        compile_cache: Option<&Path>,
+        max_retries: Option<u32>,
+        options: Options,
+    ) -> anyhow::Result<Self> {
         let registry = Registry::new();
         let plugin_metrics = PluginMetrics::register(&registry)?;
-        let mut runtime_config = RuntimeConfig::default().metrics(plugin_metrics.clone());
+        let mut runtime_config = RuntimeConfig::default().metrics(plugin_metrics);
         if let Some(dir) = compile_cache {
             runtime_config = runtime_config.cache_dir(dir);
         }
@@ -101,14 +73,10 @@ impl App {
             max_retries,
             leader: LeaderGate::default(),
         };
-        Ok(Self {
-            ctx,
-            runtime: Runtime::new(runtime_config)?,
-            writer: Arc::new(KubeWriter::new(client)),
-            controllers: Vec::new(),
-            registry,
-            plugin_metrics,
-        })
+        let writer = Arc::new(KubeWriter::new(client.clone()));
+        let manager =
+            Manager::new(ctx, Runtime::new(runtime_config)?, writer, options, HotloadMetrics::register(&registry)?);
+        Ok(Self { manager, registry, client })
     }
 
     /// The metrics registry (served on /metrics).
@@ -118,55 +86,56 @@ impl App {
 
     /// Readiness checks (served on /readyz).
     pub fn readiness(&self) -> &Readiness {
-        &self.ctx.readiness
+        &self.manager.context().readiness
     }
 
-    /// Gates the workers of controllers started from now on (leader election).
+    /// The plugins.
+    pub fn manager(&self) -> &Manager {
+        &self.manager
+    }
+
+    /// Gates the workers of controllers started from now on (leader election); call before
+    /// making sources, which share the manager.
     pub fn set_leader_gate(&mut self, gate: LeaderGate) {
-        self.ctx.leader = gate;
+        self.manager.set_leader_gate(gate);
     }
 
-    /// Loads one plugin and starts its controller. On failure the plugin is reported (log,
-    /// metric, readiness) and the host goes on without it.
+    /// Loads (or swaps in) one plugin file. On failure the plugin is reported (log, metric,
+    /// readiness) and the host goes on without it.
     pub async fn add_plugin(&mut self, file: &PluginFile) -> anyhow::Result<()> {
-        let check = format!("plugin {}", file.name);
-        self.ctx.readiness.set(&check, false);
-        let result = self.load(file).await;
-        match &result {
-            Ok(()) => self.ctx.readiness.set(&check, true),
-            Err(e) => {
-                tracing::error!(plugin = %file.name, error = format!("{e:#}"), "plugin not loaded");
-                if e.downcast_ref::<crate::plugin::LoadError>().is_none() {
-                    self.plugin_metrics.load_error(&file.name, "wiring");
-                }
-            }
-        }
-        result
-    }
-
-    async fn load(&mut self, file: &PluginFile) -> anyhow::Result<()> {
         let config = read_config(file)?;
         let wasm: Arc<[u8]> =
             std::fs::read(&file.wasm).with_context(|| format!("reading {}", file.wasm.display()))?.into();
-        let cache = Arc::new(PluginCache::new(&file.name));
-        let plugin = self.runtime.load(&file.name, wasm, config, cache.clone(), self.writer.clone()).await?;
-        let mut controller = Controller::build(&self.ctx, Arc::new(plugin), cache).await?;
-        controller.start(self.ctx.readiness.clone());
-        self.controllers.push(controller);
+        let desired = Desired { name: file.name.clone(), origin: Origin::Directory, wasm, config };
+        self.manager.apply(desired).await?;
         Ok(())
+    }
+
+    /// A source for the plugin directory `dir`.
+    pub fn directory_source(&self, dir: &Path) -> DirectorySource {
+        DirectorySource::new(dir, self.manager.clone())
+    }
+
+    /// A source for WasmPlugin objects whose modules live in `module_namespace`.
+    pub fn wasm_plugin_source(&self, module_namespace: &str) -> WasmPluginSource {
+        WasmPluginSource::new(self.manager.clone(), self.client.clone(), module_namespace)
     }
 
     /// Stops every controller, letting in-flight reconciles finish within `grace`.
     pub async fn shut_down(self, grace: Duration) -> bool {
-        let stops = self.controllers.into_iter().map(|c| c.shut_down(grace));
-        futures::future::join_all(stops).await.into_iter().all(|ok| ok)
+        self.manager.shut_down(grace).await
     }
 }
 
 /// `kubewasm run`: serve until `shutdown` is cancelled.
 pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let client = client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-    let mut app = App::new(client.clone(), args.compile_cache.as_deref(), args.max_retries)?;
+    let options = Options {
+        requeue_on_swap: args.requeue_on_swap,
+        grace: Duration::from_secs(args.shutdown_grace_seconds),
+        ..Options::default()
+    };
+    let mut app = App::with_options(client.clone(), args.compile_cache.as_deref(), args.max_retries, options)?;
     let mut election = leader::election(&args, client, app.registry())?;
     if let Some(election) = &election {
         app.set_leader_gate(election.gate());
@@ -174,13 +143,25 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
     let router = admin::router(app.registry().clone(), app.readiness().clone());
     let (addr, admin_task) = admin::serve(args.admin_addr, router, shutdown.clone().cancelled_owned()).await?;
     tracing::info!(%addr, "admin server listening");
-    let files =
-        plugin_files(&args.plugins).with_context(|| format!("reading plugin directory {}", args.plugins.display()))?;
-    if files.is_empty() {
-        tracing::warn!(dir = %args.plugins.display(), "no *.wasm plugins found");
+    let mut sources = Vec::new();
+    if let Some(dir) = &args.plugins {
+        let mut source = app.directory_source(dir);
+        let changes = source.sync().await?;
+        if changes.is_empty() {
+            tracing::warn!(dir = %dir.display(), "no *.wasm plugins found");
+        }
+        if args.watch_plugins {
+            let debounce = Duration::from_millis(args.reload_debounce_ms);
+            sources.push(tokio::spawn(source.watch(debounce, shutdown.clone())));
+        }
     }
-    for file in &files {
-        let _ = app.add_plugin(file).await;
+    if args.wasm_plugins {
+        let source = app.wasm_plugin_source(&args.module_namespace);
+        let stop = shutdown.clone();
+        sources.push(tokio::spawn(async move {
+            source.run(stop).await;
+            Ok(())
+        }));
     }
     if let Some(election) = election.as_mut() {
         tokio::select! {
@@ -194,6 +175,11 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         }
     }
     shutdown.cancelled().await;
+    for source in sources {
+        if let Ok(Err(e)) = source.await {
+            tracing::error!(error = format!("{e:#}"), "plugin source failed");
+        }
+    }
     let grace = Duration::from_secs(args.shutdown_grace_seconds);
     if app.shut_down(grace).await {
         tracing::info!("all in-flight reconciles finished; exiting");

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 /// Runs Kubernetes controllers whose reconcile logic is a sandboxed WebAssembly component.
 #[derive(Debug, Parser)]
@@ -21,9 +21,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controllers of every plugin in a directory against a cluster.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Load one plugin without a cluster and print its registration and effective grants.
     Check(CheckArgs),
+    /// Print the WasmPlugin CustomResourceDefinition (YAML).
+    Crd,
 }
 
 /// `kubewasm run`.
@@ -31,7 +33,23 @@ pub enum Command {
 pub struct RunArgs {
     /// Plugin directory: each `<name>.wasm` is a plugin, configured by `<name>.yaml` beside it.
     #[arg(long, env = "KUBEWASM_PLUGINS")]
-    pub plugins: PathBuf,
+    pub plugins: Option<PathBuf>,
+    /// Watch the plugin directory and load, swap or unload plugins as its files change.
+    #[arg(long, env = "KUBEWASM_WATCH_PLUGINS", default_value_t = true, action = ArgAction::Set)]
+    pub watch_plugins: bool,
+    /// Quiet time after the last change in the plugin directory before it is read (a file
+    /// being copied in is not loaded half-written).
+    #[arg(long, env = "KUBEWASM_RELOAD_DEBOUNCE_MS", default_value_t = 300)]
+    pub reload_debounce_ms: u64,
+    /// Load plugins from WasmPlugin objects (waits for the CRD if it is not installed).
+    #[arg(long, env = "KUBEWASM_WASMPLUGINS", default_value_t = true, action = ArgAction::Set)]
+    pub wasm_plugins: bool,
+    /// Namespace of the ConfigMaps that hold WasmPlugin modules.
+    #[arg(long, env = "KUBEWASM_MODULE_NAMESPACE", default_value = "kubewasm-system")]
+    pub module_namespace: String,
+    /// After a plugin swap, reconcile every object of its kind again with the new version.
+    #[arg(long, env = "KUBEWASM_REQUEUE_ON_SWAP", default_value_t = true, action = ArgAction::Set)]
+    pub requeue_on_swap: bool,
     /// Kubeconfig file; default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account.
     #[arg(long, env = "KUBEWASM_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -115,8 +133,10 @@ mod tests {
     fn run_takes_its_flags_and_defaults() {
         let cli = Cli::try_parse_from(["kubewasm", "run", "--plugins", "/p", "--max-retries", "5"]).unwrap();
         let Command::Run(run) = cli.command else { panic!("not run") };
-        assert_eq!(run.plugins, PathBuf::from("/p"));
+        assert_eq!(run.plugins, Some(PathBuf::from("/p")));
         assert_eq!(run.max_retries, Some(5));
+        assert!(run.watch_plugins && run.wasm_plugins && run.requeue_on_swap);
+        assert_eq!(run.module_namespace, "kubewasm-system");
         assert_eq!(run.shutdown_grace_seconds, 30);
         assert_eq!(run.admin_addr, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(cli.log.log_format, LogFormat::Text);
@@ -128,5 +148,13 @@ mod tests {
             run.leader_election_retry_period_seconds,
         );
         assert_eq!(timings, (15, 10, 2), "controller-runtime's defaults");
+    }
+
+    #[test]
+    fn hot_load_switches_can_be_turned_off() {
+        let args = ["kubewasm", "run", "--watch-plugins=false", "--wasm-plugins", "false", "--requeue-on-swap=false"];
+        let Command::Run(run) = Cli::try_parse_from(args).unwrap().command else { panic!("not run") };
+        assert!(!run.watch_plugins && !run.wasm_plugins && !run.requeue_on_swap);
+        assert_eq!(run.plugins, None);
     }
 }

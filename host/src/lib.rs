@@ -9,6 +9,7 @@ pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod controller;
+pub mod hotload;
 pub mod informer;
 pub mod leader;
 pub mod plugin;

@@ -133,7 +133,7 @@ async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_requ
         events.iter().filter_map(|e| e.pointer("/objectRef/resource").and_then(|v| v.as_str())).collect();
     // The host's own rules (Lease, events) and every kind of the plugins' role were exercised.
     let used = ["leases", "events", "namespaces", "resourcequotas", "networkpolicies", "deployments", "configmaps"];
-    for resource in used.into_iter().chain(["configmapsyncs"]) {
+    for resource in used.into_iter().chain(["configmapsyncs", "wasmplugins"]) {
         assert!(resources.contains(resource), "the audit log has no request for {resource}: {resources:?}");
     }
     let forbidden: Vec<String> = events.iter().filter(|e| code(e) == Some(403)).map(describe).collect();
@@ -196,7 +196,7 @@ async fn in_cluster_config_from_the_service_account_mount_and_service_env_works(
     let (mut command, addr) = kubewasm_run(plugins.path());
     // No kubeconfig anywhere (empty HOME, no KUBECONFIG): kube-rs falls back to in-cluster.
     let home = tempfile::tempdir().unwrap();
-    command.arg("--leader-elect").arg("--compile-cache").arg(test_compile_cache());
+    command.args(["--wasm-plugins", "false", "--leader-elect", "--compile-cache"]).arg(test_compile_cache());
     let mut wrapped = in_pod_mounts(run_dir.path(), &command);
     let port = cp.admin_config().cluster_url.port_u16().expect("the apiserver URL has a port");
     wrapped.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default()).env("HOME", home.path());

@@ -23,7 +23,8 @@ const TIMEOUT: Duration = Duration::from_secs(90);
 fn replica(plugins: &Path, cp: &ControlPlane, lease_ns: &str, name: &str) -> HostProcess {
     let (mut command, addr) = kubewasm_run(plugins);
     command.arg("--kubeconfig").arg(cp.kubeconfig_path()).arg("--compile-cache").arg(common::test_compile_cache());
-    command.args(["--leader-elect", "--leader-election-namespace", lease_ns]);
+    // Plugins from the directory only: the shared control plane has no WasmPlugin CRD.
+    command.args(["--wasm-plugins", "false", "--leader-elect", "--leader-election-namespace", lease_ns]);
     // Shorter than controller-runtime's 15/10/2 s so the takeover test takes seconds, not minutes.
     command.args(["--leader-election-lease-duration-seconds", "6", "--leader-election-renew-deadline-seconds", "4"]);
     command.args(["--leader-election-retry-period-seconds", "1"]);

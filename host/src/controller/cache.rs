@@ -2,37 +2,63 @@
 //!
 //! Holds the informers of the kinds the plugin may read (keyed by group and kind, so any
 //! version the plugin names finds them). Custom index names are prefixed with the plugin's name
-//! in the shared store, so two plugins can both have an index called `refs`.
+//! and version generation in the shared store, so two plugins (or two versions of one) can both
+//! have an index called `refs`.
 
 use std::sync::Arc;
 
 use kube::core::GroupVersionKind;
-use parking_lot::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::informer::{CONTROLLER_OWNER_INDEX, CachedObject, Informer, LABEL_INDEX, NAMESPACE_INDEX};
+use parking_lot::{Mutex, RwLock};
+
+use crate::informer::{CONTROLLER_OWNER_INDEX, CachedObject, IndexFunc, Informer, LABEL_INDEX, NAMESPACE_INDEX};
 use crate::plugin::grants::KindRef;
 use crate::plugin::host::{CacheReader, CallError};
 
-/// The store name of a plugin's custom index.
-pub fn index_name(plugin: &str, index: &str) -> String {
+/// The store name of a custom index of one plugin version (`prefix` is
+/// [`PluginCache::index_prefix`]). Built-in index names pass through unchanged.
+pub fn index_name(prefix: &str, index: &str) -> String {
     if [NAMESPACE_INDEX, LABEL_INDEX, CONTROLLER_OWNER_INDEX].contains(&index) {
         index.to_owned()
     } else {
-        format!("{plugin}/{index}")
+        format!("{prefix}/{index}")
     }
 }
 
-/// The informers one plugin reads, filled after its registration is known.
+/// Distinguishes the caches of successive versions of one plugin.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// The informers one plugin version reads, filled after its registration is known.
+///
+/// Each version gets its own cache with its own index names (`<plugin>#<generation>/<index>`),
+/// so a new version can change an index's definition while the old one finishes its in-flight
+/// reconciles. Dropping the cache (the last reconcile of its version is over) removes its
+/// indexes and releases its informers.
 pub struct PluginCache {
     plugin: String,
+    prefix: String,
     /// A handful per plugin, found by comparing group and kind in place (no allocation per read).
     informers: RwLock<Vec<Informer>>,
+    /// Custom indexes this version added, removed on drop.
+    indexes: Mutex<Vec<(Informer, String)>>,
 }
 
 impl PluginCache {
     /// An empty view for `plugin` (reads fail until informers are added).
     pub fn new(plugin: &str) -> Self {
-        Self { plugin: plugin.to_owned(), informers: RwLock::default() }
+        let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
+        Self {
+            plugin: plugin.to_owned(),
+            prefix: format!("{plugin}#{generation}"),
+            informers: RwLock::default(),
+            indexes: Mutex::default(),
+        }
+    }
+
+    /// The prefix of this version's custom index names.
+    pub fn index_prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// Serves reads of the informer's kind from it.
@@ -42,15 +68,31 @@ impl PluginCache {
         informers.push(informer);
     }
 
-    /// Replaces every informer at once (a new plugin version with another registration).
+    /// Replaces every informer at once.
     pub fn replace(&self, informers: impl IntoIterator<Item = Informer>) {
         *self.informers.write() = informers.into_iter().collect();
+    }
+
+    /// Adds the plugin's index `index` to `informer` (backfilled), owned by this cache.
+    pub fn add_index(&self, informer: &Informer, index: &str, func: IndexFunc) -> Result<(), crate::informer::Error> {
+        let name = index_name(&self.prefix, index);
+        informer.add_indexers([(name.clone(), func)].into_iter().collect())?;
+        self.indexes.lock().push((informer.clone(), name));
+        Ok(())
     }
 
     fn informer(&self, kind: &GroupVersionKind) -> Result<Informer, CallError> {
         self.informers.read().iter().find(|i| same_kind(i.gvk(), kind)).cloned().ok_or_else(|| {
             CallError::Forbidden(format!("{} is not watched for plugin `{}`", KindRef::of(kind), self.plugin))
         })
+    }
+}
+
+impl Drop for PluginCache {
+    fn drop(&mut self) {
+        for (informer, name) in self.indexes.get_mut().drain(..) {
+            informer.remove_indexers([name.as_str()]);
+        }
     }
 }
 
@@ -87,7 +129,7 @@ impl CacheReader for PluginCache {
 
     fn by_index(&self, kind: &GroupVersionKind, index: &str, value: &str) -> Result<Vec<Vec<u8>>, CallError> {
         let informer = self.informer(kind)?;
-        let name = index_name(&self.plugin, index);
+        let name = index_name(&self.prefix, index);
         informer
             .store()
             .by_index(&name, value)

@@ -5,29 +5,29 @@ pub mod cache;
 pub mod indexes;
 pub mod metrics;
 mod triggers;
+mod wiring;
 pub mod worker;
 
 pub use cache::PluginCache;
 pub use metrics::ControllerMetrics;
 pub use worker::{Outcome, Reconciler};
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::Readiness;
-use crate::informer::{HandlerRegistration, Informer, InformerParams, SharedInformerFactory};
+use crate::informer::{HandlerRegistration, Informer, SharedInformerFactory};
 use crate::leader::LeaderGate;
 use crate::plugin::grants::KindRef;
 use crate::plugin::{ObjectKey, Plugin};
 use crate::queue::{self, QueueMetrics, WorkQueue};
-use triggers::{ForTrigger, Mapper, OwnsTrigger};
+use triggers::ForTrigger;
+use wiring::{Owner, Watched, Wiring};
 
 /// Why a controller could not be wired.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,22 @@ pub enum Error {
     /// An index is declared on a kind the plugin does not read, or names an unknown function.
     #[error("index `{0}` cannot be built: its kind is not read by the plugin or its function is unknown")]
     Index(String),
+    /// A new version's informer did not sync in time (often: no RBAC to list the kind).
+    #[error("the cache of {kind} did not sync within {timeout:?}")]
+    NotSynced {
+        /// The kind.
+        kind: KindRef,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// A new version reconciles another kind (or selector): it needs a new controller.
+    #[error("the new version reconciles {new:?} instead of {old:?}")]
+    ForChanged {
+        /// The kind and selector served now.
+        old: (KindRef, Option<String>),
+        /// The new version's.
+        new: (KindRef, Option<String>),
+    },
 }
 
 /// What every controller shares.
@@ -74,21 +90,25 @@ pub struct Context {
     pub leader: LeaderGate,
 }
 
-/// One plugin's controller: informers, triggers, queue and workers.
+/// One plugin's controller: its for trigger, queue and workers, which live as long as the
+/// plugin is loaded, and the current version's wiring (reads, indexes, Owns and Watches), which
+/// a swap replaces.
 pub struct Controller {
     name: String,
     reconciler: Arc<Reconciler>,
-    cache: Arc<PluginCache>,
-    informers: Vec<Informer>,
-    registrations: Vec<HandlerRegistration>,
-    mapper: Option<Arc<Mapper>>,
+    for_watched: Watched,
+    owner: Owner,
+    for_informer: Informer,
+    _for_registration: HandlerRegistration,
+    wiring: Wiring,
     tasks: Vec<JoinHandle<()>>,
     leader: LeaderGate,
     stop: CancellationToken,
 }
 
-fn params(selector: Option<&str>) -> InformerParams {
-    selector.map_or_else(InformerParams::default, |s| InformerParams::default().labels(s))
+fn for_watched(plugin: &Plugin) -> Watched {
+    let reg = plugin.registration();
+    (KindRef::of(&reg.for_kind), reg.for_label_selector.clone())
 }
 
 impl Controller {
@@ -97,67 +117,28 @@ impl Controller {
     /// Workers start with [`Controller::start`].
     pub async fn build(ctx: &Context, plugin: Arc<Plugin>, cache: Arc<PluginCache>) -> Result<Self, Error> {
         let name = plugin.name().to_owned();
-        let reg = plugin.registration().clone();
-        let informer_err = |kind: &GroupVersionKind| {
-            let kind = KindRef::of(kind);
-            move |source| Error::Informer { kind, source }
-        };
-        // One informer per readable kind; the for kind and watches keep their selectors.
-        let mut wanted: BTreeMap<KindRef, (GroupVersionKind, Option<String>)> = BTreeMap::new();
-        wanted.insert(KindRef::of(&reg.for_kind), (reg.for_kind.clone(), reg.for_label_selector.clone()));
-        for w in &reg.watches {
-            wanted.entry(KindRef::of(&w.kind)).or_insert((w.kind.clone(), w.label_selector.clone()));
-        }
-        for kind in reg.owns.iter().chain(&reg.reads) {
-            wanted.entry(KindRef::of(kind)).or_insert((kind.clone(), None));
-        }
-        let mut informers: BTreeMap<KindRef, Informer> = BTreeMap::new();
-        for (key, (gvk, selector)) in &wanted {
-            let informer = ctx.factory.informer(gvk, params(selector.as_deref())).await.map_err(informer_err(gvk))?;
-            informers.insert(key.clone(), informer);
-        }
-        for index in &reg.indexes {
-            let informer = informers.get(&KindRef::of(&index.kind)).ok_or_else(|| Error::Index(index.name.clone()))?;
-            let func = indexes::index_func(&index.source).ok_or_else(|| Error::Index(index.name.clone()))?;
-            let indexers = [(cache::index_name(&name, &index.name), func)].into_iter().collect();
-            informer.add_indexers(indexers).map_err(informer_err(&index.kind))?;
-        }
-        cache.replace(informers.values().cloned());
+        let for_kind = plugin.registration().for_kind.clone();
+        let (_, caps) = kube::discovery::pinned_kind(&ctx.client, &for_kind)
+            .await
+            .map_err(|source| Error::Discovery { kind: KindRef::of(&for_kind), source })?;
+        let owner = Owner { kind: KindRef::of(&for_kind), namespaced: caps.scope == Scope::Namespaced };
 
         let queue = WorkQueue::new(queue::Config::default().name(name.clone()).metrics(ctx.queue_metrics.clone()));
         let reconciler =
-            Arc::new(Reconciler::new(plugin, queue.clone(), ctx.metrics.controller(&name), ctx.max_retries));
-
-        let (_, caps) = kube::discovery::pinned_kind(&ctx.client, &reg.for_kind)
-            .await
-            .map_err(|source| Error::Discovery { kind: KindRef::of(&reg.for_kind), source })?;
-        let for_ref = KindRef::of(&reg.for_kind);
-        let mut registrations = vec![informers[&for_ref].add_event_handler(ForTrigger(queue.clone()))];
-        for kind in &reg.owns {
-            let trigger = OwnsTrigger {
-                queue: queue.clone(),
-                owner: for_ref.clone(),
-                owner_namespaced: caps.scope == Scope::Namespaced,
-            };
-            registrations.push(informers[&KindRef::of(kind)].add_event_handler(trigger));
-        }
-        let mut mapper = None;
-        if !reg.watches.is_empty() {
-            let watched: Vec<Informer> = reg.watches.iter().map(|w| informers[&KindRef::of(&w.kind)].clone()).collect();
-            let m = Mapper::new(&name, watched);
-            for i in 0..reg.watches.len() {
-                registrations.push(m.watched_informer(i).add_event_handler(m.trigger(i)));
-            }
-            mapper = Some(m);
-        }
+            Arc::new(Reconciler::new(plugin.clone(), queue.clone(), ctx.metrics.controller(&name), ctx.max_retries));
+        let wiring = Wiring::new(ctx, &plugin, cache, &reconciler, &owner, None).await?;
+        let for_informer = wiring.informers().iter().find(|i| KindRef::of(i.gvk()) == owner.kind).cloned();
+        let for_informer = for_informer.expect("the wiring reads the for kind");
+        let for_registration = for_informer.add_event_handler(ForTrigger(queue));
         ctx.readiness.set(format!("controller {name}"), false);
         Ok(Self {
             name,
             reconciler,
-            cache,
-            informers: informers.into_values().collect(),
-            registrations,
-            mapper,
+            for_watched: for_watched(&plugin),
+            owner,
+            for_informer,
+            _for_registration: for_registration,
+            wiring,
             tasks: Vec::new(),
             leader: ctx.leader.clone(),
             stop: CancellationToken::new(),
@@ -165,10 +146,11 @@ impl Controller {
     }
 
     /// Waits for every cache the plugin reads to sync and for the leader gate, then starts its
-    /// workers (and mapper). Ready once synced: followers are ready too (controller-runtime).
+    /// workers. Ready once synced: followers are ready too (controller-runtime).
     pub fn start(&mut self, readiness: Readiness) {
-        let (reconciler, informers, name) = (self.reconciler.clone(), self.informers.clone(), self.name.clone());
-        let (mapper, leader, stop) = (self.mapper.clone(), self.leader.clone(), self.stop.clone());
+        let (reconciler, name) = (self.reconciler.clone(), self.name.clone());
+        let informers = self.wiring.informers().to_vec();
+        let (leader, stop) = (self.leader.clone(), self.stop.clone());
         self.tasks.push(tokio::spawn(async move {
             for informer in &informers {
                 if informer.wait_for_sync().await.is_err() {
@@ -176,6 +158,7 @@ impl Controller {
                     return;
                 }
             }
+            drop(informers);
             readiness.set(format!("controller {name}"), true);
             if !leader.is_leader() {
                 tracing::info!(controller = %name, "caches synced; waiting to lead before starting workers");
@@ -186,12 +169,37 @@ impl Controller {
                 () = leader.leading() => {}
             }
             tracing::info!(controller = %name, "caches synced; starting workers");
-            if let Some(mapper) = mapper {
-                tokio::spawn(mapper.run(reconciler.clone()));
-            }
-            let workers = reconciler.plugin().max_concurrent();
-            reconciler.run(workers).await;
+            reconciler.run().await;
         }));
+    }
+
+    /// Serves a new version of the plugin: wires what it reads beside the current version,
+    /// waits (at most `sync_timeout`) for new caches, then swaps. Reconciles in flight finish on
+    /// the old version; the queue, its rate-limiter state and the informers both versions read
+    /// are kept. With `requeue_all`, every cached object of the for kind is queued again.
+    /// On error nothing changed. Returns the previous version.
+    pub async fn swap(
+        &mut self,
+        ctx: &Context,
+        plugin: Arc<Plugin>,
+        cache: Arc<PluginCache>,
+        sync_timeout: Duration,
+        requeue_all: bool,
+    ) -> Result<Arc<Plugin>, Error> {
+        let new = for_watched(&plugin);
+        if new != self.for_watched {
+            return Err(Error::ForChanged { old: self.for_watched.clone(), new });
+        }
+        let wiring = Wiring::new(ctx, &plugin, cache, &self.reconciler, &self.owner, Some(&self.wiring)).await?;
+        wiring.wait_for_sync(sync_timeout).await?;
+        let old = self.reconciler.swap(plugin);
+        self.wiring = wiring;
+        if requeue_all {
+            for key in self.for_informer.store().list_keys() {
+                self.reconciler.queue().add(ObjectKey::from_cache_key(&key));
+            }
+        }
+        Ok(old)
     }
 
     /// The controller's name (its plugin's).
@@ -204,9 +212,9 @@ impl Controller {
         &self.reconciler
     }
 
-    /// The plugin's cache view.
+    /// The current version's cache view.
     pub fn cache(&self) -> &Arc<PluginCache> {
-        &self.cache
+        &self.wiring.cache
     }
 
     /// The queue of keys.
@@ -218,9 +226,7 @@ impl Controller {
     /// workers and releases the informers. Returns whether everything finished in time.
     pub async fn shut_down(self, grace: Duration) -> bool {
         self.stop.cancel();
-        if let Some(mapper) = &self.mapper {
-            mapper.shut_down();
-        }
+        self.wiring.shut_down_watches();
         let drained = tokio::time::timeout(grace, self.reconciler.queue().shut_down_with_drain()).await.is_ok();
         for task in &self.tasks {
             if !drained {
@@ -230,7 +236,6 @@ impl Controller {
         for task in self.tasks {
             let _ = task.await;
         }
-        drop(self.registrations);
         drained
     }
 }

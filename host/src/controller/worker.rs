@@ -1,9 +1,11 @@
 //! Workers: client-go's processNextItem / handleErr loop around a plugin's reconcile.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
+use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::metrics::Handles;
@@ -30,6 +32,17 @@ pub struct Reconciler {
     queue: WorkQueue<ObjectKey>,
     metrics: Handles,
     max_retries: Option<u32>,
+    workers: Mutex<Workers>,
+}
+
+/// Worker bookkeeping. Worker `i` runs while `i < desired`; it checks between keys, under this
+/// lock, so a resize never leaves a slot both unfilled and believed alive.
+#[derive(Default)]
+struct Workers {
+    desired: u32,
+    running: bool,
+    alive: HashSet<u32>,
+    handles: Vec<JoinHandle<()>>,
 }
 
 impl Reconciler {
@@ -37,7 +50,8 @@ impl Reconciler {
     /// controller-runtime does; `Some(n)` drops a key after `n` failures in a row.
     pub fn new(plugin: Arc<Plugin>, queue: WorkQueue<ObjectKey>, metrics: Handles, max_retries: Option<u32>) -> Self {
         metrics.max_concurrent.set(plugin.max_concurrent().into());
-        Self { name: plugin.name().to_owned(), plugin: RwLock::new(plugin), queue, metrics, max_retries }
+        let workers = Mutex::new(Workers { desired: plugin.max_concurrent(), ..Workers::default() });
+        Self { name: plugin.name().to_owned(), plugin: RwLock::new(plugin), queue, metrics, max_retries, workers }
     }
 
     /// The plugin version serving now.
@@ -46,9 +60,48 @@ impl Reconciler {
     }
 
     /// Serves `plugin` from the next dequeue on; reconciles in flight finish on the old version.
-    pub fn swap(&self, plugin: Arc<Plugin>) -> Arc<Plugin> {
-        self.metrics.max_concurrent.set(plugin.max_concurrent().into());
-        std::mem::replace(&mut *self.plugin.write(), plugin)
+    /// The number of workers follows the new version's `max_concurrent`.
+    pub fn swap(self: &Arc<Self>, plugin: Arc<Plugin>) -> Arc<Plugin> {
+        let workers = plugin.max_concurrent();
+        let old = std::mem::replace(&mut *self.plugin.write(), plugin);
+        self.set_workers(workers);
+        old
+    }
+
+    /// Sets the number of workers: more start at once (if running), surplus ones stop after
+    /// their current key.
+    pub fn set_workers(self: &Arc<Self>, n: u32) {
+        self.metrics.max_concurrent.set(n.into());
+        let mut workers = self.workers.lock();
+        workers.desired = n.max(1);
+        if workers.running {
+            self.spawn_missing(&mut workers);
+        }
+    }
+
+    fn spawn_missing(self: &Arc<Self>, workers: &mut Workers) {
+        for i in 0..workers.desired {
+            if workers.alive.insert(i) {
+                let this = self.clone();
+                workers.handles.push(tokio::spawn(async move { this.work(i).await }));
+            }
+        }
+    }
+
+    async fn work(&self, i: u32) {
+        loop {
+            {
+                let mut workers = self.workers.lock();
+                if i >= workers.desired {
+                    workers.alive.remove(&i);
+                    return;
+                }
+            }
+            if self.process_next_item().await.is_none() {
+                self.workers.lock().alive.remove(&i);
+                return;
+            }
+        }
     }
 
     /// The controller's queue.
@@ -61,13 +114,16 @@ impl Reconciler {
         let key = self.queue.get().await?;
         let plugin = self.plugin();
         let attempt = self.queue.num_requeues(&key);
-        let span = tracing::info_span!("reconcile", controller = %self.name, key = %key, attempt);
+        let revision = plugin.revision();
+        let span = tracing::info_span!("reconcile", controller = %self.name, key = %key, attempt, revision);
         self.metrics.active_workers.inc();
         let started = Instant::now();
         let result = plugin.reconcile(&key, attempt).instrument(span.clone()).await;
         self.metrics.observe(started.elapsed());
         self.metrics.active_workers.dec();
         let outcome = span.in_scope(|| self.handle_result(&key, result));
+        // The reconcile is over before another worker may take the key.
+        drop(span);
         self.queue.done(&key);
         Some(outcome)
     }
@@ -106,16 +162,27 @@ impl Reconciler {
         }
     }
 
-    /// Runs `workers` workers until the queue shuts down.
-    pub async fn run(self: Arc<Self>, workers: u32) {
-        let tasks: Vec<_> = (0..workers.max(1))
-            .map(|_| {
-                let this = self.clone();
-                tokio::spawn(async move { while this.process_next_item().await.is_some() {} })
-            })
-            .collect();
-        for task in tasks {
-            let _ = task.await;
+    /// Runs the plugin's `max_concurrent` workers (changed by [`swap`](Self::swap) and
+    /// [`set_workers`](Self::set_workers)) until the queue shuts down.
+    pub async fn run(self: Arc<Self>) {
+        {
+            let mut workers = self.workers.lock();
+            workers.running = true;
+            self.spawn_missing(&mut workers);
         }
+        loop {
+            let handles = std::mem::take(&mut self.workers.lock().handles);
+            if handles.is_empty() {
+                return;
+            }
+            for handle in handles {
+                let _ = handle.await;
+            }
+        }
+    }
+
+    /// Workers running now.
+    pub fn workers(&self) -> usize {
+        self.workers.lock().alive.len()
     }
 }

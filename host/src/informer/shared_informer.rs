@@ -151,6 +151,11 @@ impl Informer {
         self.store().add_indexers(indexers)
     }
 
+    /// Removes indexes added with [`add_indexers`](Self::add_indexers).
+    pub fn remove_indexers<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        self.store().remove_indexers(names)
+    }
+
     /// Whether the first list has been fully applied to the cache.
     pub fn has_synced(&self) -> bool {
         self.inner.shared.has_synced()

@@ -182,6 +182,16 @@ impl Store {
         Ok(())
     }
 
+    /// Removes indexes by name (a plugin version that added them is gone); unknown names are
+    /// ignored. The built-in indexes can be removed too, so callers name only their own.
+    pub fn remove_indexers<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        let mut inner = self.inner.write();
+        for name in names {
+            inner.indexers.remove(name);
+            inner.indices.remove(name);
+        }
+    }
+
     /// Inserts or replaces an object, updating every index; returns the previous version.
     /// Used by the reflector; public so cache readers can be tested without an API server.
     pub fn upsert(&self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {

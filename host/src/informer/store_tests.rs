@@ -78,6 +78,23 @@ fn add_indexers_backfills_objects_already_cached() {
 }
 
 #[test]
+fn a_removed_index_is_gone_and_can_be_added_again_with_another_function() {
+    let store = Store::new();
+    store.upsert(obj(Some("a"), "p1", &[], Some("n1")));
+    let by_node = Indexers::from([("v1/node".to_owned(), IndexFunc::field_path("spec.nodeName"))]);
+    store.add_indexers(by_node).unwrap();
+    assert_eq!(sorted(store.by_index("v1/node", "n1").unwrap()), ["a/p1"]);
+    store.remove_indexers(["v1/node", "never-added"]);
+    assert!(matches!(store.by_index("v1/node", "n1"), Err(Error::IndexNotFound(_))));
+    let by_name = Indexers::from([("v1/node".to_owned(), IndexFunc::field_path("metadata.name"))]);
+    store.add_indexers(by_name).unwrap();
+    assert_eq!(sorted(store.by_index("v1/node", "p1").unwrap()), ["a/p1"]);
+    // Objects added after the removal keep the other indexes exact.
+    store.upsert(obj(Some("a"), "p2", &[], None));
+    assert_eq!(sorted(store.by_index(NAMESPACE_INDEX, "a").unwrap()), ["a/p1", "a/p2"]);
+}
+
+#[test]
 fn adding_an_index_twice_or_reading_an_unknown_one_is_an_error() {
     let store = Store::new();
     let again = Indexers::from([(NAMESPACE_INDEX.to_owned(), IndexFunc::field_path("x"))]);

@@ -51,6 +51,24 @@ impl KindRef {
     }
 }
 
+impl schemars::JsonSchema for KindRef {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "KindRef".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A kind as kubectl writes it: `Kind.group`, or `Kind` for the core group.",
+            "pattern": "^[A-Za-z0-9]+(\\.[a-z0-9.-]+)?$"
+        })
+    }
+}
+
 impl fmt::Display for KindRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.group.is_empty() { f.write_str(&self.kind) } else { write!(f, "{}.{}", self.kind, self.group) }
@@ -88,7 +106,7 @@ fn holds(set: &BTreeSet<KindRef>, kind: &GroupVersionKind) -> bool {
 }
 
 /// What the operator grants a plugin beyond the defaults.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct GrantConfig {
     /// Kinds the plugin may read besides its for/owns/watches kinds.

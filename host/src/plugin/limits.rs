@@ -32,7 +32,7 @@ pub const DEFAULT_TABLE_ELEMENTS: usize = 100_000;
 pub const DEFAULT_HOST_CALLS: u32 = 10_000;
 
 /// Per-plugin limits; every field has a named default above. Config field names are camelCase.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Limits {
     /// Reconcile deadline in milliseconds.

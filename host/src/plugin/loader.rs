@@ -3,8 +3,6 @@
 
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
-
 use super::Plugin;
 use super::bindings::ControllerPre;
 use super::config::PluginConfig;
@@ -108,7 +106,7 @@ impl Runtime {
         if config.limits.memory_bytes > self.max_memory_bytes {
             return Err(LoadError::MemoryAboveMax { asked: config.limits.memory_bytes, max: self.max_memory_bytes });
         }
-        let sha256 = hex::encode(Sha256::digest(&wasm));
+        let sha256 = super::sha256_hex(&wasm);
         let runtime = self.clone();
         let pre = tokio::task::spawn_blocking(move || -> Result<_, LoadError> {
             let component = runtime.compile(&wasm).map_err(LoadError::Compile)?;
@@ -138,6 +136,7 @@ impl Runtime {
             registration: Registration::new(kube::core::GroupVersionKind::gvk("", "", "")),
             sha256,
             max_concurrent: 1,
+            revision: 0,
         };
         let registration = dispatch::describe(&plugin).await.map_err(LoadError::Describe)?;
         registration.validate()?;

@@ -31,6 +31,12 @@ use bindings::ControllerPre;
 use grants::Grants;
 use state::PluginShared;
 
+/// sha256 of a component's bytes, lowercase hex: how versions are told apart.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
 /// One loaded, serving version of a plugin.
 pub struct Plugin {
     runtime: Runtime,
@@ -39,6 +45,7 @@ pub struct Plugin {
     registration: Registration,
     sha256: String,
     max_concurrent: u32,
+    revision: u64,
 }
 
 impl Plugin {
@@ -66,10 +73,26 @@ impl Plugin {
     pub fn max_concurrent(&self) -> u32 {
         self.max_concurrent
     }
+
+    /// Which version of this plugin the host has loaded: 1, 2, … in load order (like a
+    /// Deployment's revision); shown in reconcile logs. 0 until set.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Sets the revision (before the plugin starts serving).
+    pub fn with_revision(mut self, revision: u64) -> Self {
+        self.revision = revision;
+        self
+    }
 }
 
 impl std::fmt::Debug for Plugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Plugin").field("name", &self.name()).field("sha256", &self.sha256).finish_non_exhaustive()
+        f.debug_struct("Plugin")
+            .field("name", &self.name())
+            .field("sha256", &self.sha256)
+            .field("revision", &self.revision)
+            .finish_non_exhaustive()
     }
 }

@@ -1,0 +1,156 @@
+//! One plugin version's wiring: the informers it reads, its indexes, its Owns and Watches
+//! triggers. A new version builds new wiring beside the old one, sharing whatever is unchanged.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::core::GroupVersionKind;
+use tokio::task::JoinHandle;
+
+use super::triggers::{Mapper, OwnsTrigger};
+use super::{Context, Error, PluginCache, Reconciler, indexes};
+use crate::informer::{HandlerRegistration, Informer, InformerParams};
+use crate::plugin::Plugin;
+use crate::plugin::grants::KindRef;
+
+/// A kind and the label selector its informer is opened with.
+pub(crate) type Watched = (KindRef, Option<String>);
+
+fn params(selector: Option<&str>) -> InformerParams {
+    selector.map_or_else(InformerParams::default, |s| InformerParams::default().labels(s))
+}
+
+/// The for kind's identity (it stays the same across swaps) and its scope.
+#[derive(Clone)]
+pub(crate) struct Owner {
+    pub(crate) kind: KindRef,
+    pub(crate) namespaced: bool,
+}
+
+/// The Watches half: a mapper, its handlers and its task; shared by versions with equal watches.
+struct Watches {
+    spec: Vec<Watched>,
+    mapper: Arc<Mapper>,
+    _registrations: Vec<HandlerRegistration>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Watches {
+    /// The last version using these watches is gone: stop mapping (also if still waiting for
+    /// the caches to sync, which would otherwise hold the informers forever).
+    fn drop(&mut self) {
+        self.mapper.shut_down();
+        self.task.abort();
+    }
+}
+
+/// What one plugin version wired.
+pub(crate) struct Wiring {
+    pub(crate) cache: Arc<PluginCache>,
+    informers: Vec<Informer>,
+    owns: BTreeMap<KindRef, Arc<HandlerRegistration>>,
+    watches: Option<Arc<Watches>>,
+}
+
+impl Wiring {
+    /// Wires `plugin`'s reads, indexes and triggers into `reconciler`'s queue, reusing the
+    /// triggers of `previous` that the new registration keeps (so they do not replay their
+    /// objects). `previous` itself is left intact: dropping the result undoes everything.
+    pub(crate) async fn new(
+        ctx: &Context,
+        plugin: &Plugin,
+        cache: Arc<PluginCache>,
+        reconciler: &Arc<Reconciler>,
+        owner: &Owner,
+        previous: Option<&Wiring>,
+    ) -> Result<Self, Error> {
+        let reg = plugin.registration();
+        let informer_err = |kind: &GroupVersionKind| {
+            let kind = KindRef::of(kind);
+            move |source| Error::Informer { kind, source }
+        };
+        // One informer per readable kind; the for kind and watches keep their selectors.
+        let mut wanted: BTreeMap<KindRef, (GroupVersionKind, Option<String>)> = BTreeMap::new();
+        wanted.insert(KindRef::of(&reg.for_kind), (reg.for_kind.clone(), reg.for_label_selector.clone()));
+        for w in &reg.watches {
+            wanted.entry(KindRef::of(&w.kind)).or_insert((w.kind.clone(), w.label_selector.clone()));
+        }
+        for kind in reg.owns.iter().chain(&reg.reads) {
+            wanted.entry(KindRef::of(kind)).or_insert((kind.clone(), None));
+        }
+        let mut informers: BTreeMap<KindRef, Informer> = BTreeMap::new();
+        for (key, (gvk, selector)) in &wanted {
+            let informer = ctx.factory.informer(gvk, params(selector.as_deref())).await.map_err(informer_err(gvk))?;
+            informers.insert(key.clone(), informer);
+        }
+        for index in &reg.indexes {
+            let informer = informers.get(&KindRef::of(&index.kind)).ok_or_else(|| Error::Index(index.name.clone()))?;
+            let func = indexes::index_func(&index.source).ok_or_else(|| Error::Index(index.name.clone()))?;
+            cache.add_index(informer, &index.name, func).map_err(informer_err(&index.kind))?;
+        }
+        cache.replace(informers.values().cloned());
+
+        let queue = reconciler.queue();
+        let mut owns = BTreeMap::new();
+        for kind in &reg.owns {
+            let kind = KindRef::of(kind);
+            let kept = previous.and_then(|p| p.owns.get(&kind)).cloned();
+            let registration = kept.unwrap_or_else(|| {
+                let trigger =
+                    OwnsTrigger { queue: queue.clone(), owner: owner.kind.clone(), owner_namespaced: owner.namespaced };
+                Arc::new(informers[&kind].add_event_handler(trigger))
+            });
+            owns.insert(kind, registration);
+        }
+
+        let spec: Vec<Watched> = reg.watches.iter().map(|w| (KindRef::of(&w.kind), w.label_selector.clone())).collect();
+        let watches = match previous.and_then(|p| p.watches.as_ref()) {
+            Some(kept) if kept.spec == spec => Some(kept.clone()),
+            _ if spec.is_empty() => None,
+            _ => {
+                let watched: Vec<Informer> = spec.iter().map(|(kind, _)| informers[kind].clone()).collect();
+                let mapper = Mapper::new(plugin.name(), watched.clone());
+                let registrations =
+                    (0..spec.len()).map(|i| mapper.watched_informer(i).add_event_handler(mapper.trigger(i))).collect();
+                let (mapper_run, reconciler, leader) = (mapper.clone(), reconciler.clone(), ctx.leader.clone());
+                // Map only once every watched cache is complete: `map` may read them. `map` is
+                // plugin code and may write, so only the leader runs it.
+                let task = tokio::spawn(async move {
+                    for informer in &watched {
+                        if informer.wait_for_sync().await.is_err() {
+                            return;
+                        }
+                    }
+                    leader.leading().await;
+                    mapper_run.run(reconciler).await;
+                });
+                Some(Arc::new(Watches { spec, mapper, _registrations: registrations, task }))
+            }
+        };
+        Ok(Self { cache, informers: informers.into_values().collect(), owns, watches })
+    }
+
+    /// Every informer this version reads.
+    pub(crate) fn informers(&self) -> &[Informer] {
+        &self.informers
+    }
+
+    /// Waits until every informer of this version has synced, at most `timeout`.
+    pub(crate) async fn wait_for_sync(&self, timeout: Duration) -> Result<(), Error> {
+        for informer in &self.informers {
+            let synced = tokio::time::timeout(timeout, informer.wait_for_sync()).await;
+            if !matches!(synced, Ok(Ok(()))) {
+                return Err(Error::NotSynced { kind: KindRef::of(informer.gvk()), timeout });
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the mapper (if this is its last holder, it stops after its current map).
+    pub(crate) fn shut_down_watches(&self) {
+        if let Some(watches) = &self.watches {
+            watches.mapper.shut_down();
+        }
+    }
+}

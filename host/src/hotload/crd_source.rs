@@ -1,0 +1,280 @@
+//! `WasmPlugin` objects as a source: the host's own informers on WasmPlugins and on the module
+//! ConfigMaps of its namespace feed a work queue of plugin names; each name is applied like a
+//! plugin file and its status says what serves and why a version was rejected.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::{Client, Resource as _};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::manager::{Desired, Manager, Origin};
+use super::wasmplugin::{Condition, WasmPlugin, WasmPluginStatus};
+use crate::informer::{CachedObject, Informer, InformerParams, ResourceEventHandler};
+use crate::queue::{Config as QueueConfig, WorkQueue};
+
+/// Name of this source's readiness check.
+pub const READINESS_CHECK: &str = "wasmplugins";
+
+/// Field manager of the host's status writes.
+pub const STATUS_MANAGER: &str = "kubewasm";
+
+/// Watches WasmPlugins and applies them through a [`Manager`].
+pub struct WasmPluginSource {
+    manager: Manager,
+    client: Client,
+    module_namespace: String,
+}
+
+fn gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk("kubewasm.dev", "v1alpha1", "WasmPlugin")
+}
+
+/// Queues the name of every WasmPlugin that changed.
+struct PluginTrigger(WorkQueue<String>);
+
+impl ResourceEventHandler for PluginTrigger {
+    fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
+        self.0.add(obj.meta().name.clone());
+    }
+    fn on_update(&self, _: Arc<CachedObject>, new: Arc<CachedObject>) {
+        self.0.add(new.meta().name.clone());
+    }
+    fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
+        self.0.add(obj.meta().name.clone());
+    }
+}
+
+/// Queues the WasmPlugins whose module lives in a ConfigMap that changed.
+struct ModuleTrigger {
+    queue: WorkQueue<String>,
+    plugins: Informer,
+}
+
+impl ModuleTrigger {
+    fn enqueue(&self, config_map: &CachedObject) {
+        for obj in self.plugins.store().list() {
+            let Ok(plugin) = serde_json::from_slice::<WasmPlugin>(obj.json()) else { continue };
+            if plugin.spec.module.config_map.name == config_map.meta().name {
+                self.queue.add(obj.meta().name.clone());
+            }
+        }
+    }
+}
+
+impl ResourceEventHandler for ModuleTrigger {
+    fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
+        self.enqueue(&obj);
+    }
+    fn on_update(&self, _: Arc<CachedObject>, new: Arc<CachedObject>) {
+        self.enqueue(&new);
+    }
+    fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
+        self.enqueue(&obj);
+    }
+}
+
+/// Why a WasmPlugin's spec is not serving; `retry` when waiting may fix it by itself.
+struct NotServing {
+    reason: &'static str,
+    message: String,
+    retry: bool,
+}
+
+impl WasmPluginSource {
+    /// A source applying WasmPlugins through `manager`; module ConfigMaps are read from
+    /// `module_namespace` only.
+    pub fn new(manager: Manager, client: Client, module_namespace: impl Into<String>) -> Self {
+        Self { manager, client, module_namespace: module_namespace.into() }
+    }
+
+    /// Runs until `shutdown`. Waits for the WasmPlugin CRD if it is not installed yet.
+    /// The readiness check `wasmplugins` passes once its caches have synced.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let readiness = self.manager.context().readiness.clone();
+        readiness.set(READINESS_CHECK, false);
+        let factory = self.manager.context().factory.clone();
+        let plugins = loop {
+            match factory.informer_for(&gvk()).await {
+                Ok(informer) => break informer,
+                Err(err) => {
+                    tracing::warn!(error = %err, "WasmPlugin CRD not served (yet); retrying in 10s");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                    }
+                }
+            }
+        };
+        let params = InformerParams::default().namespace(&self.module_namespace);
+        let modules = match factory.informer(&GroupVersionKind::gvk("", "v1", "ConfigMap"), params).await {
+            Ok(informer) => informer,
+            Err(err) => {
+                tracing::error!(error = %err, namespace = %self.module_namespace, "cannot watch module ConfigMaps");
+                return;
+            }
+        };
+        let queue: WorkQueue<String> = WorkQueue::new(QueueConfig::default().name("wasmplugins"));
+        let _registrations = [
+            plugins.add_event_handler(PluginTrigger(queue.clone())),
+            modules.add_event_handler(ModuleTrigger { queue: queue.clone(), plugins: plugins.clone() }),
+        ];
+        for informer in [&plugins, &modules] {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = informer.wait_for_sync() => {}
+            }
+        }
+        readiness.set(READINESS_CHECK, true);
+        tracing::info!(namespace = %self.module_namespace, "applying WasmPlugin objects");
+        let stop = queue.clone();
+        let this = Arc::new(self);
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            stop.shut_down();
+        });
+        while let Some(name) = queue.get().await {
+            let retry = this.reconcile(&name, &plugins, &modules).await;
+            if retry {
+                queue.add_rate_limited(name.clone());
+            } else {
+                queue.forget(&name);
+            }
+            queue.done(&name);
+        }
+    }
+
+    /// Applies one WasmPlugin; returns whether to retry with backoff.
+    async fn reconcile(&self, name: &str, plugins: &Informer, modules: &Informer) -> bool {
+        let Some(obj) = plugins.store().get(None, name) else {
+            self.manager.remove(name, &Origin::WasmPlugin).await;
+            return false;
+        };
+        let plugin = match serde_json::from_slice::<WasmPlugin>(obj.json()) {
+            Ok(p) => p,
+            Err(e) => {
+                let problem = NotServing { reason: "InvalidSpec", message: e.to_string(), retry: false };
+                return self.report(name, None, Err(problem)).await;
+            }
+        };
+        if plugin.spec.paused {
+            self.manager.remove(name, &Origin::WasmPlugin).await;
+            let problem = NotServing { reason: "Paused", message: "spec.paused is true".into(), retry: false };
+            return self.report(name, Some(&plugin), Err(problem)).await;
+        }
+        let result = match self.module(&plugin, modules) {
+            Err(problem) => Err(problem),
+            Ok(wasm) => {
+                let desired = Desired {
+                    name: name.to_owned(),
+                    origin: Origin::WasmPlugin,
+                    wasm,
+                    config: plugin.spec.plugin_config(),
+                };
+                self.manager.apply(desired).await.map(|_| ()).map_err(|e| NotServing {
+                    reason: e.reason(),
+                    message: format!("{e:#}"),
+                    retry: false,
+                })
+            }
+        };
+        self.report(name, Some(&plugin), result).await
+    }
+
+    fn module(&self, plugin: &WasmPlugin, modules: &Informer) -> Result<Arc<[u8]>, NotServing> {
+        let source = &plugin.spec.module.config_map;
+        let missing = |what: String| NotServing { reason: "ModuleNotFound", message: what, retry: true };
+        let obj = modules
+            .store()
+            .get(Some(&self.module_namespace), &source.name)
+            .ok_or_else(|| missing(format!("ConfigMap {}/{} not found", self.module_namespace, source.name)))?;
+        let config_map: ConfigMap = serde_json::from_slice(obj.json()).map_err(|e| missing(e.to_string()))?;
+        let bytes = config_map.binary_data.and_then(|mut d| d.remove(&source.key)).ok_or_else(|| {
+            missing(format!(
+                "ConfigMap {}/{} has no binaryData key `{}`",
+                self.module_namespace, source.name, source.key
+            ))
+        })?;
+        Ok(Arc::from(bytes.0))
+    }
+
+    /// Writes the status for `result`; returns whether to retry.
+    async fn report(&self, name: &str, plugin: Option<&WasmPlugin>, result: Result<(), NotServing>) -> bool {
+        let serving = self.manager.serving(name).await;
+        let generation = plugin.and_then(|p| p.meta().generation);
+        let old = plugin.and_then(|p| p.status.clone()).unwrap_or_default();
+        let cond = |type_: &str, ok: bool, reason: &str, message: &str| {
+            condition(&old.conditions, type_, ok, reason, message, generation)
+        };
+        let (status, retry) = match (&result, &serving) {
+            (Ok(()), _) => (
+                vec![
+                    cond("Loaded", true, "Loaded", "the latest spec serves"),
+                    cond("Ready", true, "Serving", ""),
+                    cond("Degraded", false, "AsExpected", ""),
+                ],
+                false,
+            ),
+            (Err(p), Some(s)) => (
+                vec![
+                    cond("Loaded", true, "PreviousVersionServing", &format!("revision {} keeps serving", s.revision)),
+                    cond("Ready", true, "Serving", ""),
+                    cond("Degraded", true, p.reason, &p.message),
+                ],
+                p.retry,
+            ),
+            (Err(p), None) => (
+                vec![
+                    cond("Loaded", false, p.reason, &p.message),
+                    cond("Ready", false, p.reason, &p.message),
+                    cond("Degraded", p.reason != "Paused", p.reason, &p.message),
+                ],
+                p.retry,
+            ),
+        };
+        let status = WasmPluginStatus {
+            conditions: status,
+            observed_generation: generation,
+            loaded_sha256: serving.as_ref().map(|s| s.sha256.clone()),
+            revision: serving.as_ref().map(|s| s.revision),
+            last_error: result.as_ref().err().map(|p| p.message.clone()),
+        };
+        let api: Api<WasmPlugin> = Api::all(self.client.clone());
+        let patch = json!({ "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin", "status": status });
+        let params = PatchParams::apply(STATUS_MANAGER).force();
+        if let Err(err) = api.patch_status(name, &params, &Patch::Apply(&patch)).await {
+            // Gone already, or the API server is away: the next event or retry writes it.
+            tracing::warn!(plugin = name, error = %err, "cannot write WasmPlugin status");
+            return plugin.is_some();
+        }
+        retry
+    }
+}
+
+/// A condition, keeping its transition time when its status did not change.
+fn condition(
+    old: &[Condition],
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let unchanged = old.iter().find(|c| c.type_ == type_ && c.status == status);
+    let now = || k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).unwrap_or_default();
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: unchanged
+            .and_then(|c| c.last_transition_time.clone())
+            .or_else(|| Some(now().to_string())),
+        observed_generation: generation,
+    }
+}

@@ -1,0 +1,174 @@
+//! The plugin directory as a source: each `<name>.wasm`, configured by `<name>.yaml` (`.yml`,
+//! `.json`) beside it. Watched with notify; bursts of events (a file being copied in) are
+//! debounced, then the whole directory is compared with what serves (level-triggered, so a
+//! missed or merged event cannot leave a stale version).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use notify::RecursiveMode;
+use tokio_util::sync::CancellationToken;
+
+use super::manager::{Applied, Desired, Manager, Origin};
+use crate::plugin::PluginConfig;
+
+/// A plugin file found in the plugin directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginFile {
+    /// Plugin name: the file name without `.wasm`.
+    pub name: String,
+    /// The component.
+    pub wasm: PathBuf,
+    /// Its config file, if there is one (`<name>.yaml`, `.yml` or `.json`).
+    pub config: Option<PathBuf>,
+}
+
+/// Every `*.wasm` in `dir`, sorted by name, with its config file. Hidden files (`.x.wasm`,
+/// editors' and `kubectl cp`'s temporaries) are skipped.
+pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let hidden = path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        if path.extension().is_some_and(|e| e == "wasm") && !hidden && path.is_file() {
+            let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+            let config = ["yaml", "yml", "json"].iter().map(|ext| path.with_extension(ext)).find(|p| p.is_file());
+            found.push(PluginFile { name, wasm: path, config });
+        }
+    }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(found)
+}
+
+/// Reads a plugin's config file (default config when there is none).
+pub fn read_config(file: &PluginFile) -> anyhow::Result<PluginConfig> {
+    match &file.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            PluginConfig::from_yaml(&text).with_context(|| format!("in {}", path.display()))
+        }
+        None => Ok(PluginConfig::default()),
+    }
+}
+
+/// Name of the directory source's readiness check.
+pub const READINESS_CHECK: &str = "plugin directory";
+
+/// The bytes a version is made of; a pass skips a plugin whose bytes it already tried.
+#[derive(Clone, PartialEq, Eq)]
+struct Fingerprint {
+    wasm_sha256: String,
+    config: Option<Vec<u8>>,
+}
+
+/// What one pass did to one plugin.
+#[derive(Debug)]
+pub enum Change {
+    /// Applied (loaded, swapped, replaced, or unchanged).
+    Applied(Applied),
+    /// Rejected; the previous version, if any, keeps serving.
+    Rejected(anyhow::Error),
+    /// Its file is gone; it was unloaded.
+    Removed,
+}
+
+/// Keeps the plugins of one directory serving as its files say.
+pub struct DirectorySource {
+    dir: PathBuf,
+    manager: Manager,
+    tried: HashMap<String, Fingerprint>,
+}
+
+impl DirectorySource {
+    /// A source for `dir`, applying through `manager`.
+    pub fn new(dir: impl Into<PathBuf>, manager: Manager) -> Self {
+        Self { dir: dir.into(), manager, tried: HashMap::new() }
+    }
+
+    /// One pass: loads new files, swaps changed ones, unloads removed ones. Files whose bytes
+    /// were already tried (and failed, or serve) are skipped, so a bad file is reported once.
+    /// The readiness check `plugin directory` passes once a pass could read the directory.
+    pub async fn sync(&mut self) -> anyhow::Result<Vec<(String, Change)>> {
+        let readiness = &self.manager.context().readiness;
+        let files = match plugin_files(&self.dir) {
+            Ok(files) => files,
+            Err(e) => {
+                readiness.set(READINESS_CHECK, false);
+                return Err(e).with_context(|| format!("reading plugin directory {}", self.dir.display()));
+            }
+        };
+        readiness.set(READINESS_CHECK, true);
+        let mut changes = Vec::new();
+        for file in &files {
+            // A file can vanish or be half-written between listing and reading: the next
+            // event brings another pass.
+            let Ok(wasm) = std::fs::read(&file.wasm) else { continue };
+            let config_bytes = match &file.config {
+                Some(path) => match std::fs::read(path) {
+                    Ok(bytes) => Some(bytes),
+                    Err(_) => continue,
+                },
+                None => None,
+            };
+            let fingerprint = Fingerprint { wasm_sha256: crate::plugin::sha256_hex(&wasm), config: config_bytes };
+            if self.tried.get(&file.name) == Some(&fingerprint) {
+                continue;
+            }
+            self.tried.insert(file.name.clone(), fingerprint);
+            let change = match read_config(file) {
+                Err(e) => Change::Rejected(e),
+                Ok(config) => {
+                    let desired =
+                        Desired { name: file.name.clone(), origin: Origin::Directory, wasm: Arc::from(wasm), config };
+                    match self.manager.apply(desired).await {
+                        Ok(applied) => Change::Applied(applied),
+                        Err(e) => Change::Rejected(anyhow::Error::new(e).context(format!("{}", file.wasm.display()))),
+                    }
+                }
+            };
+            if let Change::Rejected(e) = &change {
+                tracing::error!(plugin = %file.name, error = format!("{e:#}"), "plugin file not applied");
+            }
+            changes.push((file.name.clone(), change));
+        }
+        self.tried.retain(|name, _| files.iter().any(|f| &f.name == name));
+        for name in self.manager.names(&Origin::Directory).await {
+            if !files.iter().any(|f| f.name == name) && self.manager.remove(&name, &Origin::Directory).await {
+                changes.push((name, Change::Removed));
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Watches the directory until `shutdown`, running a pass after each burst of changes has
+    /// been quiet for `debounce`. Call [`sync`](Self::sync) first for the initial state.
+    pub async fn watch(mut self, debounce: Duration, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut debouncer = notify_debouncer_full::new_debouncer(debounce, None, move |result| {
+            let _ = tx.send(result);
+        })
+        .context("starting the plugin directory watcher")?;
+        debouncer
+            .watch(&self.dir, RecursiveMode::NonRecursive)
+            .with_context(|| format!("watching {}", self.dir.display()))?;
+        tracing::info!(dir = %self.dir.display(), ?debounce, "watching the plugin directory");
+        loop {
+            let events = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                events = rx.recv() => events,
+            };
+            match events {
+                None => return Ok(()),
+                Some(Err(errors)) => tracing::warn!(?errors, "plugin directory watch errors; rescanning"),
+                Some(Ok(_)) => {}
+            }
+            while rx.try_recv().is_ok() {}
+            if let Err(e) = self.sync().await {
+                tracing::error!(error = format!("{e:#}"), "plugin directory pass failed");
+            }
+        }
+    }
+}

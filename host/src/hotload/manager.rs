@@ -1,0 +1,310 @@
+//! The set of loaded plugins: load, swap or unload one while the host runs, keeping its queue,
+//! its rate-limiter state and the shared informers.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Mutex;
+
+use super::metrics::HotloadMetrics;
+use crate::controller::{self, Controller, PluginCache};
+use crate::plugin::host::ApiWriter;
+use crate::plugin::{LoadError, Plugin, PluginConfig, Runtime};
+
+/// Where a plugin came from. A name belongs to one source at a time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A `*.wasm` file in the plugin directory.
+    Directory,
+    /// A `WasmPlugin` object.
+    WasmPlugin,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Origin::Directory => "the plugin directory",
+            Origin::WasmPlugin => "a WasmPlugin object",
+        })
+    }
+}
+
+/// Why a version was not applied. The version serving before, if any, keeps serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The component was rejected (garbage, wrong world, describe() failed, grants).
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// Its informers, indexes or triggers could not be wired.
+    #[error(transparent)]
+    Wiring(#[from] controller::Error),
+    /// Another source already serves a plugin with this name.
+    #[error("a plugin named `{name}` is already loaded from {owner}")]
+    NameTaken {
+        /// The name.
+        name: String,
+        /// Who has it.
+        owner: Origin,
+    },
+}
+
+impl ApplyError {
+    /// Bounded label for metrics and condition reasons.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApplyError::Load(_) => "LoadFailed",
+            ApplyError::Wiring(_) => "WiringFailed",
+            ApplyError::NameTaken { .. } => "NameTaken",
+        }
+    }
+}
+
+/// What [`Manager::apply`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The same component and config already serve.
+    Unchanged,
+    /// First version of this plugin.
+    Loaded,
+    /// Swapped in place: queue, backoff and shared caches kept.
+    Swapped,
+    /// The new version reconciles another kind: a new controller replaced the old one.
+    Replaced,
+}
+
+/// A plugin version to serve.
+pub struct Desired {
+    /// Plugin name.
+    pub name: String,
+    /// Its source.
+    pub origin: Origin,
+    /// The component.
+    pub wasm: Arc<[u8]>,
+    /// Operator configuration.
+    pub config: PluginConfig,
+}
+
+/// Hot-load behaviour.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// After a swap, queue every cached object of the for kind again (default on).
+    pub requeue_on_swap: bool,
+    /// How long a new version may wait for caches it adds to sync.
+    pub sync_timeout: Duration,
+    /// Grace for in-flight reconciles when a controller is replaced or unloaded.
+    pub grace: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { requeue_on_swap: true, sync_timeout: Duration::from_secs(60), grace: Duration::from_secs(30) }
+    }
+}
+
+struct Slot {
+    origin: Origin,
+    sha256: String,
+    config: PluginConfig,
+    revision: u64,
+    controller: Controller,
+}
+
+/// What is serving for one plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Serving {
+    /// sha256 of the component.
+    pub sha256: String,
+    /// Its revision.
+    pub revision: u64,
+}
+
+type Slots = BTreeMap<String, Arc<Mutex<Option<Slot>>>>;
+
+/// Every loaded plugin. Applies for one plugin are serialized; different plugins load in
+/// parallel.
+#[derive(Clone)]
+pub struct Manager {
+    ctx: controller::Context,
+    runtime: Runtime,
+    writer: Arc<dyn ApiWriter>,
+    options: Options,
+    metrics: HotloadMetrics,
+    slots: Arc<parking_lot::Mutex<Slots>>,
+}
+
+impl Manager {
+    /// A manager wiring controllers from `ctx`, loading with `runtime`, writing with `writer`.
+    pub fn new(
+        ctx: controller::Context,
+        runtime: Runtime,
+        writer: Arc<dyn ApiWriter>,
+        options: Options,
+        metrics: HotloadMetrics,
+    ) -> Self {
+        Self { ctx, runtime, writer, options, metrics, slots: Arc::default() }
+    }
+
+    fn slot(&self, name: &str) -> Arc<Mutex<Option<Slot>>> {
+        self.slots.lock().entry(name.to_owned()).or_default().clone()
+    }
+
+    /// Serves `desired`: loads it if new, swaps it in if it differs from what serves, and does
+    /// nothing if it is the same. A rejected version leaves the serving one in place.
+    pub async fn apply(&self, desired: Desired) -> Result<Applied, ApplyError> {
+        let started = Instant::now();
+        let name = desired.name.clone();
+        let slot = self.slot(&name);
+        let mut slot = slot.lock().await;
+        let result = self.apply_locked(&mut slot, desired).await;
+        match &result {
+            Ok(Applied::Unchanged) => {}
+            Ok(applied) => {
+                let serving = slot.as_ref().expect("applied versions serve");
+                self.metrics.applied(&name, applied, started.elapsed());
+                tracing::info!(plugin = %name, revision = serving.revision, sha256 = %serving.sha256, ?applied, elapsed = ?started.elapsed(), "plugin version serving");
+            }
+            Err(err) => {
+                if slot.is_none() {
+                    self.ctx.readiness.set(format!("plugin {name}"), false);
+                }
+                self.metrics.rejected(&name, err.reason());
+                let keeps = slot.as_ref().map(|s| s.revision);
+                tracing::error!(plugin = %name, error = format!("{err:#}"), serving_revision = ?keeps, "plugin version rejected");
+            }
+        }
+        result
+    }
+
+    async fn apply_locked(&self, slot: &mut Option<Slot>, desired: Desired) -> Result<Applied, ApplyError> {
+        let Desired { name, origin, wasm, config } = desired;
+        if let Some(current) = slot.as_ref()
+            && current.origin != origin
+        {
+            return Err(ApplyError::NameTaken { name, owner: current.origin.clone() });
+        }
+        let sha256 = crate::plugin::sha256_hex(&wasm);
+        if slot.as_ref().is_some_and(|s| s.sha256 == sha256 && s.config == config) {
+            return Ok(Applied::Unchanged);
+        }
+        let revision = slot.as_ref().map_or(1, |s| s.revision + 1);
+        let cache = Arc::new(PluginCache::new(&name));
+        let plugin = self.runtime.load(&name, wasm, config.clone(), cache.clone(), self.writer.clone()).await?;
+        let plugin = Arc::new(plugin.with_revision(revision));
+        let check = format!("plugin {name}");
+        let applied = match slot.take() {
+            None => {
+                let mut controller = Controller::build(&self.ctx, plugin, cache).await?;
+                controller.start(self.ctx.readiness.clone());
+                self.ctx.readiness.set(&check, true);
+                *slot = Some(Slot { origin, sha256, config, revision, controller });
+                Applied::Loaded
+            }
+            Some(mut current) => {
+                let (sync, requeue) = (self.options.sync_timeout, self.options.requeue_on_swap);
+                match current.controller.swap(&self.ctx, plugin.clone(), cache.clone(), sync, requeue).await {
+                    Ok(_old) => {
+                        *slot = Some(Slot { origin, sha256, config, revision, controller: current.controller });
+                        Applied::Swapped
+                    }
+                    Err(controller::Error::ForChanged { .. }) => {
+                        // Another kind: a new controller; the old one drains, then goes.
+                        let built = Controller::build(&self.ctx, plugin, cache).await;
+                        let mut controller = match built {
+                            Ok(c) => c,
+                            Err(e) => {
+                                *slot = Some(current);
+                                return Err(e.into());
+                            }
+                        };
+                        current.controller.shut_down(self.options.grace).await;
+                        controller.start(self.ctx.readiness.clone());
+                        *slot = Some(Slot { origin, sha256, config, revision, controller });
+                        Applied::Replaced
+                    }
+                    Err(e) => {
+                        *slot = Some(current);
+                        return Err(e.into());
+                    }
+                }
+            }
+        };
+        Ok(applied)
+    }
+
+    /// Stops and forgets the plugin `name` if `origin` serves it: in-flight reconciles finish
+    /// (within the grace period), informers no other plugin uses stop. Returns whether it was
+    /// loaded.
+    pub async fn remove(&self, name: &str, origin: &Origin) -> bool {
+        let slot = self.slot(name);
+        let mut slot = slot.lock().await;
+        if slot.is_none() {
+            // Never loaded (it failed): forget the failure.
+            self.ctx.readiness.remove(&format!("plugin {name}"));
+        }
+        if slot.as_ref().is_none_or(|s| &s.origin != origin) {
+            return false;
+        }
+        let current = slot.take().expect("checked above");
+        self.ctx.readiness.remove(&format!("plugin {name}"));
+        self.ctx.readiness.remove(&format!("controller {name}"));
+        current.controller.shut_down(self.options.grace).await;
+        self.metrics.unloaded(name);
+        tracing::info!(plugin = %name, revision = current.revision, "plugin unloaded");
+        true
+    }
+
+    /// The version serving for `name`, if any.
+    pub async fn serving(&self, name: &str) -> Option<Serving> {
+        let slot = self.slots.lock().get(name).cloned()?;
+        let slot = slot.lock().await;
+        slot.as_ref().map(|s| Serving { sha256: s.sha256.clone(), revision: s.revision })
+    }
+
+    /// The current plugin version of `name`, with its controller's reconciler.
+    pub async fn reconciler(&self, name: &str) -> Option<Arc<controller::Reconciler>> {
+        let slot = self.slots.lock().get(name).cloned()?;
+        let slot = slot.lock().await;
+        slot.as_ref().map(|s| s.controller.reconciler().clone())
+    }
+
+    /// The serving plugin of `name`.
+    pub async fn plugin(&self, name: &str) -> Option<Arc<Plugin>> {
+        Some(self.reconciler(name).await?.plugin())
+    }
+
+    /// Names of the loaded plugins loaded from `origin`.
+    pub async fn names(&self, origin: &Origin) -> Vec<String> {
+        let slots: Vec<_> = self.slots.lock().iter().map(|(n, s)| (n.clone(), s.clone())).collect();
+        let mut names = Vec::new();
+        for (name, slot) in slots {
+            if slot.lock().await.as_ref().is_some_and(|s| &s.origin == origin) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
+    /// The shared informer factory (tests count its running informers).
+    pub fn context(&self) -> &controller::Context {
+        &self.ctx
+    }
+
+    /// Gates the workers of controllers wired from now on (leader election).
+    pub fn set_leader_gate(&mut self, gate: crate::leader::LeaderGate) {
+        self.ctx.leader = gate;
+    }
+
+    /// Stops every controller, letting in-flight reconciles finish within `grace`.
+    pub async fn shut_down(&self, grace: Duration) -> bool {
+        let slots: Vec<_> = std::mem::take(&mut *self.slots.lock()).into_values().collect();
+        let stops = slots.into_iter().map(|slot| async move {
+            match slot.lock().await.take() {
+                Some(s) => s.controller.shut_down(grace).await,
+                None => true,
+            }
+        });
+        futures::future::join_all(stops).await.into_iter().all(|ok| ok)
+    }
+}

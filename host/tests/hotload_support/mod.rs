@@ -1,0 +1,111 @@
+//! Helpers of the hot-load tests: the stamper fixture's config and a recorder of reconcile spans.
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use tracing::span::{Attributes, Id};
+use tracing::{Subscriber, field};
+use tracing_subscriber::layer::{Context, Layer};
+use tracing_subscriber::prelude::*;
+use tracing_subscriber::registry::LookupSpan;
+
+/// The annotation the stamper writes.
+pub const STAMP: &str = "kubewasm.test/version";
+
+/// The stamper's operator config (it patches ConfigMaps it does not own: a write grant).
+pub fn stamper_config(version: &str, selector: &str, max_concurrent: u32) -> String {
+    format!(
+        "maxConcurrent: {max_concurrent}\ngrants:\n  write: [ConfigMap]\nsettings:\n  version: {version}\n  selector: \"{selector}\"\n"
+    )
+}
+
+/// The version stamped on a ConfigMap.
+pub fn stamp_of(cm: &ConfigMap) -> Option<&str> {
+    cm.metadata.annotations.as_ref()?.get(STAMP).map(String::as_str)
+}
+
+/// One finished reconcile.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// `namespace/name`.
+    pub key: String,
+    /// Plugin revision that ran it.
+    pub revision: u64,
+    /// When it started and ended.
+    pub start: Instant,
+    /// End.
+    pub end: Instant,
+}
+
+/// Every reconcile span closed in this test binary.
+#[derive(Clone, Default)]
+pub struct Spans(Arc<Mutex<Vec<Run>>>);
+
+struct Open {
+    key: String,
+    revision: u64,
+    start: Instant,
+}
+
+#[derive(Default)]
+struct Fields {
+    key: String,
+    revision: u64,
+}
+
+impl field::Visit for Fields {
+    fn record_u64(&mut self, f: &field::Field, value: u64) {
+        if f.name() == "revision" {
+            self.revision = value;
+        }
+    }
+    fn record_debug(&mut self, f: &field::Field, value: &dyn std::fmt::Debug) {
+        if f.name() == "key" {
+            self.key = format!("{value:?}");
+        }
+    }
+}
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Spans {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if attrs.metadata().name() != "reconcile" {
+            return;
+        }
+        let mut fields = Fields::default();
+        attrs.record(&mut fields);
+        let open = Open { key: fields.key, revision: fields.revision, start: Instant::now() };
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(open);
+        }
+    }
+
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(&id) else { return };
+        if let Some(open) = span.extensions_mut().remove::<Open>() {
+            let run = Run { key: open.key, revision: open.revision, start: open.start, end: Instant::now() };
+            self.0.lock().unwrap().push(run);
+        }
+    }
+}
+
+impl Spans {
+    /// Installs the recorder as this test binary's global subscriber (once).
+    pub fn install() -> Spans {
+        static SPANS: OnceLock<Spans> = OnceLock::new();
+        SPANS
+            .get_or_init(|| {
+                let spans = Spans::default();
+                tracing_subscriber::registry().with(spans.clone()).init();
+                spans
+            })
+            .clone()
+    }
+
+    /// Finished reconciles of keys in `namespace`.
+    pub fn of_namespace(&self, namespace: &str) -> Vec<Run> {
+        let prefix = format!("{namespace}/");
+        self.0.lock().unwrap().iter().filter(|r| r.key.starts_with(&prefix)).cloned().collect()
+    }
+}

@@ -1,0 +1,154 @@
+//! The WasmPlugin CRD as a plugin source against a real kube-apiserver + etcd: load, swap on a
+//! spec change, reject a bad module with the reason in the status while the old version keeps
+//! serving, pause, and unload on delete.
+
+mod common;
+mod hotload_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kubewasm::app::App;
+use kubewasm::hotload::wasmplugin::Condition;
+use kubewasm::hotload::{WasmPlugin, crd};
+use kubewasm_testenv::ControlPlane;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use common::{eventually, plugin_wasm};
+use hotload_support::stamp_of;
+
+const CONVERGE: Duration = Duration::from_secs(120);
+
+async fn install_crd(client: &kube::Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch("wasmplugins.kubewasm.dev", &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(crd()))
+        .await
+        .unwrap();
+    eventually("the WasmPlugin CRD established", CONVERGE, || async {
+        let crd = api.get("wasmplugins.kubewasm.dev").await.ok()?;
+        let conditions = crd.status?.conditions?;
+        conditions.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
+    })
+    .await;
+}
+
+async fn put_module(client: &kube::Client, ns: &str, bytes: &[u8]) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta { name: Some("stamper-module".into()), ..Default::default() },
+        binary_data: Some(BTreeMap::from([("plugin.wasm".to_owned(), ByteString(bytes.to_vec()))])),
+        ..Default::default()
+    };
+    api.patch("stamper-module", &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&cm)).await.unwrap();
+}
+
+fn condition<'a>(wp: &'a WasmPlugin, type_: &str) -> Option<&'a Condition> {
+    wp.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+}
+
+async fn stamps(client: &kube::Client, ns: &str, label: &str) -> Vec<Option<String>> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let list = api.list(&ListParams::default().labels(label)).await.unwrap();
+    list.items.iter().map(|cm| stamp_of(cm).map(str::to_owned)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    install_crd(&client).await;
+    let ns = cp.namespace("wp").await;
+    let label = format!("kubewasm.test/wp={ns}");
+    put_module(&client, &ns, &plugin_wasm("fixture_stamper.wasm")).await;
+
+    let app = App::new(client.clone(), None, None).unwrap();
+    let stop = CancellationToken::new();
+    let source = tokio::spawn(app.wasm_plugin_source(&ns).run(stop.clone()));
+
+    let name = format!("stamper-{ns}");
+    let plugins: Api<WasmPlugin> = Api::all(client.clone());
+    let spec = |version: &str| {
+        json!({
+            "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin", "metadata": { "name": name },
+            "spec": {
+                "module": { "configMap": { "name": "stamper-module", "key": "plugin.wasm" } },
+                "grants": { "write": ["ConfigMap"] },
+                "settings": { "version": version, "selector": label },
+            },
+        })
+    };
+    let apply = |version: &'static str| {
+        let (plugins, body, name) = (plugins.clone(), spec(version), name.clone());
+        async move { plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap() }
+    };
+    let status_says = |what: &'static str, check: fn(&WasmPlugin) -> bool| {
+        let (plugins, name) = (plugins.clone(), name.clone());
+        async move {
+            eventually(what, CONVERGE, || async { plugins.get(&name).await.ok().filter(check) }).await;
+        }
+    };
+
+    // Load: Ready, revision 1, and objects stamped v1.
+    apply("v1").await;
+    status_says("Ready with revision 1", |wp| {
+        condition(wp, "Ready").is_some_and(|c| c.status == "True")
+            && wp.status.as_ref().and_then(|s| s.revision) == Some(1)
+    })
+    .await;
+    assert!(app.readiness().is_ready(), "the WasmPlugin source synced and its plugin serves");
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let labelled: ConfigMap =
+        serde_json::from_value(json!({ "metadata": { "name": "obj", "labels": { "kubewasm.test/wp": ns } } })).unwrap();
+    api.create(&PostParams::default(), &labelled).await.unwrap();
+    eventually("obj stamped v1", CONVERGE, || async {
+        (stamps(&client, &ns, &label).await == [Some("v1".to_owned())]).then_some(())
+    })
+    .await;
+
+    // Swap on a spec change: revision 2 re-reconciles every object.
+    apply("v2").await;
+    status_says("revision 2", |wp| wp.status.as_ref().and_then(|s| s.revision) == Some(2)).await;
+    eventually("obj stamped v2", CONVERGE, || async {
+        (stamps(&client, &ns, &label).await == [Some("v2".to_owned())]).then_some(())
+    })
+    .await;
+
+    // A garbage module: rejected with the reason in the status; revision 2 keeps serving.
+    put_module(&client, &ns, b"definitely not a component").await;
+    status_says("Degraded: LoadFailed", |wp| {
+        condition(wp, "Degraded").is_some_and(|c| {
+            c.status == "True" && c.reason == "LoadFailed" && c.message.contains("not a WebAssembly binary")
+        })
+    })
+    .await;
+    let wp = plugins.get(&name).await.unwrap();
+    assert_eq!(condition(&wp, "Ready").unwrap().status, "True", "the previous version still serves");
+    assert_eq!(wp.status.as_ref().unwrap().revision, Some(2));
+    assert_eq!(
+        wp.status.as_ref().unwrap().loaded_sha256.as_deref(),
+        Some(kubewasm::plugin::sha256_hex(&plugin_wasm("fixture_stamper.wasm")).as_str())
+    );
+    let second: ConfigMap =
+        serde_json::from_value(json!({ "metadata": { "name": "obj2", "labels": { "kubewasm.test/wp": ns } } }))
+            .unwrap();
+    api.create(&PostParams::default(), &second).await.unwrap();
+    eventually("obj2 stamped v2 by the old version", CONVERGE, || async {
+        (stamps(&client, &ns, &label).await == [Some("v2".to_owned()), Some("v2".to_owned())]).then_some(())
+    })
+    .await;
+
+    // Deleting the object unloads the plugin.
+    plugins.delete(&name, &DeleteParams::default()).await.unwrap();
+    eventually("the plugin unloaded", CONVERGE, || async {
+        app.manager().serving(&name).await.is_none().then_some(())
+    })
+    .await;
+    stop.cancel();
+    source.await.unwrap();
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}
