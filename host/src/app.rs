@@ -156,7 +156,10 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         }
     }
     if args.wasm_plugins {
-        let source = app.wasm_plugin_source(&args.module_namespace);
+        let mut source = app.wasm_plugin_source(&args.module_namespace);
+        if let Some(selector) = &args.wasm_plugin_selector {
+            source = source.selector(selector);
+        }
         let stop = shutdown.clone();
         sources.push(tokio::spawn(async move {
             source.run(stop).await;

@@ -44,6 +44,9 @@ pub struct RunArgs {
     /// Load plugins from WasmPlugin objects (waits for the CRD if it is not installed).
     #[arg(long, env = "KUBEWASM_WASMPLUGINS", default_value_t = true, action = ArgAction::Set)]
     pub wasm_plugins: bool,
+    /// Serve only the WasmPlugins with these labels (e.g. `shard=a`); default: all.
+    #[arg(long, env = "KUBEWASM_WASM_PLUGIN_SELECTOR")]
+    pub wasm_plugin_selector: Option<String>,
     /// Namespace of the ConfigMaps that hold WasmPlugin modules.
     #[arg(long, env = "KUBEWASM_MODULE_NAMESPACE", default_value = "kubewasm-system")]
     pub module_namespace: String,

@@ -6,6 +6,7 @@ mod common;
 mod hotload_support;
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -68,13 +69,15 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
 
     let app = App::new(client.clone(), None, None).unwrap();
     let stop = CancellationToken::new();
-    let source = tokio::spawn(app.wasm_plugin_source(&ns).run(stop.clone()));
+    // Each test's host serves only its own WasmPlugins (tests run in parallel).
+    let source = tokio::spawn(app.wasm_plugin_source(&ns).selector(&format!("test={ns}")).run(stop.clone()));
 
     let name = format!("stamper-{ns}");
     let plugins: Api<WasmPlugin> = Api::all(client.clone());
     let spec = |version: &str| {
         json!({
-            "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin", "metadata": { "name": name },
+            "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+            "metadata": { "name": name, "labels": { "test": ns } },
             "spec": {
                 "module": { "configMap": { "name": "stamper-module", "key": "plugin.wasm" } },
                 "grants": { "write": ["ConfigMap"] },
@@ -148,6 +151,90 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
         app.manager().serving(&name).await.is_none().then_some(())
     })
     .await;
+    stop.cancel();
+    source.await.unwrap();
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}
+
+/// Serves `bytes` at `/stamper.wasm` and `/other.wasm`, `/moved` redirects to the first; counts
+/// downloads of each path.
+async fn module_server(bytes: Vec<u8>) -> (String, Arc<Mutex<BTreeMap<String, usize>>>) {
+    use axum::response::{IntoResponse, Redirect};
+    let hits: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let serve = |path: &'static str| {
+        let (bytes, hits) = (bytes.clone(), hits.clone());
+        move || async move {
+            *hits.lock().unwrap().entry(path.to_owned()).or_default() += 1;
+            bytes.into_response()
+        }
+    };
+    let router = axum::Router::new()
+        .route("/stamper.wasm", axum::routing::get(serve("/stamper.wasm")))
+        .route("/other.wasm", axum::routing::get(serve("/other.wasm")))
+        .route("/moved", axum::routing::get(|| async { Redirect::temporary("/stamper.wasm") }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (format!("http://{addr}"), hits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_module_is_downloaded_once_and_a_wrong_digest_is_refused() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    install_crd(&client).await;
+    let ns = cp.namespace("wpurl").await;
+    let label = format!("kubewasm.test/wpurl={ns}");
+    let wasm = plugin_wasm("fixture_stamper.wasm");
+    let (base, hits) = module_server(wasm.to_vec()).await;
+
+    let app = App::new(client.clone(), None, None).unwrap();
+    let stop = CancellationToken::new();
+    let source = tokio::spawn(app.wasm_plugin_source(&ns).selector(&format!("test={ns}")).run(stop.clone()));
+    let plugins: Api<WasmPlugin> = Api::all(client.clone());
+    let create = |name: String, url: String, sha256: String| {
+        let body = json!({
+            "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+            "metadata": { "name": name, "labels": { "test": ns } },
+            "spec": {
+                "module": { "url": { "url": url, "sha256": sha256 } },
+                "grants": { "write": ["ConfigMap"] },
+                "settings": { "version": "from-url", "selector": label },
+            },
+        });
+        let plugins = plugins.clone();
+        async move { plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap() }
+    };
+
+    let good = format!("good-{ns}");
+    create(good.clone(), format!("{base}/moved"), kubewasm::plugin::sha256_hex(&wasm)).await;
+    let bad = format!("bad-{ns}");
+    create(bad.clone(), format!("{base}/other.wasm"), "0".repeat(64)).await;
+
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let labelled: ConfigMap =
+        serde_json::from_value(json!({ "metadata": { "name": "obj", "labels": { "kubewasm.test/wpurl": ns } } }))
+            .unwrap();
+    api.create(&PostParams::default(), &labelled).await.unwrap();
+    eventually("obj stamped by the downloaded plugin", CONVERGE, || async {
+        (stamps(&client, &ns, &label).await == [Some("from-url".to_owned())]).then_some(())
+    })
+    .await;
+    let bad_status = eventually("the wrong digest reported", CONVERGE, || async {
+        let wp = plugins.get(&bad).await.ok()?;
+        let degraded = condition(&wp, "Degraded")?.clone();
+        (degraded.reason == "DigestMismatch").then_some(wp)
+    })
+    .await;
+    assert_eq!(condition(&bad_status, "Ready").unwrap().status, "False");
+    assert!(condition(&bad_status, "Degraded").unwrap().message.contains("pins 0000"), "{bad_status:?}");
+    assert!(app.manager().serving(&bad).await.is_none());
+
+    // Status writes and resyncs re-apply the same spec without downloading again.
+    let good_wp = plugins.get(&good).await.unwrap();
+    assert_eq!(condition(&good_wp, "Ready").map(|c| c.status.as_str()), Some("True"));
+    assert_eq!(hits.lock().unwrap().get("/stamper.wasm"), Some(&1), "downloaded once, through the redirect");
+
     stop.cancel();
     source.await.unwrap();
     assert!(app.shut_down(Duration::from_secs(10)).await);

@@ -17,6 +17,9 @@ use super::wasmplugin::{Condition, WasmPlugin, WasmPluginStatus};
 use crate::informer::{CachedObject, Informer, InformerParams, ResourceEventHandler};
 use crate::queue::{Config as QueueConfig, WorkQueue};
 
+/// How long a module download may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Name of this source's readiness check.
 pub const READINESS_CHECK: &str = "wasmplugins";
 
@@ -28,6 +31,7 @@ pub struct WasmPluginSource {
     manager: Manager,
     client: Client,
     module_namespace: String,
+    selector: Option<String>,
 }
 
 fn gvk() -> GroupVersionKind {
@@ -59,7 +63,7 @@ impl ModuleTrigger {
     fn enqueue(&self, config_map: &CachedObject) {
         for obj in self.plugins.store().list() {
             let Ok(plugin) = serde_json::from_slice::<WasmPlugin>(obj.json()) else { continue };
-            if plugin.spec.module.config_map.name == config_map.meta().name {
+            if plugin.spec.module.config_map.as_ref().is_some_and(|c| c.name == config_map.meta().name) {
                 self.queue.add(obj.meta().name.clone());
             }
         }
@@ -89,7 +93,13 @@ impl WasmPluginSource {
     /// A source applying WasmPlugins through `manager`; module ConfigMaps are read from
     /// `module_namespace` only.
     pub fn new(manager: Manager, client: Client, module_namespace: impl Into<String>) -> Self {
-        Self { manager, client, module_namespace: module_namespace.into() }
+        Self { manager, client, module_namespace: module_namespace.into(), selector: None }
+    }
+
+    /// Serve only the WasmPlugins matching this label selector (several hosts can split them).
+    pub fn selector(mut self, selector: &str) -> Self {
+        self.selector = Some(selector.to_owned()).filter(|s| !s.is_empty());
+        self
     }
 
     /// Runs until `shutdown`. Waits for the WasmPlugin CRD if it is not installed yet.
@@ -99,7 +109,9 @@ impl WasmPluginSource {
         readiness.set(READINESS_CHECK, false);
         let factory = self.manager.context().factory.clone();
         let plugins = loop {
-            match factory.informer_for(&gvk()).await {
+            let params =
+                self.selector.as_deref().map_or_else(InformerParams::default, |s| InformerParams::default().labels(s));
+            match factory.informer(&gvk(), params).await {
                 Ok(informer) => break informer,
                 Err(err) => {
                     tracing::warn!(error = %err, "WasmPlugin CRD not served (yet); retrying in 10s");
@@ -166,9 +178,10 @@ impl WasmPluginSource {
             let problem = NotServing { reason: "Paused", message: "spec.paused is true".into(), retry: false };
             return self.report(name, Some(&plugin), Err(problem)).await;
         }
-        let result = match self.module(&plugin, modules) {
+        let result = match self.module(name, &plugin, modules).await {
             Err(problem) => Err(problem),
-            Ok(wasm) => {
+            Ok(None) => Ok(()),
+            Ok(Some(wasm)) => {
                 let desired = Desired {
                     name: name.to_owned(),
                     origin: Origin::WasmPlugin,
@@ -178,15 +191,49 @@ impl WasmPluginSource {
                 self.manager.apply(desired).await.map(|_| ()).map_err(|e| NotServing {
                     reason: e.reason(),
                     message: format!("{e:#}"),
-                    retry: false,
+                    retry: e.is_transient(),
                 })
             }
         };
         self.report(name, Some(&plugin), result).await
     }
 
-    fn module(&self, plugin: &WasmPlugin, modules: &Informer) -> Result<Arc<[u8]>, NotServing> {
-        let source = &plugin.spec.module.config_map;
+    /// The module's bytes. A URL module already serving with this spec is not downloaded again.
+    async fn module(
+        &self,
+        name: &str,
+        plugin: &WasmPlugin,
+        modules: &Informer,
+    ) -> Result<Option<Arc<[u8]>>, NotServing> {
+        let module = &plugin.spec.module;
+        match (&module.config_map, &module.url) {
+            (Some(_), None) => self.config_map_module(plugin, modules).map(Some),
+            (None, Some(url)) => {
+                if self.manager.serves(name, &url.sha256, &plugin.spec.plugin_config()).await {
+                    return Ok(None);
+                }
+                match super::fetch::fetch(&url.url, &url.sha256, FETCH_TIMEOUT).await {
+                    Ok(bytes) => Ok(Some(Arc::from(bytes))),
+                    Err(e) => {
+                        let reason = match e {
+                            super::fetch::FetchError::DigestMismatch { .. } => "DigestMismatch",
+                            _ => "FetchFailed",
+                        };
+                        // A wrong digest will not fix itself; a network error may.
+                        Err(NotServing { reason, message: e.to_string(), retry: reason == "FetchFailed" })
+                    }
+                }
+            }
+            _ => Err(NotServing {
+                reason: "InvalidSpec",
+                message: "set exactly one of spec.module.configMap and spec.module.url".into(),
+                retry: false,
+            }),
+        }
+    }
+
+    fn config_map_module(&self, plugin: &WasmPlugin, modules: &Informer) -> Result<Arc<[u8]>, NotServing> {
+        let source = plugin.spec.module.config_map.as_ref().expect("checked by the caller");
         let missing = |what: String| NotServing { reason: "ModuleNotFound", message: what, retry: true };
         let obj = modules
             .store()

@@ -82,6 +82,10 @@ pub struct DirectorySource {
     tried: HashMap<String, Fingerprint>,
 }
 
+/// How often the watcher also rescans on its own, to retry versions that failed for reasons
+/// outside the files (and to catch events a watcher can miss, e.g. on network file systems).
+pub const RESCAN_INTERVAL: Duration = Duration::from_secs(30);
+
 impl DirectorySource {
     /// A source for `dir`, applying through `manager`.
     pub fn new(dir: impl Into<PathBuf>, manager: Manager) -> Self {
@@ -125,7 +129,14 @@ impl DirectorySource {
                         Desired { name: file.name.clone(), origin: Origin::Directory, wasm: Arc::from(wasm), config };
                     match self.manager.apply(desired).await {
                         Ok(applied) => Change::Applied(applied),
-                        Err(e) => Change::Rejected(anyhow::Error::new(e).context(format!("{}", file.wasm.display()))),
+                        Err(e) => {
+                            if e.is_transient() {
+                                // Not the file's fault (the API server is away, a cache did
+                                // not sync): the next pass tries the same bytes again.
+                                self.tried.remove(&file.name);
+                            }
+                            Change::Rejected(anyhow::Error::new(e).context(format!("{}", file.wasm.display())))
+                        }
                     }
                 }
             };
@@ -155,9 +166,11 @@ impl DirectorySource {
             .watch(&self.dir, RecursiveMode::NonRecursive)
             .with_context(|| format!("watching {}", self.dir.display()))?;
         tracing::info!(dir = %self.dir.display(), ?debounce, "watching the plugin directory");
+        let mut rescan = tokio::time::interval_at(tokio::time::Instant::now() + RESCAN_INTERVAL, RESCAN_INTERVAL);
         loop {
             let events = tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
+                _ = rescan.tick() => Some(Ok(Vec::new())),
                 events = rx.recv() => events,
             };
             match events {

@@ -51,6 +51,12 @@ pub enum ApplyError {
 }
 
 impl ApplyError {
+    /// Whether the same version may load later without any change to it (the API server was
+    /// away, a cache did not sync in time), as opposed to a version that can never load.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ApplyError::Wiring(_))
+    }
+
     /// Bounded label for metrics and condition reasons.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -260,6 +266,13 @@ impl Manager {
         let slot = self.slots.lock().get(name).cloned()?;
         let slot = slot.lock().await;
         slot.as_ref().map(|s| Serving { sha256: s.sha256.clone(), revision: s.revision })
+    }
+
+    /// Whether `name` serves exactly this component (by sha256) and config.
+    pub async fn serves(&self, name: &str, sha256: &str, config: &PluginConfig) -> bool {
+        let Some(slot) = self.slots.lock().get(name).cloned() else { return false };
+        let slot = slot.lock().await;
+        slot.as_ref().is_some_and(|s| s.sha256 == sha256 && &s.config == config)
     }
 
     /// The current plugin version of `name`, with its controller's reconciler.

@@ -7,6 +7,7 @@
 
 pub mod crd_source;
 pub mod directory;
+pub mod fetch;
 pub mod manager;
 pub mod metrics;
 pub mod wasmplugin;

@@ -55,13 +55,31 @@ fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
 
-/// Where the component comes from. Today: a ConfigMap key. (An HTTP(S) URL pinned by sha256
-/// is planned as a second, mutually exclusive field.)
+/// Where the component comes from: exactly one of `configMap` and `url`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.configMap) != has(self.url)",
+    "message": "set exactly one of configMap and url"
+}]))]
 pub struct ModuleSource {
     /// A key of a ConfigMap in the host's namespace whose `binaryData` holds the component.
-    pub config_map: ConfigMapModule,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapModule>,
+    /// An HTTP(S) URL, pinned by the component's sha256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<UrlModule>,
+}
+
+/// A component fetched over HTTP(S).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UrlModule {
+    /// `https://…` (or `http://…`); redirects are followed.
+    pub url: String,
+    /// Lowercase hex sha256 the downloaded bytes must have.
+    #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
+    pub sha256: String,
 }
 
 /// A component in a ConfigMap.
@@ -176,7 +194,7 @@ mod tests {
             "module:\n  configMap: {name: m, key: plugin.wasm}\ngrants:\n  write: [Deployment.apps]\nsettings: {a: 1}\n",
         )
         .unwrap();
-        assert_eq!(spec.module.config_map.key, "plugin.wasm");
+        assert_eq!(spec.module.config_map.as_ref().unwrap().key, "plugin.wasm");
         assert_eq!(spec.plugin_config().grants.write.len(), 1);
         assert_eq!(spec.plugin_config().limits, Limits::default());
         assert!(!spec.paused);
@@ -193,6 +211,8 @@ mod tests {
         assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
         let yaml = crd_yaml();
         assert!(yaml.contains("x-kubernetes-preserve-unknown-fields"), "{yaml}");
+        assert!(yaml.contains("has(self.configMap) != has(self.url)"), "{yaml}");
+        assert!(yaml.contains("^[0-9a-f]{64}$"), "{yaml}");
         assert!(!yaml.contains("default:"), "host defaults must not be frozen into objects: {yaml}");
     }
 }

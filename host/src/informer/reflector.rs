@@ -189,3 +189,7 @@ fn error_reason(err: &watcher::Error) -> &'static str {
         watcher::Error::NoResourceVersion => "no_resource_version",
     }
 }
+
+#[cfg(test)]
+#[path = "reflector_tests.rs"]
+mod tests;
