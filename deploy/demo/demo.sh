@@ -12,7 +12,8 @@ rm -rf "$work" && mkdir -p "$work/plugins"
 for plugin in namespace-defaults config-reloader configmap-sync; do
   cp "$plugins/${plugin//-/_}.wasm" "$work/plugins/$plugin.wasm"
 done
-cp deploy/demo/plugins/*.yaml "$work/plugins/"
+# The operator configs are the ones deploy/overlays/examples ships in its ConfigMap.
+cp deploy/overlays/examples/plugins/*.yaml "$work/plugins/"
 
 pids=()
 cleanup() {
@@ -29,8 +30,9 @@ for _ in $(seq 1 120); do [ -f "$work/kubeconfig" ] && break; sleep 1; done
 export KUBECONFIG="$PWD/$work/kubeconfig"
 kubectl=( "${KUBEWASM_KUBECTL:?set by make demo}" --kubeconfig "$KUBECONFIG" )
 
-echo "== installing the CRDs (deploy/crds/: ConfigMapSync for the example, WasmPlugin for the host)"
-"${kubectl[@]}" apply -f deploy/crds/
+echo "== installing the CRDs (deploy/crds: WasmPlugin for the host; deploy/crds/examples: ConfigMapSync)"
+"${kubectl[@]}" apply -k deploy/crds
+"${kubectl[@]}" apply -k deploy/crds/examples
 "${kubectl[@]}" wait --for condition=established --timeout=60s crd/configmapsyncs.examples.kubewasm.dev
 "${kubectl[@]}" wait --for condition=established --timeout=60s crd/wasmplugins.kubewasm.dev
 

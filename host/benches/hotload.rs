@@ -35,6 +35,7 @@ fn manager(client: kube::Client, runtime: Runtime) -> Manager {
         queue_metrics: QueueMetrics::register(&registry).unwrap(),
         readiness: Default::default(),
         max_retries: None,
+        leader: Default::default(),
     };
     Manager::new(ctx, runtime, Arc::new(KubeWriter::new(client)), Options::default(), HotloadMetrics::default())
 }

@@ -17,6 +17,7 @@ use crate::controller::{self, ControllerMetrics};
 use crate::hotload::{Desired, DirectorySource, HotloadMetrics, Manager, Options, Origin, WasmPluginSource};
 pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::informer::SharedInformerFactory;
+use crate::leader::{self, LeaderGate};
 use crate::plugin::metrics::PluginMetrics;
 use crate::plugin::{Runtime, RuntimeConfig};
 use crate::queue::QueueMetrics;
@@ -70,6 +71,7 @@ impl App {
             queue_metrics: QueueMetrics::register(&registry)?,
             readiness: Readiness::default(),
             max_retries,
+            leader: LeaderGate::default(),
         };
         let writer = Arc::new(KubeWriter::new(client.clone()));
         let manager =
@@ -90,6 +92,12 @@ impl App {
     /// The plugins.
     pub fn manager(&self) -> &Manager {
         &self.manager
+    }
+
+    /// Gates the workers of controllers started from now on (leader election); call before
+    /// making sources, which share the manager.
+    pub fn set_leader_gate(&mut self, gate: LeaderGate) {
+        self.manager.set_leader_gate(gate);
     }
 
     /// Loads (or swaps in) one plugin file. On failure the plugin is reported (log, metric,
@@ -127,7 +135,11 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         grace: Duration::from_secs(args.shutdown_grace_seconds),
         ..Options::default()
     };
-    let app = App::with_options(client, args.compile_cache.as_deref(), args.max_retries, options)?;
+    let mut app = App::with_options(client.clone(), args.compile_cache.as_deref(), args.max_retries, options)?;
+    let mut election = leader::election(&args, client, app.registry())?;
+    if let Some(election) = &election {
+        app.set_leader_gate(election.gate());
+    }
     let router = admin::router(app.registry().clone(), app.readiness().clone());
     let (addr, admin_task) = admin::serve(args.admin_addr, router, shutdown.clone().cancelled_owned()).await?;
     tracing::info!(%addr, "admin server listening");
@@ -154,6 +166,17 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
             Ok(())
         }));
     }
+    if let Some(election) = election.as_mut() {
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            lost = election.lost() => {
+                // controller-runtime exits at once too: no reconcile may run once another
+                // replica can lead, and a restart campaigns afresh with warm-up.
+                tracing::error!(error = %lost, "leader election lost; exiting");
+                std::process::exit(1);
+            }
+        }
+    }
     shutdown.cancelled().await;
     for source in sources {
         if let Ok(Err(e)) = source.await {
@@ -165,6 +188,9 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         tracing::info!("all in-flight reconciles finished; exiting");
     } else {
         tracing::warn!(?grace, "grace period over with reconciles still running; exiting");
+    }
+    if let Some(election) = election {
+        election.release().await;
     }
     admin_task.await??;
     Ok(())

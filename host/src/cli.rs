@@ -21,7 +21,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controllers of every plugin in a directory against a cluster.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Load one plugin without a cluster and print its registration and effective grants.
     Check(CheckArgs),
     /// Print the WasmPlugin CustomResourceDefinition (YAML).
@@ -71,6 +71,25 @@ pub struct RunArgs {
     /// Drop a key after this many failed reconciles in a row; default: retry forever with backoff.
     #[arg(long, env = "KUBEWASM_MAX_RETRIES")]
     pub max_retries: Option<u32>,
+    /// Elect a leader on a Lease: every replica keeps its caches warm, only the leader reconciles.
+    /// Off for local runs; on in deploy/base.
+    #[arg(long, env = "KUBEWASM_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Namespace of the Lease; default: $POD_NAMESPACE, else the service account's namespace, else kubewasm-system.
+    #[arg(long, env = "KUBEWASM_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(long, env = "KUBEWASM_LEADER_ELECTION_ID", default_value = "kubewasm")]
+    pub leader_election_id: String,
+    /// Seconds followers wait after the leader's last renewal before taking over (controller-runtime: 15).
+    #[arg(long, env = "KUBEWASM_LEADER_ELECTION_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    pub leader_election_lease_duration_seconds: u64,
+    /// Seconds the leader keeps trying to renew before it stops leading and exits (controller-runtime: 10).
+    #[arg(long, env = "KUBEWASM_LEADER_ELECTION_RENEW_DEADLINE_SECONDS", default_value_t = 10)]
+    pub leader_election_renew_deadline_seconds: u64,
+    /// Seconds between attempts to acquire or renew the Lease (controller-runtime: 2).
+    #[arg(long, env = "KUBEWASM_LEADER_ELECTION_RETRY_PERIOD_SECONDS", default_value_t = 2)]
+    pub leader_election_retry_period_seconds: u64,
 }
 
 /// `kubewasm check`.
@@ -124,6 +143,14 @@ mod tests {
         assert_eq!(run.shutdown_grace_seconds, 30);
         assert_eq!(run.admin_addr, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(cli.log.log_format, LogFormat::Text);
+        assert!(!run.leader_elect, "leader election is off for local runs");
+        assert_eq!(run.leader_election_id, "kubewasm");
+        let timings = (
+            run.leader_election_lease_duration_seconds,
+            run.leader_election_renew_deadline_seconds,
+            run.leader_election_retry_period_seconds,
+        );
+        assert_eq!(timings, (15, 10, 2), "controller-runtime's defaults");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod controller;
 pub mod hotload;
 pub mod informer;
+pub mod leader;
 pub mod plugin;
 pub mod queue;
 pub mod shutdown;

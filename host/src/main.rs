@@ -19,7 +19,7 @@ fn main() -> anyhow::Result<()> {
             Command::Run(args) => {
                 let token = CancellationToken::new();
                 shutdown::on_signal(token.clone());
-                app::run(args, token).await
+                app::run(*args, token).await
             }
             Command::Check(args) => check(args).await,
             Command::Crd => {

@@ -188,7 +188,7 @@ async fn configmap_sync_copies_to_matching_namespaces_follows_new_ones_and_clean
 
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
-    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/configmapsync.yaml");
+    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/examples/configmapsync.yaml");
     let applied = cp.kubectl().arg("apply").arg("-f").arg(&crd).output().unwrap();
     assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
     let crds = Api::<CustomResourceDefinition>::all(client.clone());

@@ -238,8 +238,10 @@ async fn a_version_that_failed_for_want_of_its_crd_loads_on_a_later_pass_without
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let dir = tempfile::tempdir().unwrap();
-    let config =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/demo/plugins/configmap-sync.yaml"));
+    let config = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/overlays/examples/plugins/configmap-sync.yaml"
+    ));
     install_plugin(dir.path(), "configmap-sync", "configmap_sync.wasm", &config.unwrap());
     let app = App::new(client.clone(), None, None).unwrap();
     let mut source = app.directory_source(dir.path());
@@ -252,7 +254,8 @@ async fn a_version_that_failed_for_want_of_its_crd_loads_on_a_later_pass_without
     );
     assert!(app.manager().serving("configmap-sync").await.is_none());
 
-    let crd_yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds/configmapsync.yaml"));
+    let crd_yaml =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds/examples/configmapsync.yaml"));
     let crd: CustomResourceDefinition = serde_yaml::from_str(&crd_yaml.unwrap()).unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = crd.metadata.name.clone().unwrap();

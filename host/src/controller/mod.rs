@@ -18,9 +18,11 @@ use std::time::Duration;
 use kube::Client;
 use kube::discovery::Scope;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::admin::Readiness;
 use crate::informer::{HandlerRegistration, Informer, SharedInformerFactory};
+use crate::leader::LeaderGate;
 use crate::plugin::grants::KindRef;
 use crate::plugin::{ObjectKey, Plugin};
 use crate::queue::{self, QueueMetrics, WorkQueue};
@@ -84,6 +86,8 @@ pub struct Context {
     pub readiness: Readiness,
     /// Drop keys after this many failures in a row; `None` retries forever.
     pub max_retries: Option<u32>,
+    /// Workers start only once this opens (leader election); caches sync regardless.
+    pub leader: LeaderGate,
 }
 
 /// One plugin's controller: its for trigger, queue and workers, which live as long as the
@@ -98,6 +102,8 @@ pub struct Controller {
     _for_registration: HandlerRegistration,
     wiring: Wiring,
     tasks: Vec<JoinHandle<()>>,
+    leader: LeaderGate,
+    stop: CancellationToken,
 }
 
 fn for_watched(plugin: &Plugin) -> Watched {
@@ -134,13 +140,17 @@ impl Controller {
             _for_registration: for_registration,
             wiring,
             tasks: Vec::new(),
+            leader: ctx.leader.clone(),
+            stop: CancellationToken::new(),
         })
     }
 
-    /// Waits for every cache the plugin reads to sync, then starts its workers.
+    /// Waits for every cache the plugin reads to sync and for the leader gate, then starts its
+    /// workers. Ready once synced: followers are ready too (controller-runtime).
     pub fn start(&mut self, readiness: Readiness) {
         let (reconciler, name) = (self.reconciler.clone(), self.name.clone());
         let informers = self.wiring.informers().to_vec();
+        let (leader, stop) = (self.leader.clone(), self.stop.clone());
         self.tasks.push(tokio::spawn(async move {
             for informer in &informers {
                 if informer.wait_for_sync().await.is_err() {
@@ -150,6 +160,14 @@ impl Controller {
             }
             drop(informers);
             readiness.set(format!("controller {name}"), true);
+            if !leader.is_leader() {
+                tracing::info!(controller = %name, "caches synced; waiting to lead before starting workers");
+            }
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                () = leader.leading() => {}
+            }
             tracing::info!(controller = %name, "caches synced; starting workers");
             reconciler.run().await;
         }));
@@ -207,6 +225,7 @@ impl Controller {
     /// Stops taking keys, lets in-flight reconciles finish within `grace`, then stops the
     /// workers and releases the informers. Returns whether everything finished in time.
     pub async fn shut_down(self, grace: Duration) -> bool {
+        self.stop.cancel();
         self.wiring.shut_down_watches();
         let drained = tokio::time::timeout(grace, self.reconciler.queue().shut_down_with_drain()).await.is_ok();
         for task in &self.tasks {

@@ -113,14 +113,16 @@ impl Wiring {
                 let mapper = Mapper::new(plugin.name(), watched.clone());
                 let registrations =
                     (0..spec.len()).map(|i| mapper.watched_informer(i).add_event_handler(mapper.trigger(i))).collect();
-                let (mapper_run, reconciler) = (mapper.clone(), reconciler.clone());
-                // Map only once every watched cache is complete: `map` may read them.
+                let (mapper_run, reconciler, leader) = (mapper.clone(), reconciler.clone(), ctx.leader.clone());
+                // Map only once every watched cache is complete: `map` may read them. `map` is
+                // plugin code and may write, so only the leader runs it.
                 let task = tokio::spawn(async move {
                     for informer in &watched {
                         if informer.wait_for_sync().await.is_err() {
                             return;
                         }
                     }
+                    leader.leading().await;
                     mapper_run.run(reconciler).await;
                 });
                 Some(Arc::new(Watches { spec, mapper, _registrations: registrations, task }))

@@ -92,7 +92,10 @@ struct NotServing {
 impl WasmPluginSource {
     /// A source applying WasmPlugins through `manager`; module ConfigMaps are read from
     /// `module_namespace` only.
+    /// The readiness check `wasmplugins` fails from here until [`run`](Self::run) has either
+    /// synced its caches or found that the CRD is not installed.
     pub fn new(manager: Manager, client: Client, module_namespace: impl Into<String>) -> Self {
+        manager.context().readiness.set(READINESS_CHECK, false);
         Self { manager, client, module_namespace: module_namespace.into(), selector: None }
     }
 
@@ -102,18 +105,23 @@ impl WasmPluginSource {
         self
     }
 
-    /// Runs until `shutdown`. Waits for the WasmPlugin CRD if it is not installed yet.
-    /// The readiness check `wasmplugins` passes once its caches have synced.
+    /// Runs until `shutdown`. Waits for the WasmPlugin CRD if it is not installed yet: meanwhile
+    /// there is nothing to serve, so its readiness check passes; it fails while the API server
+    /// cannot be asked, and once the CRD is found, until the caches have synced.
     pub async fn run(self, shutdown: CancellationToken) {
         let readiness = self.manager.context().readiness.clone();
-        readiness.set(READINESS_CHECK, false);
         let factory = self.manager.context().factory.clone();
         let plugins = loop {
             let params =
                 self.selector.as_deref().map_or_else(InformerParams::default, |s| InformerParams::default().labels(s));
             match factory.informer(&gvk(), params).await {
-                Ok(informer) => break informer,
+                Ok(informer) => {
+                    readiness.set(READINESS_CHECK, false);
+                    break informer;
+                }
                 Err(err) => {
+                    let absent = crd_absent(&err);
+                    readiness.set(READINESS_CHECK, absent);
                     tracing::warn!(error = %err, "WasmPlugin CRD not served (yet); retrying in 10s");
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
@@ -149,6 +157,17 @@ impl WasmPluginSource {
             shutdown.cancelled().await;
             stop.shut_down();
         });
+        // Only the leader writes status (followers load the same versions, but their revision
+        // counters are their own); a new leader reports every object afresh.
+        let (leader, requeue, all) = (this.manager.context().leader.clone(), queue.clone(), plugins.clone());
+        if !leader.is_leader() {
+            tokio::spawn(async move {
+                leader.leading().await;
+                for key in all.store().list_keys() {
+                    requeue.add(key);
+                }
+            });
+        }
         while let Some(name) = queue.get().await {
             let retry = this.reconcile(&name, &plugins, &modules).await;
             if retry {
@@ -290,6 +309,9 @@ impl WasmPluginSource {
             revision: serving.as_ref().map(|s| s.revision),
             last_error: result.as_ref().err().map(|p| p.message.clone()),
         };
+        if !self.manager.context().leader.is_leader() {
+            return retry;
+        }
         let api: Api<WasmPlugin> = Api::all(self.client.clone());
         let patch = json!({ "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin", "status": status });
         let params = PatchParams::apply(STATUS_MANAGER).force();
@@ -299,6 +321,16 @@ impl WasmPluginSource {
             return plugin.is_some();
         }
         retry
+    }
+}
+
+/// Whether discovery answered that the CRD is not installed (rather than not answering).
+fn crd_absent(err: &crate::informer::Error) -> bool {
+    let crate::informer::Error::KindNotFound { source, .. } = err else { return false };
+    match source.as_ref() {
+        kube::Error::Api(status) => status.code == 404,
+        kube::Error::Discovery(_) => true,
+        _ => false,
     }
 }
 

@@ -304,6 +304,11 @@ impl Manager {
         &self.ctx
     }
 
+    /// Gates the workers of controllers wired from now on (leader election).
+    pub fn set_leader_gate(&mut self, gate: crate::leader::LeaderGate) {
+        self.ctx.leader = gate;
+    }
+
     /// Stops every controller, letting in-flight reconciles finish within `grace`.
     pub async fn shut_down(&self, grace: Duration) -> bool {
         let slots: Vec<_> = std::mem::take(&mut *self.slots.lock()).into_values().collect();

@@ -1,6 +1,9 @@
 //! Helpers shared by the host's integration tests.
 #![allow(dead_code)]
 
+pub mod examples;
+pub mod process;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

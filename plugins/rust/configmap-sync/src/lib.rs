@@ -1,5 +1,5 @@
 //! configmap-sync: reconciles `ConfigMapSync` objects (`examples.kubewasm.dev/v1alpha1`,
-//! cluster-scoped, CRD in `deploy/crds/configmapsync.yaml`). Each copies `spec.source` into every
+//! cluster-scoped, CRD in `deploy/crds/examples/configmapsync.yaml`). Each copies `spec.source` into every
 //! namespace matching `spec.namespaceSelector`, follows namespaces that appear later and source
 //! changes, reports `status.syncedCount` and a `Ready` condition, and removes its copies through
 //! a finalizer when deleted. Needs a grant to write `ConfigMapSync.examples.kubewasm.dev` (for

@@ -1,0 +1,224 @@
+//! deploy/ against a real kube-apiserver: both kustomizations pass server-side dry-run; the
+//! examples overlay's RBAC is enough — `kubewasm run` as its ServiceAccount makes the example
+//! plugins converge without one forbidden request (proven by the apiserver's audit log) — and
+//! the check can fail: without one rule the audit log shows 403s; and the binary works with the
+//! in-cluster config a pod gets (env + mounted service-account files).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, PostParams};
+use kubewasm_testenv::ControlPlane;
+
+use common::examples::{self, CONVERGE, crd_established, deploy_dir, install_examples};
+use common::process::{HostProcess, kubewasm_run, service_account_token, token_kubeconfig};
+use common::{eventually, test_compile_cache};
+
+/// The user the examples overlay's ServiceAccount authenticates as.
+const SA_USER: &str = "system:serviceaccount:kubewasm-system:kubewasm";
+
+/// Metadata (who, what, response code) of every request by the host's ServiceAccount.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+- level: Metadata\n  users: [\"system:serviceaccount:kubewasm-system:kubewasm\"]\n- level: None\n";
+
+fn run_ok(mut command: Command) -> String {
+    let out = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{command:?} failed:\n{stdout}\n{stderr}");
+    stdout.into_owned()
+}
+
+fn unique_id() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{}-{nanos:x}", std::process::id())
+}
+
+/// Audit events of [`SA_USER`] (one JSON object per line).
+fn audit_events(log: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| e.pointer("/user/username").and_then(|u| u.as_str()) == Some(SA_USER))
+        .collect()
+}
+
+fn code(event: &serde_json::Value) -> Option<i64> {
+    event.pointer("/responseStatus/code").and_then(serde_json::Value::as_i64)
+}
+
+fn describe(event: &serde_json::Value) -> String {
+    let field = |p: &str| event.pointer(p).and_then(|v| v.as_str()).unwrap_or("").to_owned();
+    format!(
+        "{} {}/{}/{} {} -> {:?}",
+        field("/verb"),
+        field("/objectRef/apiGroup"),
+        field("/objectRef/resource"),
+        field("/objectRef/subresource"),
+        field("/requestURI"),
+        code(event)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_kustomizations_pass_server_side_dry_run() {
+    let cp = ControlPlane::shared().expect("kube-apiserver, etcd and kubectl: run `make control-plane`");
+    // A dry run creates nothing, so the namespaced objects would find no namespace: create it
+    // for real first (an operator's CI checking against a live cluster has it already).
+    let mut create = cp.kubectl();
+    create.args(["create", "namespace", "kubewasm-system"]);
+    run_ok(create);
+    for dir in ["base", "overlays/examples"] {
+        let mut apply = cp.kubectl();
+        apply.args(["apply", "--dry-run=server", "--server-side", "-k"]).arg(deploy_dir().join(dir));
+        let out = run_ok(apply);
+        assert!(out.contains("deployment.apps/kubewasm serverside-applied (server dry run)"), "{dir}:\n{out}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_request_and_one_rule_less_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let (policy, log) = (work.path().join("audit-policy.yaml"), work.path().join("audit.log"));
+    std::fs::write(&policy, AUDIT_POLICY).unwrap();
+    let cp = ControlPlane::builder()
+        .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
+        .apiserver_arg(format!("--audit-log-path={}", log.display()))
+        .start()
+        .expect("a control plane with an audit log (needs `make control-plane`)");
+    let admin = cp.admin_client().await;
+    let mut apply = cp.kubectl();
+    apply.args(["apply", "--server-side", "-k"]).arg(deploy_dir().join("overlays/examples"));
+    run_ok(apply);
+    crd_established(&admin, "configmapsyncs.examples.kubewasm.dev").await;
+
+    let token = service_account_token(&admin, "kubewasm-system", "kubewasm").await;
+    let kubeconfig = work.path().join("kubeconfig");
+    let server = cp.admin_config().cluster_url.to_string();
+    std::fs::write(&kubeconfig, token_kubeconfig(&server, &cp.dir().join("ca.crt"), &token)).unwrap();
+    let plugins = tempfile::tempdir().unwrap();
+    install_examples(plugins.path());
+    let start = || {
+        let (mut command, addr) = kubewasm_run(plugins.path());
+        command.arg("--kubeconfig").arg(&kubeconfig).arg("--compile-cache").arg(test_compile_cache());
+        command.args(["--leader-elect", "--leader-election-namespace", "kubewasm-system"]);
+        HostProcess::spawn(command, addr)
+    };
+
+    let mut host = start();
+    host.ready(CONVERGE).await;
+    eventually("the host leads", CONVERGE, || async {
+        host.metric("leader_election_master_status", &[("name", "kubewasm")]).filter(|v| *v == 1.0)
+    })
+    .await;
+    let id = unique_id();
+    examples::namespace_defaults_converges(&admin, &format!("nd-{id}")).await;
+    examples::config_reloader_converges(&admin, &format!("cr-{id}")).await;
+    examples::configmap_sync_converges(&admin, &id).await;
+    host.signal("-TERM");
+    let status = host.exited(Duration::from_secs(60)).await;
+    assert!(status.success(), "kubewasm exited with {status}");
+
+    let events = audit_events(&log);
+    let verbs: std::collections::BTreeSet<&str> =
+        events.iter().filter_map(|e| e.pointer("/verb").and_then(|v| v.as_str())).collect();
+    for verb in ["watch", "create", "patch", "update", "delete"] {
+        assert!(verbs.contains(verb), "the audit log has no {verb} by {SA_USER}: {verbs:?}");
+    }
+    let resources: std::collections::BTreeSet<&str> =
+        events.iter().filter_map(|e| e.pointer("/objectRef/resource").and_then(|v| v.as_str())).collect();
+    // The host's own rules (Lease, events) and every kind of the plugins' role were exercised.
+    let used = ["leases", "events", "namespaces", "resourcequotas", "networkpolicies", "deployments", "configmaps"];
+    for resource in used.into_iter().chain(["configmapsyncs", "wasmplugins"]) {
+        assert!(resources.contains(resource), "the audit log has no request for {resource}: {resources:?}");
+    }
+    let forbidden: Vec<String> = events.iter().filter(|e| code(e) == Some(403)).map(describe).collect();
+    assert!(forbidden.is_empty(), "forbidden requests by the host's ServiceAccount:\n{}", forbidden.join("\n"));
+
+    // One rule less (NetworkPolicies, which namespace-defaults owns) and the same host is refused.
+    let roles = Api::<ClusterRole>::all(admin.clone());
+    let mut role = roles.get("kubewasm-examples").await.unwrap();
+    let rules = role.rules.as_mut().unwrap();
+    let before = rules.len();
+    rules.retain(|r| !r.resources.iter().flatten().any(|res| res == "networkpolicies"));
+    assert_eq!(rules.len(), before - 1);
+    roles.replace("kubewasm-examples", &PostParams::default(), &role).await.unwrap();
+    let _host = start();
+    eventually("a 403 on networkpolicies in the audit log", CONVERGE, || async {
+        audit_events(&log).into_iter().find(|e| {
+            code(e) == Some(403) && e.pointer("/objectRef/resource").and_then(|r| r.as_str()) == Some("networkpolicies")
+        })
+    })
+    .await;
+}
+
+/// Runs `command` in a private mount namespace in which `sa_dir` is mounted over /run, so the
+/// process sees it at /var/run/secrets/kubernetes.io/serviceaccount as a pod does; the host's
+/// real /run is untouched. Needs root (CAP_SYS_ADMIN) for `unshare --mount`.
+fn in_pod_mounts(run_dir: &Path, command: &Command) -> Command {
+    let mut wrapped = Command::new("unshare");
+    wrapped.args(["--mount", "--propagation", "private", "sh", "-c", r#"mount --bind "$0" /run && exec "$@""#]);
+    wrapped.arg(run_dir).arg(command.get_program()).args(command.get_args());
+    wrapped.stdout(std::process::Stdio::null());
+    wrapped
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_cluster_config_from_the_service_account_mount_and_service_env_works() {
+    let cp = ControlPlane::shared().expect("kube-apiserver, etcd and kubectl: run `make control-plane`");
+    let admin = cp.admin_client().await;
+    let ns = cp.namespace("in-cluster").await;
+    let sa: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "kubewasm"}})).unwrap();
+    Api::namespaced(admin.clone(), &ns).create(&PostParams::default(), &sa).await.unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("kubewasm-in-cluster-{ns}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "kubewasm", "namespace": ns}]}))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &binding).await.unwrap();
+
+    // What the kubelet mounts: token, CA bundle, namespace.
+    let run_dir = tempfile::tempdir().unwrap();
+    let sa_dir: PathBuf = run_dir.path().join("secrets/kubernetes.io/serviceaccount");
+    std::fs::create_dir_all(&sa_dir).unwrap();
+    let token = service_account_token(&admin, &ns, "kubewasm").await;
+    std::fs::write(sa_dir.join("token"), token).unwrap();
+    std::fs::copy(cp.dir().join("ca.crt"), sa_dir.join("ca.crt")).unwrap();
+    std::fs::write(sa_dir.join("namespace"), &ns).unwrap();
+
+    let plugins = tempfile::tempdir().unwrap();
+    common::install_plugin(plugins.path(), "namespace-defaults", "namespace_defaults.wasm", "{}\n");
+    let (mut command, addr) = kubewasm_run(plugins.path());
+    // No kubeconfig anywhere (empty HOME, no KUBECONFIG): kube-rs falls back to in-cluster.
+    let home = tempfile::tempdir().unwrap();
+    command.args(["--wasm-plugins", "false", "--leader-elect", "--compile-cache"]).arg(test_compile_cache());
+    let mut wrapped = in_pod_mounts(run_dir.path(), &command);
+    let port = cp.admin_config().cluster_url.port_u16().expect("the apiserver URL has a port");
+    wrapped.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default()).env("HOME", home.path());
+    wrapped.env("KUBERNETES_SERVICE_HOST", "127.0.0.1").env("KUBERNETES_SERVICE_PORT", port.to_string());
+    let mut host = HostProcess::spawn(wrapped, addr);
+    host.ready(CONVERGE).await;
+
+    // The Lease lands in the namespace read from the mounted namespace file.
+    let leases = Api::<Lease>::namespaced(admin.clone(), &ns);
+    eventually("the Lease in the service account's namespace", CONVERGE, || async {
+        leases.get_opt("kubewasm").await.unwrap()?.spec?.holder_identity
+    })
+    .await;
+    let target = format!("{ns}-target");
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone());
+    let target_ns = serde_json::from_value(serde_json::json!({"metadata": {"name": target}})).unwrap();
+    namespaces.create(&PostParams::default(), &target_ns).await.unwrap();
+    let quotas = Api::<k8s_openapi::api::core::v1::ResourceQuota>::namespaced(admin.clone(), &target);
+    eventually("the quota, written with the mounted token", CONVERGE, || async {
+        quotas.get_opt("default-quota").await.unwrap()
+    })
+    .await;
+    host.signal("-TERM");
+    assert!(host.exited(Duration::from_secs(60)).await.success());
+}

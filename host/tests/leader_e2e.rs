@@ -1,0 +1,136 @@
+//! Leader election between `kubewasm run` processes on a real kube-apiserver: the Lease holder
+//! reconciles and the follower only keeps its caches warm; after the leader is killed the
+//! follower takes over and everything converges; a graceful stop releases the Lease; a leader
+//! that cannot renew exits non-zero.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kubewasm_testenv::ControlPlane;
+
+use common::eventually;
+use common::process::{HostProcess, kubewasm_run};
+
+/// Generous: a takeover waits for the killed leader's lease to expire (6 s here).
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A replica: namespace-defaults, electing on `lease_ns/kubewasm`, identity `<name>_<random>`.
+fn replica(plugins: &Path, cp: &ControlPlane, lease_ns: &str, name: &str) -> HostProcess {
+    let (mut command, addr) = kubewasm_run(plugins);
+    command.arg("--kubeconfig").arg(cp.kubeconfig_path()).arg("--compile-cache").arg(common::test_compile_cache());
+    // Plugins from the directory only: the shared control plane has no WasmPlugin CRD.
+    command.args(["--wasm-plugins", "false", "--leader-elect", "--leader-election-namespace", lease_ns]);
+    // Shorter than controller-runtime's 15/10/2 s so the takeover test takes seconds, not minutes.
+    command.args(["--leader-election-lease-duration-seconds", "6", "--leader-election-renew-deadline-seconds", "4"]);
+    command.args(["--leader-election-retry-period-seconds", "1"]);
+    command.env("HOSTNAME", name);
+    HostProcess::spawn(command, addr)
+}
+
+fn leading(host: &HostProcess) -> Option<f64> {
+    host.metric("leader_election_master_status", &[("name", "kubewasm")])
+}
+
+fn reconciles(host: &HostProcess) -> f64 {
+    let metrics = host.get("/metrics").unwrap_or_default();
+    ["success", "error", "requeue", "requeue_after"]
+        .iter()
+        .filter_map(|result| {
+            common::metric_value(
+                &metrics,
+                "controller_runtime_reconcile_total",
+                &[("controller", "namespace-defaults"), ("result", result)],
+            )
+        })
+        .sum()
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases.get_opt("kubewasm").await.unwrap()?.spec?.holder_identity
+}
+
+async fn new_namespace(client: &kube::Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+}
+
+async fn quota_in(client: &kube::Client, ns: &str) -> ResourceQuota {
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), ns);
+    eventually(&format!("the default quota in {ns}"), TIMEOUT, || async {
+        quotas.get_opt("default-quota").await.unwrap()
+    })
+    .await
+}
+
+fn plugins() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    common::install_plugin(dir.path(), "namespace-defaults", "namespace_defaults.wasm", "{}\n");
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_reconciles_and_a_follower_takes_over_when_it_is_killed() {
+    let cp = ControlPlane::shared().expect("kube-apiserver, etcd and kubectl: run `make control-plane`");
+    let client = cp.admin_client().await;
+    let lease_ns = cp.namespace("leader").await;
+    let leases = Api::<Lease>::namespaced(client.clone(), &lease_ns);
+    let plugins = plugins();
+
+    let mut a = replica(plugins.path(), cp, &lease_ns, "replica-a");
+    a.ready(TIMEOUT).await;
+    eventually("replica-a leads", TIMEOUT, || async { leading(&a).filter(|v| *v == 1.0) }).await;
+    let mut b = replica(plugins.path(), cp, &lease_ns, "replica-b");
+    b.ready(TIMEOUT).await;
+    assert_eq!(leading(&b), Some(0.0), "a second replica follows");
+    assert!(holder(&leases).await.is_some_and(|h| h.starts_with("replica-a_")));
+
+    let first = format!("{lease_ns}-first");
+    new_namespace(&client, &first).await;
+    quota_in(&client, &first).await;
+    assert!(reconciles(&a) >= 1.0, "the leader reconciled");
+    assert_eq!(reconciles(&b), 0.0, "the follower, ready with warm caches, did not reconcile");
+    assert!(b.get("/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200")), "the follower is ready");
+
+    a.signal("-KILL");
+    a.exited(TIMEOUT).await;
+    let second = format!("{lease_ns}-second");
+    new_namespace(&client, &second).await;
+    eventually("replica-b leads after replica-a was killed", TIMEOUT, || async { leading(&b).filter(|v| *v == 1.0) })
+        .await;
+    assert!(holder(&leases).await.is_some_and(|h| h.starts_with("replica-b_")));
+    quota_in(&client, &second).await;
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &first);
+    quotas.delete("default-quota", &DeleteParams::default()).await.unwrap();
+    quota_in(&client, &first).await;
+    assert!(reconciles(&b) >= 1.0, "the new leader reconciles");
+
+    b.signal("-TERM");
+    assert!(b.exited(TIMEOUT).await.success(), "a graceful stop exits 0");
+    assert_eq!(holder(&leases).await, None, "a graceful stop releases the Lease");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_cannot_renew_its_lease_exits_non_zero() {
+    let cp = ControlPlane::shared().expect("kube-apiserver, etcd and kubectl: run `make control-plane`");
+    let client = cp.admin_client().await;
+    let lease_ns = cp.namespace("leader-lost").await;
+    let leases = Api::<Lease>::namespaced(client.clone(), &lease_ns);
+    let plugins = plugins();
+    let mut a = replica(plugins.path(), cp, &lease_ns, "replica-a");
+    a.ready(TIMEOUT).await;
+    eventually("replica-a leads", TIMEOUT, || async { leading(&a).filter(|v| *v == 1.0) }).await;
+
+    // Someone else holds the Lease now, for an hour: replica-a's renewals fail.
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let taken =
+        serde_json::json!({"spec": {"holderIdentity": "intruder", "leaseDurationSeconds": 3600, "renewTime": now}});
+    leases.patch("kubewasm", &PatchParams::default(), &Patch::Merge(&taken)).await.unwrap();
+    let status = a.exited(TIMEOUT).await;
+    assert_eq!(status.code(), Some(1), "a leader that lost its lease exits 1, as controller-runtime does");
+    assert_eq!(holder(&leases).await.as_deref(), Some("intruder"));
+}
