@@ -103,7 +103,11 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
             && wp.status.as_ref().and_then(|s| s.revision) == Some(1)
     })
     .await;
-    assert!(app.readiness().is_ready(), "the WasmPlugin source synced and its plugin serves");
+    // Its controller's caches sync after the status is written: readiness follows shortly.
+    eventually("readiness: the source synced and the plugin's caches too", CONVERGE, || async {
+        app.readiness().is_ready().then_some(())
+    })
+    .await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let labelled: ConfigMap =
         serde_json::from_value(json!({ "metadata": { "name": "obj", "labels": { "kubewasm.test/wp": ns } } })).unwrap();
