@@ -231,6 +231,7 @@ async fn a_url_module_is_downloaded_once_and_a_wrong_digest_is_refused() {
     })
     .await;
     assert_eq!(condition(&bad_status, "Ready").unwrap().status, "False");
+    assert!(app.readiness().is_ready(), "a bad WasmPlugin is reported in its status, not by the host's readiness");
     assert!(condition(&bad_status, "Degraded").unwrap().message.contains("pins 0000"), "{bad_status:?}");
     assert!(app.manager().serving(&bad).await.is_none());
 

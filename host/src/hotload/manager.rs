@@ -161,6 +161,7 @@ impl Manager {
     pub async fn apply(&self, desired: Desired) -> Result<Applied, ApplyError> {
         let started = Instant::now();
         let name = desired.name.clone();
+        let origin = desired.origin.clone();
         let slot = self.slot(&name);
         let mut slot = slot.lock().await;
         let result = self.apply_locked(&mut slot, desired).await;
@@ -172,7 +173,11 @@ impl Manager {
                 tracing::info!(plugin = %name, revision = serving.revision, sha256 = %serving.sha256, ?applied, elapsed = ?started.elapsed(), "plugin version serving");
             }
             Err(err) => {
-                if slot.is_none() {
+                // A plugin file the host was started with that does not load keeps the host
+                // unready (the operator's deployment is wrong). A WasmPlugin object reports in
+                // its own status instead: one bad object must not take every replica out of
+                // its Service or stall a rollout.
+                if slot.is_none() && origin == Origin::Directory {
                     self.ctx.readiness.set(format!("plugin {name}"), false);
                 }
                 self.metrics.rejected(&name, err.reason());
