@@ -201,7 +201,10 @@ impl Manager {
         }
         let revision = slot.as_ref().map_or(1, |s| s.revision + 1);
         let cache = Arc::new(PluginCache::new(&name));
-        let plugin = self.runtime.load(&name, wasm, config.clone(), cache.clone(), self.writer.clone()).await?;
+        let plugin = self
+            .runtime
+            .load_digested(&name, wasm, sha256.clone(), config.clone(), cache.clone(), self.writer.clone())
+            .await?;
         let plugin = Arc::new(plugin.with_revision(revision));
         let check = format!("plugin {name}");
         let applied = match slot.take() {

@@ -86,7 +86,22 @@ impl Runtime {
         cache: Arc<dyn CacheReader>,
         writer: Arc<dyn ApiWriter>,
     ) -> Result<Plugin, LoadError> {
-        let result = self.load_inner(name, wasm, config, cache, writer).await;
+        let sha256 = super::sha256_hex(&wasm);
+        self.load_digested(name, wasm, sha256, config, cache, writer).await
+    }
+
+    /// [`load`](Self::load) for a caller that already hashed `wasm` (`sha256` must be
+    /// [`sha256_hex`](super::sha256_hex) of it): a large component is not hashed twice.
+    pub(crate) async fn load_digested(
+        &self,
+        name: &str,
+        wasm: Arc<[u8]>,
+        sha256: String,
+        config: PluginConfig,
+        cache: Arc<dyn CacheReader>,
+        writer: Arc<dyn ApiWriter>,
+    ) -> Result<Plugin, LoadError> {
+        let result = self.load_inner(name, wasm, sha256, config, cache, writer).await;
         match &result {
             Ok(_) => self.metrics.loaded(name),
             Err(e) => self.metrics.load_error(name, e.metric_label()),
@@ -98,6 +113,7 @@ impl Runtime {
         &self,
         name: &str,
         wasm: Arc<[u8]>,
+        sha256: String,
         config: PluginConfig,
         cache: Arc<dyn CacheReader>,
         writer: Arc<dyn ApiWriter>,
@@ -106,7 +122,6 @@ impl Runtime {
         if config.limits.memory_bytes > self.max_memory_bytes {
             return Err(LoadError::MemoryAboveMax { asked: config.limits.memory_bytes, max: self.max_memory_bytes });
         }
-        let sha256 = super::sha256_hex(&wasm);
         let runtime = self.clone();
         let pre = tokio::task::spawn_blocking(move || -> Result<_, LoadError> {
             let component = runtime.compile(&wasm).map_err(LoadError::Compile)?;
