@@ -18,7 +18,7 @@ use crate::plugin::grants::KindRef;
 pub(crate) type Watched = (KindRef, Option<String>);
 
 fn params(selector: Option<&str>) -> InformerParams {
-    selector.map_or_else(InformerParams::default, |s| InformerParams::default().labels(s))
+    InformerParams::default().labels(selector.unwrap_or_default())
 }
 
 /// The for kind's identity (it stays the same across swaps) and its scope.

@@ -101,7 +101,7 @@ impl WasmPluginSource {
 
     /// Serve only the WasmPlugins matching this label selector (several hosts can split them).
     pub fn selector(mut self, selector: &str) -> Self {
-        self.selector = Some(selector.to_owned()).filter(|s| !s.is_empty());
+        self.selector = Some(selector.to_owned());
         self
     }
 
@@ -112,8 +112,7 @@ impl WasmPluginSource {
         let readiness = self.manager.context().readiness.clone();
         let factory = self.manager.context().factory.clone();
         let plugins = loop {
-            let params =
-                self.selector.as_deref().map_or_else(InformerParams::default, |s| InformerParams::default().labels(s));
+            let params = InformerParams::default().labels(self.selector.as_deref().unwrap_or_default());
             match factory.informer(&gvk(), params).await {
                 Ok(informer) => {
                     readiness.set(READINESS_CHECK, false);
