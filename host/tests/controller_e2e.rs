@@ -182,22 +182,12 @@ async fn config_reloader_restamps_a_deployment_when_its_configmap_changes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configmap_sync_copies_to_matching_namespaces_follows_new_ones_and_cleans_up_on_delete() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::api::{ApiResource, DynamicObject};
-    use kube::core::GroupVersionKind;
-
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/examples/configmapsync.yaml");
     let applied = cp.kubectl().arg("apply").arg("-f").arg(&crd).output().unwrap();
     assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    eventually("the ConfigMapSync CRD established", CONVERGE, || async {
-        let crd = crds.get("configmapsyncs.examples.kubewasm.dev").await.ok()?;
-        let conditions = crd.status?.conditions?;
-        conditions.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
-    })
-    .await;
+    common::examples::crd_established(&client, "configmapsyncs.examples.kubewasm.dev").await;
 
     let id = format!("{}-{}", std::process::id(), rand_suffix());
     let src = new_namespace(&client, "cms-src").await;
@@ -223,14 +213,7 @@ async fn configmap_sync_copies_to_matching_namespaces_follows_new_ones_and_clean
     let mut app = App::new(client.clone(), None, None).unwrap();
     app.add_plugin(&file).await.unwrap();
 
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("examples.kubewasm.dev", "v1alpha1", "ConfigMapSync"));
-    let syncs = Api::<DynamicObject>::all_with(client.clone(), &resource);
-    let name = format!("sync-{id}");
-    let sync: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "examples.kubewasm.dev/v1alpha1", "kind": "ConfigMapSync", "metadata": {"name": name},
-        "spec": {"source": {"namespace": src, "name": "shared"}, "namespaceSelector": format!("kubewasm-test={id}")}}))
-    .unwrap();
-    syncs.create(&PostParams::default(), &sync).await.unwrap();
+    let (syncs, name) = common::examples::create_config_map_sync(&client, &id, &src).await;
 
     let copy_in = |ns: String| {
         let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);

@@ -30,12 +30,7 @@ async fn install_crd(client: &kube::Client) {
     api.patch("wasmplugins.kubewasm.dev", &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(crd()))
         .await
         .unwrap();
-    eventually("the WasmPlugin CRD established", CONVERGE, || async {
-        let crd = api.get("wasmplugins.kubewasm.dev").await.ok()?;
-        let conditions = crd.status?.conditions?;
-        conditions.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
-    })
-    .await;
+    common::examples::crd_established(client, "wasmplugins.kubewasm.dev").await;
 }
 
 async fn put_module(client: &kube::Client, ns: &str, bytes: &[u8]) {

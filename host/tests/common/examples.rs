@@ -114,6 +114,20 @@ pub async fn config_reloader_converges(client: &Client, ns: &str) {
     .await;
 }
 
+/// Creates ConfigMapSync `sync-<id>` copying `<src>/shared` into namespaces labelled
+/// `kubewasm-test=<id>`; returns the API for ConfigMapSyncs and the object's name.
+pub async fn create_config_map_sync(client: &Client, id: &str, src: &str) -> (Api<DynamicObject>, String) {
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("examples.kubewasm.dev", "v1alpha1", "ConfigMapSync"));
+    let syncs = Api::<DynamicObject>::all_with(client.clone(), &resource);
+    let name = format!("sync-{id}");
+    let sync: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "examples.kubewasm.dev/v1alpha1", "kind": "ConfigMapSync", "metadata": {"name": name},
+        "spec": {"source": {"namespace": src, "name": "shared"}, "namespaceSelector": format!("kubewasm-test={id}")}}))
+    .unwrap();
+    syncs.create(&PostParams::default(), &sync).await.unwrap();
+    (syncs, name)
+}
+
 /// configmap-sync: copies into matching namespaces, `Ready` status with the count, and the
 /// copies and the finalizer gone after the ConfigMapSync is deleted. `id` makes names unique.
 pub async fn configmap_sync_converges(client: &Client, id: &str) {
@@ -129,14 +143,7 @@ pub async fn configmap_sync_converges(client: &Client, id: &str) {
         create_namespace(client, ns, serde_json::json!({"kubewasm-test": id, "kubewasm.dev/no-defaults": "true"}))
             .await;
     }
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("examples.kubewasm.dev", "v1alpha1", "ConfigMapSync"));
-    let syncs = Api::<DynamicObject>::all_with(client.clone(), &resource);
-    let name = format!("sync-{id}");
-    let sync: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "examples.kubewasm.dev/v1alpha1", "kind": "ConfigMapSync", "metadata": {"name": name},
-        "spec": {"source": {"namespace": src, "name": "shared"}, "namespaceSelector": format!("kubewasm-test={id}")}}))
-    .unwrap();
-    syncs.create(&PostParams::default(), &sync).await.unwrap();
+    let (syncs, name) = create_config_map_sync(client, id, &src).await;
     let copies = || async {
         let mut found = 0;
         for ns in &targets {
