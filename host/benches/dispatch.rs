@@ -17,7 +17,8 @@ use kubewasm::plugin::{Action, ObjectKey, PluginConfig, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
 
 const WARMUP: usize = 2_000;
-const ITERATIONS: usize = 20_000;
+const ROUNDS: usize = 20;
+const PER_ROUND: usize = 1_000;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
@@ -40,6 +41,38 @@ fn native_reconcile(cache: &MemoryCache, kind: &GroupVersionKind, key: &ObjectKe
     Ok(Action::Done)
 }
 
+/// One configuration under test.
+struct Variant {
+    label: String,
+    config: RuntimeConfig,
+    module: Arc<[u8]>,
+}
+
+/// Variants to compare, from `DISPATCH_VARIANTS`, e.g. `"low:64,scan:256:/tmp/g.wasm"`: KiB kept
+/// resident per freed slot, found by pagemap scan (`scan`) or taken from the lowest addresses
+/// (`low`), and optionally another build of the getter module. By default: the shipped setting
+/// beside the previous one.
+fn variants() -> Vec<Variant> {
+    let spec = std::env::var("DISPATCH_VARIANTS").unwrap_or_else(|_| "low:64,scan:256".into());
+    spec.split(',')
+        .map(|v| {
+            let mut parts = v.splitn(3, ':');
+            let mode = parts.next().unwrap_or_default();
+            let kib: usize = parts.next().and_then(|k| k.parse().ok()).expect("a variant is mode:KiB[:module]");
+            let (module, from) = match parts.next() {
+                Some(path) => (std::fs::read(path).expect("read module").into(), format!(", {path}")),
+                None => (common::plugin_wasm("fixture_getter.wasm"), String::new()),
+            };
+            let scan = if mode == "scan" { "pagemap scan" } else { "lowest bytes" };
+            Variant {
+                label: format!("wasm, keep {kib} KiB, {scan}{from}"),
+                config: RuntimeConfig::default().keep_resident(kib << 10).pagemap_scan(mode == "scan"),
+                module,
+            }
+        })
+        .collect()
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
@@ -53,40 +86,47 @@ fn main() {
         let key = ObjectKey { namespace: Some("default".into()), name: "bench".into() };
         let kind = GroupVersionKind::gvk("", "v1", "ConfigMap");
 
-        println!("object size: {size} bytes; {ITERATIONS} iterations after {WARMUP} warm-up");
-        let mut wasm_figures = Vec::new();
-        for keep_resident in [0, 64 << 10, 1 << 20] {
-            let runtime = Runtime::new(RuntimeConfig::default().keep_resident(keep_resident)).unwrap();
-            let wasm_bytes = common::plugin_wasm("fixture_getter.wasm");
+        let variants = variants();
+        let mut plugins = Vec::new();
+        for variant in &variants {
+            let runtime = Runtime::new(variant.config.clone()).unwrap();
             let writer = Arc::new(RecordingWriter::default());
-            let plugin =
-                runtime.load("getter", wasm_bytes, PluginConfig::default(), cache.clone(), writer).await.unwrap();
-            let mut wasm = Vec::with_capacity(ITERATIONS);
-            for i in 0..WARMUP + ITERATIONS {
-                let start = Instant::now();
-                let action = plugin.reconcile(&key, 0).await.unwrap();
-                let took = start.elapsed();
-                assert_eq!(action, Action::Done);
-                if i >= WARMUP {
-                    wasm.push(took);
-                }
+            let plugin = runtime
+                .load("getter", variant.module.clone(), PluginConfig::default(), cache.clone(), writer)
+                .await
+                .unwrap();
+            for _ in 0..WARMUP {
+                assert_eq!(plugin.reconcile(&key, 0).await.unwrap(), Action::Done);
             }
-            wasm_figures.push((keep_resident, wasm));
+            plugins.push(plugin);
         }
-        let mut native = Vec::with_capacity(ITERATIONS);
-        for i in 0..WARMUP + ITERATIONS {
-            let start = Instant::now();
-            let action = std::hint::black_box(native_reconcile(&cache, &kind, &key)).unwrap();
-            let took = start.elapsed();
-            assert_eq!(action, Action::Done);
-            if i >= WARMUP {
-                native.push(took);
+        for _ in 0..WARMUP {
+            assert_eq!(std::hint::black_box(native_reconcile(&cache, &kind, &key)).unwrap(), Action::Done);
+        }
+        println!("object size: {size} bytes; {ROUNDS} rounds of {PER_ROUND} iterations per variant, interleaved");
+
+        // Round-robin, so that drift in the machine's speed touches every variant alike.
+        let mut native = Vec::with_capacity(ROUNDS * PER_ROUND);
+        let mut wasm = vec![Vec::with_capacity(ROUNDS * PER_ROUND); plugins.len()];
+        for _ in 0..ROUNDS {
+            for _ in 0..PER_ROUND {
+                let start = Instant::now();
+                let action = std::hint::black_box(native_reconcile(&cache, &kind, &key)).unwrap();
+                native.push(start.elapsed());
+                assert_eq!(action, Action::Done);
+            }
+            for (plugin, samples) in plugins.iter().zip(&mut wasm) {
+                for _ in 0..PER_ROUND {
+                    let start = Instant::now();
+                    let action = plugin.reconcile(&key, 0).await.unwrap();
+                    samples.push(start.elapsed());
+                    assert_eq!(action, Action::Done);
+                }
             }
         }
         let (native_p50, native_p99) = report("native Rust: cache.get + parse", native);
-        for (keep_resident, wasm) in wasm_figures {
-            let label = format!("wasm, fresh instance, keep_resident {} KiB", keep_resident >> 10);
-            let (wasm_p50, wasm_p99) = report(&label, wasm);
+        for (variant, samples) in variants.iter().zip(wasm) {
+            let (wasm_p50, wasm_p99) = report(&variant.label, samples);
             println!(
                 "    ratio wasm/native: p50 {:.1}x, p99 {:.1}x",
                 wasm_p50.as_secs_f64() / native_p50.as_secs_f64(),

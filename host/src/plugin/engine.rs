@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::Controller;
 use super::metrics::PluginMetrics;
@@ -16,10 +16,13 @@ use super::state::PluginCtx;
 /// yields its tokio worker to other tasks. 10 ms.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
-/// Bytes of each freed memory and table slot reset with memset (kept resident) rather than
-/// madvise. A trade between page faults in the next instance and memset of untouched bytes;
-/// measured by `benches/dispatch.rs`, which picked this value. 64 KiB.
-pub const DEFAULT_KEEP_RESIDENT: usize = 64 << 10;
+/// Most bytes of each freed memory and table slot reset in place (memset, or a copy of the
+/// module's data) rather than handed back to the kernel with madvise. With the pagemap scan only
+/// the pages the instance dirtied count, so a typical reconcile (a few dozen pages) leaves no
+/// page to fault back in; an idle warm slot holds at most this much RSS. `benches/dispatch.rs`
+/// measured 64 KiB, 256 KiB and 1 MiB alike for the Rust getter; 256 KiB leaves room for
+/// plugins that touch more. 256 KiB.
+pub const DEFAULT_KEEP_RESIDENT: usize = 256 << 10;
 
 /// Largest linear memory any plugin may be configured for (the pool's slot size). 1 GiB.
 pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1 << 30;
@@ -51,6 +54,7 @@ pub struct RuntimeConfig {
     max_memory_bytes: u64,
     pool_instances: u32,
     keep_resident: usize,
+    pagemap_scan: bool,
     metrics: Option<PluginMetrics>,
 }
 
@@ -61,6 +65,7 @@ impl Default for RuntimeConfig {
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             pool_instances: DEFAULT_POOL_INSTANCES,
             keep_resident: DEFAULT_KEEP_RESIDENT,
+            pagemap_scan: true,
             metrics: None,
         }
     }
@@ -96,6 +101,15 @@ impl RuntimeConfig {
         self
     }
 
+    /// Find the pages a freed slot dirtied with Linux's `PAGEMAP_SCAN` ioctl (6.7+) and reset only
+    /// those, up to `keep_resident` bytes, instead of the lowest `keep_resident` bytes. On by
+    /// default; wasmtime falls back by itself where the ioctl is missing.
+    #[must_use]
+    pub fn pagemap_scan(mut self, enable: bool) -> Self {
+        self.pagemap_scan = enable;
+        self
+    }
+
     /// Record plugin metrics here.
     #[must_use]
     pub fn metrics(mut self, metrics: PluginMetrics) -> Self {
@@ -127,7 +141,8 @@ impl Runtime {
             // Reset the first pages of a freed slot with memset instead of madvise, so the next
             // instance does not page-fault them back in (most reconciles touch little memory).
             .linear_memory_keep_resident(config.keep_resident)
-            .table_keep_resident(config.keep_resident);
+            .table_keep_resident(config.keep_resident)
+            .pagemap_scan(if config.pagemap_scan { Enabled::Auto } else { Enabled::No });
         let mut wasm = Config::new();
         wasm.wasm_component_model(true)
             .epoch_interruption(true)
