@@ -2,7 +2,7 @@
 //!
 //! No timed assertions: every wait is for a condition, with a generous deadline.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, PodTemplate};
@@ -73,11 +73,11 @@ fn channel_handler() -> (impl Fn(Notification) + Send + Sync + 'static, Unbounde
 }
 
 fn rv(o: &CachedObject) -> String {
-    o.meta().resource_version.clone().unwrap_or_default()
+    o.meta().resource_version.as_deref().unwrap_or_default().to_owned()
 }
 
 fn name(o: &CachedObject) -> String {
-    o.meta().name.clone()
+    o.name().to_owned()
 }
 
 #[tokio::test]
@@ -109,7 +109,7 @@ async fn initial_sync_lists_a_thousand_configmaps() {
 
     // Within the namespace: 1000 ours + kube-root-ca.crt (no controller-manager here, so maybe not).
     let cached = informer.store().list_selected(Some(&ns), "").unwrap();
-    let ours = cached.iter().filter(|o| o.meta().name.starts_with("cm-")).count();
+    let ours = cached.iter().filter(|o| o.name().starts_with("cm-")).count();
     assert_eq!(ours, 1000);
     let body: serde_json::Value =
         serde_json::from_slice(informer.store().get_by_key(&format!("{ns}/cm-7")).unwrap().json()).unwrap();
@@ -424,8 +424,5 @@ async fn a_crd_installed_after_start_becomes_watchable() {
     let body: serde_json::Value = serde_json::from_slice(obj.json()).unwrap();
     assert_eq!(body["kind"], "Widget");
     assert_eq!(body["spec"]["size"], 3);
-    assert_eq!(
-        informer.store().get_by_key(&format!("{ns}/w1")).map(|o| Arc::clone(&o).meta().name.clone()),
-        Some("w1".to_owned())
-    );
+    assert_eq!(informer.store().get_by_key(&format!("{ns}/w1")).map(|o| o.name().to_owned()), Some("w1".to_owned()));
 }

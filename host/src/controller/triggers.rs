@@ -13,7 +13,7 @@ use crate::plugin::grants::KindRef;
 use crate::queue::{Config as QueueConfig, WorkQueue};
 
 fn own_key(obj: &CachedObject) -> ObjectKey {
-    ObjectKey { namespace: obj.meta().namespace.clone(), name: obj.meta().name.clone() }
+    ObjectKey { namespace: obj.namespace().map(str::to_owned), name: obj.name().to_owned() }
 }
 
 /// For: every change to an object enqueues its own key.
@@ -45,7 +45,7 @@ impl OwnsTrigger {
         let owner = obj.meta().controller_owner()?;
         let group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
         (group == self.owner.group && owner.kind == self.owner.kind).then(|| ObjectKey {
-            namespace: if self.owner_namespaced { obj.meta().namespace.clone() } else { None },
+            namespace: if self.owner_namespaced { obj.namespace().map(str::to_owned) } else { None },
             name: owner.name.clone(),
         })
     }

@@ -43,13 +43,13 @@ struct PluginTrigger(WorkQueue<String>);
 
 impl ResourceEventHandler for PluginTrigger {
     fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.add(obj.meta().name.clone());
+        self.0.add(obj.name().to_owned());
     }
     fn on_update(&self, _: Arc<CachedObject>, new: Arc<CachedObject>) {
-        self.0.add(new.meta().name.clone());
+        self.0.add(new.name().to_owned());
     }
     fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.add(obj.meta().name.clone());
+        self.0.add(obj.name().to_owned());
     }
 }
 
@@ -63,8 +63,8 @@ impl ModuleTrigger {
     fn enqueue(&self, config_map: &CachedObject) {
         for obj in self.plugins.store().list() {
             let Ok(plugin) = serde_json::from_slice::<WasmPlugin>(obj.json()) else { continue };
-            if plugin.spec.module.config_map.as_ref().is_some_and(|c| c.name == config_map.meta().name) {
-                self.queue.add(obj.meta().name.clone());
+            if plugin.spec.module.config_map.as_ref().is_some_and(|c| c.name == config_map.name()) {
+                self.queue.add(obj.name().to_owned());
             }
         }
     }

@@ -4,7 +4,7 @@ use std::{collections::HashMap, fmt, sync::Arc};
 
 use serde_json::Value;
 
-use super::object::{CachedObject, ObjectMeta};
+use super::object::CachedObject;
 
 /// Name of the built-in index on `metadata.namespace` (client-go `NamespaceIndex`);
 /// cluster-scoped objects are filed under `""`, as in client-go.
@@ -21,8 +21,9 @@ pub type JsonIndexFn = Arc<dyn Fn(&Value) -> Vec<String> + Send + Sync>;
 /// How an index computes its values for an object.
 #[derive(Clone)]
 pub enum IndexFunc {
-    /// Computed from the parsed metadata only (the built-in indexes); never parses JSON.
-    Meta(fn(&ObjectMeta) -> Vec<String>),
+    /// Computed from the key and the parsed metadata only (the built-in indexes); never parses
+    /// JSON.
+    Meta(fn(&CachedObject) -> Vec<String>),
     /// The value(s) at a dotted field path such as `spec.nodeName`; arrays along the path are
     /// flattened (`spec.containers.image` yields every container's image); scalars are
     /// stringified, objects and nulls are skipped.
@@ -51,7 +52,7 @@ impl IndexFunc {
     /// [`needs_json`](Self::needs_json) is true.
     pub(crate) fn values(&self, obj: &CachedObject, parsed: Option<&Value>) -> Vec<String> {
         let mut out = match (self, parsed) {
-            (Self::Meta(f), _) => f(obj.meta()),
+            (Self::Meta(f), _) => f(obj),
             (Self::FieldPath(path), Some(v)) => {
                 let mut out = Vec::new();
                 collect_path(v, path, &mut out);
@@ -88,16 +89,16 @@ pub fn default_indexers() -> Indexers {
     ])
 }
 
-fn namespace_index(meta: &ObjectMeta) -> Vec<String> {
-    vec![meta.namespace.clone().unwrap_or_default()]
+fn namespace_index(obj: &CachedObject) -> Vec<String> {
+    vec![obj.namespace().unwrap_or_default().to_owned()]
 }
 
-fn label_index(meta: &ObjectMeta) -> Vec<String> {
-    meta.labels.pairs().map(str::to_owned).collect()
+fn label_index(obj: &CachedObject) -> Vec<String> {
+    obj.meta().labels.pairs().map(str::to_owned).collect()
 }
 
-fn controller_owner_index(meta: &ObjectMeta) -> Vec<String> {
-    meta.controller_owner().map(|o| o.uid.clone()).into_iter().collect()
+fn controller_owner_index(obj: &CachedObject) -> Vec<String> {
+    obj.meta().controller_owner().map(|o| o.uid.clone()).into_iter().collect()
 }
 
 fn collect_path(v: &Value, path: &[String], out: &mut Vec<String>) {

@@ -42,6 +42,7 @@ pub mod reflector;
 pub mod selector;
 pub mod shared_informer;
 pub mod store;
+pub mod uid;
 
 pub use error::{Error, Result};
 pub use factory::{InformerParams, SharedInformerFactory};
@@ -53,3 +54,4 @@ pub use reflector::{ListStrategy, ReflectorConfig};
 pub use selector::parse_label_selector;
 pub use shared_informer::{HandlerRegistration, Informer};
 pub use store::Store;
+pub use uid::Uid;

@@ -4,7 +4,7 @@ use std::{fmt, sync::Arc};
 
 use kube::api::{ApiResource, DynamicObject, TypeMeta};
 
-use super::{Error, Result, labels::Labels};
+use super::{Error, Result, labels::Labels, uid::Uid};
 
 /// The controller-relevant parts of an `ownerReference`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,23 +21,21 @@ pub struct OwnerRef {
     pub controller: bool,
 }
 
-/// Metadata parsed once when an object enters the cache, so reads never parse JSON.
+/// Metadata parsed once when an object enters the cache, so reads never parse JSON. Name and
+/// namespace are not repeated here: [`CachedObject::name`] and [`CachedObject::namespace`] read
+/// them from the key. Every field is sized for a cache of many objects (issue 4's 1.3× goal).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ObjectMeta {
-    /// `metadata.name`.
-    pub name: String,
-    /// `metadata.namespace`; `None` for cluster-scoped objects.
-    pub namespace: Option<String>,
     /// `metadata.uid`.
-    pub uid: Option<String>,
+    pub uid: Option<Uid>,
     /// `metadata.resourceVersion`.
-    pub resource_version: Option<String>,
+    pub resource_version: Option<Box<str>>,
     /// `metadata.generation`.
     pub generation: Option<i64>,
     /// `metadata.labels`, compactly stored.
     pub labels: Labels,
     /// `metadata.ownerReferences`.
-    pub owner_references: Vec<OwnerRef>,
+    pub owner_references: Box<[OwnerRef]>,
     /// Whether `metadata.deletionTimestamp` is set.
     pub deleting: bool,
 }
@@ -66,8 +64,7 @@ impl CachedObject {
     pub fn from_dynamic(mut obj: DynamicObject, resource: &ApiResource) -> Result<Self> {
         obj.types = Some(TypeMeta { api_version: resource.api_version.clone(), kind: resource.kind.clone() });
         let json = serde_json::to_vec(&obj).map_err(Error::Serialize)?;
-        let meta = meta_from_k8s(obj.metadata);
-        Self::new(meta, json)
+        Self::new(obj.metadata, json)
     }
 
     /// Builds a cached object from raw JSON (must be an object with `metadata.name`).
@@ -78,15 +75,13 @@ impl CachedObject {
             metadata: kube::api::ObjectMeta,
         }
         let partial: Partial = serde_json::from_slice(&json).map_err(Error::Serialize)?;
-        Self::new(meta_from_k8s(partial.metadata), json)
+        Self::new(partial.metadata, json)
     }
 
-    fn new(meta: ObjectMeta, json: Vec<u8>) -> Result<Self> {
-        if meta.name.is_empty() {
-            return Err(Error::MissingName);
-        }
-        let key = object_key(meta.namespace.as_deref(), &meta.name).into();
-        Ok(Self { key, meta, json: json.into_boxed_slice() })
+    fn new(meta: kube::api::ObjectMeta, json: Vec<u8>) -> Result<Self> {
+        let name = meta.name.as_deref().filter(|n| !n.is_empty()).ok_or(Error::MissingName)?;
+        let key = object_key(meta.namespace.as_deref(), name).into();
+        Ok(Self { key, meta: meta_from_k8s(meta), json: json.into_boxed_slice() })
     }
 
     /// The MetaNamespaceKey: `namespace/name`, or `name` for cluster-scoped objects.
@@ -96,6 +91,16 @@ impl CachedObject {
 
     pub(crate) fn key_arc(&self) -> &Arc<str> {
         &self.key
+    }
+
+    /// `metadata.name` (the key after the namespace; names cannot contain `/`).
+    pub fn name(&self) -> &str {
+        self.key.split_once('/').map_or(&self.key, |(_, name)| name)
+    }
+
+    /// `metadata.namespace`; `None` for cluster-scoped objects.
+    pub fn namespace(&self) -> Option<&str> {
+        self.key.split_once('/').map(|(ns, _)| ns)
     }
 
     /// The parsed metadata.
@@ -117,18 +122,17 @@ impl CachedObject {
     /// not the allocator's rounding), for the benchmark's bytes-per-object figure.
     pub fn heap_size(&self) -> usize {
         let m = &self.meta;
-        let strings = m.name.capacity()
-            + m.namespace.as_ref().map_or(0, String::capacity)
-            + m.uid.as_ref().map_or(0, String::capacity)
-            + m.resource_version.as_ref().map_or(0, String::capacity)
+        let strings = m.uid.as_ref().map_or(0, |u| if let Uid::Other(s) = u { s.len() } else { 0 })
+            + m.resource_version.as_ref().map_or(0, |rv| rv.len())
             + m.labels.heap_size()
-            + m.owner_references.capacity() * std::mem::size_of::<OwnerRef>()
+            + std::mem::size_of_val(&*m.owner_references)
             + m.owner_references
                 .iter()
                 .map(|o| o.api_version.capacity() + o.kind.capacity() + o.name.capacity() + o.uid.capacity())
                 .sum::<usize>();
-        // The Arc's two counters sit in front of the struct.
-        2 * std::mem::size_of::<usize>() + std::mem::size_of::<Self>() + self.json.len() + self.key.len() + strings
+        // An Arc's two counters sit in front of its value: one for this struct, one for the key.
+        let arc_counters = 2 * std::mem::size_of::<usize>();
+        2 * arc_counters + std::mem::size_of::<Self>() + self.json.len() + self.key.len() + strings
     }
 }
 
@@ -158,10 +162,8 @@ pub fn strip_managed_fields(obj: &mut DynamicObject) {
 
 fn meta_from_k8s(m: kube::api::ObjectMeta) -> ObjectMeta {
     ObjectMeta {
-        name: m.name.unwrap_or_default(),
-        namespace: m.namespace.filter(|ns| !ns.is_empty()),
-        uid: m.uid,
-        resource_version: m.resource_version,
+        uid: m.uid.as_deref().map(Uid::new),
+        resource_version: m.resource_version.map(String::into_boxed_str),
         generation: m.generation,
         labels: m.labels.unwrap_or_default().into(),
         owner_references: m
@@ -205,13 +207,15 @@ mod tests {
         assert_eq!(v["data"]["k"], "v");
         assert!(v["metadata"].get("managedFields").is_none());
         assert_eq!(cached.key(), "ns/a");
+        assert_eq!((cached.namespace(), cached.name()), (Some("ns"), "a"));
         assert_eq!(cached.meta().resource_version.as_deref(), Some("7"));
     }
 
     #[test]
     fn cluster_scoped_objects_are_keyed_by_name_alone() {
-        let cached = CachedObject::from_json(br#"{"metadata":{"name":"node-1"}}"#.to_vec()).unwrap();
+        let cached = CachedObject::from_json(br#"{"metadata":{"name":"node-1","namespace":""}}"#.to_vec()).unwrap();
         assert_eq!(cached.key(), "node-1");
+        assert_eq!((cached.namespace(), cached.name()), (None, "node-1"));
         assert_eq!(object_key(Some(""), "x"), "x");
     }
 

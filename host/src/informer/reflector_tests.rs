@@ -84,7 +84,7 @@ async fn answer(server: &mut Server, expect: &str, body: impl Into<Vec<u8>>) {
 }
 
 fn describe(n: &Notification) -> String {
-    let rv = |o: &CachedObject| o.meta().resource_version.clone().unwrap_or_default();
+    let rv = |o: &CachedObject| o.meta().resource_version.as_deref().unwrap_or_default().to_owned();
     match n {
         Notification::Add { obj, .. } => format!("add {} {}", obj.key(), rv(obj)),
         Notification::Update { old, new } => format!("update {} {}->{}", new.key(), rv(old), rv(new)),

@@ -39,7 +39,7 @@ fn handler() -> (impl Fn(Notification) + Send + Sync + 'static, UnboundedReceive
 }
 
 fn describe(n: &Notification) -> String {
-    let rv = |o: &CachedObject| o.meta().resource_version.clone().unwrap();
+    let rv = |o: &CachedObject| o.meta().resource_version.as_deref().unwrap().to_owned();
     match n {
         Notification::Add { obj, is_in_initial_list } => format!("add {} {} {is_in_initial_list}", obj.key(), rv(obj)),
         Notification::Update { old, new } => format!("update {} {}->{}", new.key(), rv(old), rv(new)),

@@ -4,7 +4,9 @@
 //! Hand-written because kube-runtime's `reflector::Store` has no custom indexes.
 
 use std::{
+    borrow::Borrow,
     collections::{HashMap, HashSet},
+    hash::{Hash, Hasher},
     sync::Arc,
 };
 
@@ -31,9 +33,30 @@ pub struct Store {
     inner: RwLock<Inner>,
 }
 
+/// An object in the item set, hashed and compared by its key, so the set needs one pointer per
+/// object where a key → object map would hold two `Arc`s (the key already lives in the object).
+struct Item(Arc<CachedObject>);
+
+impl Borrow<str> for Item {
+    fn borrow(&self) -> &str {
+        self.0.key()
+    }
+}
+impl Hash for Item {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key().hash(state);
+    }
+}
+impl PartialEq for Item {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+impl Eq for Item {}
+
 #[derive(Default)]
 struct Inner {
-    items: HashMap<Arc<str>, Arc<CachedObject>>,
+    items: HashSet<Item>,
     indexers: Indexers,
     indices: HashMap<String, Index>,
 }
@@ -53,12 +76,12 @@ impl Store {
     /// An empty store with exactly these indexes.
     pub fn with_indexers(indexers: Indexers) -> Self {
         let indices = indexers.keys().map(|k| (k.clone(), Index::new())).collect();
-        Self { inner: RwLock::new(Inner { items: HashMap::new(), indexers, indices }) }
+        Self { inner: RwLock::new(Inner { items: HashSet::new(), indexers, indices }) }
     }
 
     /// The object with this MetaNamespaceKey (`ns/name` or `name`).
     pub fn get_by_key(&self, key: &str) -> Option<Arc<CachedObject>> {
-        self.inner.read().items.get(key).cloned()
+        self.inner.read().items.get(key).map(|item| item.0.clone())
     }
 
     /// The object with this namespace and name.
@@ -68,12 +91,12 @@ impl Store {
 
     /// Every cached object, in no particular order.
     pub fn list(&self) -> Vec<Arc<CachedObject>> {
-        self.inner.read().items.values().cloned().collect()
+        self.inner.read().items.iter().map(|item| item.0.clone()).collect()
     }
 
     /// Every cached key.
     pub fn list_keys(&self) -> Vec<String> {
-        self.inner.read().items.keys().map(|k| k.to_string()).collect()
+        self.inner.read().items.iter().map(|item| item.0.key().to_owned()).collect()
     }
 
     /// Number of cached objects.
@@ -103,12 +126,20 @@ impl Store {
             _ => None,
         });
         let keep = |o: &&Arc<CachedObject>| {
-            namespace.is_none_or(|ns| o.meta().namespace.as_deref().unwrap_or("") == ns)
+            namespace.is_none_or(|ns| o.namespace().unwrap_or("") == ns)
                 && labels::matches(&requirements, &o.meta().labels)
         };
         let from_index = |index: &str, value: &str| -> Option<Vec<Arc<CachedObject>>> {
             let keys = inner.indices.get(index)?.get(value);
-            Some(keys.into_iter().flatten().filter_map(|k| inner.items.get(k)).filter(keep).cloned().collect())
+            Some(
+                keys.into_iter()
+                    .flatten()
+                    .filter_map(|k| inner.items.get(&**k))
+                    .map(|item| &item.0)
+                    .filter(keep)
+                    .cloned()
+                    .collect(),
+            )
         };
         if let Some(found) = equal.as_deref().and_then(|v| from_index(LABEL_INDEX, v)) {
             return found;
@@ -116,14 +147,19 @@ impl Store {
         if let Some(found) = namespace.and_then(|ns| from_index(NAMESPACE_INDEX, ns)) {
             return found;
         }
-        inner.items.values().filter(keep).cloned().collect()
+        inner.items.iter().map(|item| &item.0).filter(keep).cloned().collect()
     }
 
     /// Objects filed under `value` in index `index` (client-go `ByIndex`).
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
         let inner = self.inner.read();
         let idx = inner.index(index)?;
-        Ok(idx.get(value).into_iter().flatten().filter_map(|k| inner.items.get(k).cloned()).collect())
+        Ok(idx
+            .get(value)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| inner.items.get(&**k).map(|item| item.0.clone()))
+            .collect())
     }
 
     /// Keys filed under `value` in index `index` (client-go `IndexKeys`).
@@ -141,10 +177,10 @@ impl Store {
     /// Approximate heap bytes of the cache: every object's [`CachedObject::heap_size`] plus
     /// the map and index entries pointing at it (hash table slots, not allocator overhead).
     pub fn approx_heap_bytes(&self) -> usize {
-        const SLOT: usize = std::mem::size_of::<(Arc<str>, Arc<CachedObject>)>() + 1;
+        const SLOT: usize = std::mem::size_of::<Item>() + 1;
         const INDEX_SLOT: usize = std::mem::size_of::<Arc<str>>() + 1;
         let inner = self.inner.read();
-        let objects: usize = inner.items.values().map(|o| o.heap_size()).sum::<usize>();
+        let objects: usize = inner.items.iter().map(|item| item.0.heap_size()).sum::<usize>();
         let index_entries: usize = inner
             .indices
             .values()
@@ -168,7 +204,8 @@ impl Store {
         }
         let needs_json = indexers.values().any(IndexFunc::needs_json);
         let mut built: HashMap<String, Index> = indexers.keys().map(|k| (k.clone(), Index::new())).collect();
-        for (key, obj) in &inner.items {
+        for Item(obj) in &inner.items {
+            let key = obj.key_arc();
             let parsed = parse_if(needs_json, obj);
             for (name, f) in &indexers {
                 let idx = built.get_mut(name).expect("built has every new index");
@@ -196,17 +233,16 @@ impl Store {
     /// Used by the reflector; public so cache readers can be tested without an API server.
     pub fn upsert(&self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
         let mut inner = self.inner.write();
-        let key = obj.key_arc().clone();
-        let old = inner.items.insert(key.clone(), obj.clone());
-        inner.update_indices(&key, old.as_deref(), Some(&obj));
+        let old = inner.items.replace(Item(obj.clone())).map(|item| item.0);
+        inner.update_indices(obj.key_arc(), old.as_deref(), Some(&obj));
         old
     }
 
     /// Removes the object with `key`, updating every index; returns it if it was cached.
     pub fn delete(&self, key: &str) -> Option<Arc<CachedObject>> {
         let mut inner = self.inner.write();
-        let (key, old) = inner.items.remove_entry(key)?;
-        inner.update_indices(&key, Some(&old), None);
+        let Item(old) = inner.items.take(key)?;
+        inner.update_indices(old.key_arc(), Some(&old), None);
         Some(old)
     }
 
@@ -215,7 +251,7 @@ impl Store {
     pub fn retain_keys(&self, keep: &HashSet<Arc<str>>) -> Vec<Arc<CachedObject>> {
         let gone: Vec<Arc<str>> = {
             let inner = self.inner.read();
-            inner.items.keys().filter(|k| !keep.contains(*k)).cloned().collect()
+            inner.items.iter().map(|item| item.0.key_arc()).filter(|k| !keep.contains(*k)).cloned().collect()
         };
         gone.iter().filter_map(|k| self.delete(k)).collect()
     }

@@ -194,7 +194,7 @@ proptest! {
         for sel in ["app=app1", "app in (app0,app2)", "!app", "app!=app1"] {
             let selector = parse_label_selector(sel).unwrap();
             let brute: Vec<Arc<CachedObject>> = all.iter()
-                .filter(|o| o.meta().namespace.as_deref() == Some("ns1") && selector.matches(&o.meta().labels.to_map()))
+                .filter(|o| o.namespace() == Some("ns1") && selector.matches(&o.meta().labels.to_map()))
                 .cloned().collect();
             prop_assert_eq!(sorted(store.list_selected(Some("ns1"), sel).unwrap()), sorted(brute));
         }
