@@ -6,11 +6,9 @@
 //! round ends when every worker has seen the shutdown. Prints `RESULT <impl> <workers> <ops/s>`
 //! with the median of 11 rounds after a warm-up round.
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
+use kubewasm::controller::NamespacedKey;
 use kubewasm::queue::{Config, Key, WorkQueue};
 
 const KEYS: usize = 100_000;
@@ -63,12 +61,12 @@ fn main() {
     // Same parallelism as Go's default GOMAXPROCS: one scheduler thread per CPU.
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let strings: Vec<String> = (0..KEYS).map(|i| format!("namespace-{}/object-{i}", i % 100)).collect();
-    // Go strings are immutable and copied by pointer; `Arc<str>` is the Rust key closest to that.
-    let shared: Vec<Arc<str>> = strings.iter().map(|s| Arc::from(s.as_str())).collect();
+    // The controllers' key type: shared like a Go string (immutable, copied by pointer).
+    let shared: Vec<NamespacedKey> = strings.iter().map(|s| NamespacedKey::from(s.as_str())).collect();
     runtime.block_on(async {
         for workers in [1, 4] {
             measure("kubewasm/String", &strings, workers).await;
-            measure("kubewasm/Arc<str>", &shared, workers).await;
+            measure("kubewasm/NamespacedKey", &shared, workers).await;
         }
     });
 }

@@ -3,12 +3,14 @@
 
 pub mod cache;
 pub mod indexes;
+mod key;
 pub mod metrics;
 mod triggers;
 mod wiring;
 pub mod worker;
 
 pub use cache::PluginCache;
+pub use key::NamespacedKey;
 pub use metrics::ControllerMetrics;
 pub use worker::{Outcome, Reconciler};
 
@@ -23,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::Readiness;
 use crate::informer::{HandlerRegistration, Informer, SharedInformerFactory};
 use crate::leader::LeaderGate;
+use crate::plugin::Plugin;
 use crate::plugin::grants::KindRef;
-use crate::plugin::{ObjectKey, Plugin};
 use crate::queue::{self, QueueMetrics, WorkQueue};
 use triggers::ForTrigger;
 use wiring::{Owner, Watched, Wiring};
@@ -196,7 +198,7 @@ impl Controller {
         self.wiring = wiring;
         if requeue_all {
             for key in self.for_informer.store().list_keys() {
-                self.reconciler.queue().add(ObjectKey::from_cache_key(&key));
+                self.reconciler.queue().add(NamespacedKey::from(key.as_str()));
             }
         }
         Ok(old)
@@ -218,7 +220,7 @@ impl Controller {
     }
 
     /// The queue of keys.
-    pub fn queue(&self) -> &WorkQueue<ObjectKey> {
+    pub fn queue(&self) -> &WorkQueue<NamespacedKey> {
         self.reconciler.queue()
     }
 

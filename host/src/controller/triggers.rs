@@ -6,48 +6,42 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::NamespacedKey;
 use super::worker::Reconciler;
 use crate::informer::{CachedObject, Informer, ResourceEventHandler};
-use crate::plugin::ObjectKey;
 use crate::plugin::grants::KindRef;
 use crate::queue::{Config as QueueConfig, WorkQueue};
 
-fn own_key(obj: &CachedObject) -> ObjectKey {
-    ObjectKey { namespace: obj.namespace().map(str::to_owned), name: obj.name().to_owned() }
-}
-
 /// For: every change to an object enqueues its own key.
-pub(crate) struct ForTrigger(pub(crate) WorkQueue<ObjectKey>);
+pub(crate) struct ForTrigger(pub(crate) WorkQueue<NamespacedKey>);
 
 impl ResourceEventHandler for ForTrigger {
     fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.add(own_key(&obj));
+        self.0.add(NamespacedKey::of(&obj));
     }
     fn on_update(&self, _: Arc<CachedObject>, new: Arc<CachedObject>) {
-        self.0.add(own_key(&new));
+        self.0.add(NamespacedKey::of(&new));
     }
     fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.add(own_key(&obj));
+        self.0.add(NamespacedKey::of(&obj));
     }
 }
 
 /// Owns: a change to an object enqueues the key of its controller owner, if that owner is of
 /// the for kind (client-go's `handleObject`). An owner change enqueues both owners.
 pub(crate) struct OwnsTrigger {
-    pub(crate) queue: WorkQueue<ObjectKey>,
+    pub(crate) queue: WorkQueue<NamespacedKey>,
     pub(crate) owner: KindRef,
     /// Whether the for kind is namespaced (then the owner lives in the object's namespace).
     pub(crate) owner_namespaced: bool,
 }
 
 impl OwnsTrigger {
-    fn owner_key(&self, obj: &CachedObject) -> Option<ObjectKey> {
+    fn owner_key(&self, obj: &CachedObject) -> Option<NamespacedKey> {
         let owner = obj.meta().controller_owner()?;
         let group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        (group == self.owner.group && owner.kind == self.owner.kind).then(|| ObjectKey {
-            namespace: if self.owner_namespaced { obj.namespace().map(str::to_owned) } else { None },
-            name: owner.name.clone(),
-        })
+        (group == self.owner.group && owner.kind == self.owner.kind)
+            .then(|| NamespacedKey::new(if self.owner_namespaced { obj.namespace() } else { None }, &owner.name))
     }
 
     fn enqueue(&self, obj: &CachedObject) {
@@ -107,8 +101,8 @@ impl Mapper {
                     Ok(keys) => {
                         self.tombstones.lock().remove(&item);
                         self.queue.forget(&item);
-                        for key in keys {
-                            reconciler.queue().add(key);
+                        for key in &keys {
+                            reconciler.queue().add(NamespacedKey::from(key));
                         }
                     }
                     Err(err) => {

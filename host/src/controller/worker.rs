@@ -8,8 +8,9 @@ use parking_lot::{Mutex, RwLock};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use super::NamespacedKey;
 use super::metrics::Handles;
-use crate::plugin::{Action, CallFailed, ObjectKey, Plugin};
+use crate::plugin::{Action, CallFailed, Plugin};
 use crate::queue::WorkQueue;
 
 /// What happened to a key after its reconcile; returned for tests and logs.
@@ -29,7 +30,7 @@ pub enum Outcome {
 pub struct Reconciler {
     name: String,
     plugin: RwLock<Arc<Plugin>>,
-    queue: WorkQueue<ObjectKey>,
+    queue: WorkQueue<NamespacedKey>,
     metrics: Handles,
     max_retries: Option<u32>,
     workers: Mutex<Workers>,
@@ -48,7 +49,12 @@ struct Workers {
 impl Reconciler {
     /// A reconciler serving `plugin` from `queue`. `max_retries`: `None` retries forever, as
     /// controller-runtime does; `Some(n)` drops a key after `n` failures in a row.
-    pub fn new(plugin: Arc<Plugin>, queue: WorkQueue<ObjectKey>, metrics: Handles, max_retries: Option<u32>) -> Self {
+    pub fn new(
+        plugin: Arc<Plugin>,
+        queue: WorkQueue<NamespacedKey>,
+        metrics: Handles,
+        max_retries: Option<u32>,
+    ) -> Self {
         metrics.max_concurrent.set(plugin.max_concurrent().into());
         let workers = Mutex::new(Workers { desired: plugin.max_concurrent(), ..Workers::default() });
         Self { name: plugin.name().to_owned(), plugin: RwLock::new(plugin), queue, metrics, max_retries, workers }
@@ -105,7 +111,7 @@ impl Reconciler {
     }
 
     /// The controller's queue.
-    pub fn queue(&self) -> &WorkQueue<ObjectKey> {
+    pub fn queue(&self) -> &WorkQueue<NamespacedKey> {
         &self.queue
     }
 
@@ -118,7 +124,7 @@ impl Reconciler {
         let span = tracing::info_span!("reconcile", controller = %self.name, key = %key, attempt, revision);
         self.metrics.active_workers.inc();
         let started = Instant::now();
-        let result = plugin.reconcile(&key, attempt).instrument(span.clone()).await;
+        let result = plugin.reconcile(&key.to_object_key(), attempt).instrument(span.clone()).await;
         self.metrics.observe(started.elapsed());
         self.metrics.active_workers.dec();
         let outcome = span.in_scope(|| self.handle_result(&key, result));
@@ -128,7 +134,7 @@ impl Reconciler {
         Some(outcome)
     }
 
-    fn handle_result(&self, key: &ObjectKey, result: Result<Action, CallFailed>) -> Outcome {
+    fn handle_result(&self, key: &NamespacedKey, result: Result<Action, CallFailed>) -> Outcome {
         match result {
             Ok(Action::Done) => {
                 self.metrics.success.inc();

@@ -33,16 +33,6 @@ impl std::fmt::Display for ObjectKey {
     }
 }
 
-impl ObjectKey {
-    /// From a cache key (client-go's MetaNamespaceKey: `namespace/name`, or `name`).
-    pub fn from_cache_key(key: &str) -> Self {
-        match key.split_once('/') {
-            Some((ns, name)) => Self { namespace: Some(ns.to_owned()), name: name.to_owned() },
-            None => Self { namespace: None, name: key.to_owned() },
-        }
-    }
-}
-
 /// An instance kept between calls (`limits.reuseInstances`), with the calls it has served.
 pub(crate) struct Idle {
     store: Store<PluginCtx>,
