@@ -49,9 +49,22 @@ impl NamespacedKey {
     }
 }
 
-impl From<&ObjectKey> for NamespacedKey {
-    fn from(key: &ObjectKey) -> Self {
-        Self::new(key.namespace.as_deref(), &key.name)
+/// A key a plugin returned that names no object.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not an object key: a name must be non-empty, and neither it nor the namespace may contain `/`")]
+pub struct InvalidKey(String);
+
+impl TryFrom<&ObjectKey> for NamespacedKey {
+    type Error = InvalidKey;
+
+    /// The queue key of a plugin-facing key. An empty namespace means cluster-scoped, as in
+    /// client-go. A `/` in a part is refused: it would make the key name another object.
+    fn try_from(key: &ObjectKey) -> Result<Self, InvalidKey> {
+        let namespace = key.namespace.as_deref();
+        if key.name.is_empty() || key.name.contains('/') || namespace.is_some_and(|ns| ns.contains('/')) {
+            return Err(InvalidKey(key.to_string()));
+        }
+        Ok(Self::new(namespace, &key.name))
     }
 }
 
@@ -101,6 +114,21 @@ mod tests {
         assert_eq!(key, NamespacedKey::new(Some("team-a"), "web"));
     }
 
+    #[test]
+    fn a_key_that_would_name_another_object_is_refused() {
+        for (namespace, name) in [(None, "team-a/web"), (Some("team-a/x"), "web"), (Some("team-a"), "")] {
+            let key = ObjectKey { namespace: namespace.map(Into::into), name: name.into() };
+            let err = NamespacedKey::try_from(&key).expect_err("refused");
+            assert!(err.to_string().contains("is not an object key"), "{err}");
+        }
+    }
+
+    #[test]
+    fn an_empty_namespace_means_cluster_scoped() {
+        let key = ObjectKey { namespace: Some(String::new()), name: "team-a".into() };
+        assert_eq!(NamespacedKey::try_from(&key).expect("valid"), NamespacedKey::new(None, "team-a"));
+    }
+
     proptest! {
         #[test]
         fn an_object_key_survives_the_round_trip(
@@ -108,7 +136,7 @@ mod tests {
             name in "[a-z0-9][a-z0-9.-]{0,40}",
         ) {
             let object_key = ObjectKey { namespace, name };
-            let key = NamespacedKey::from(&object_key);
+            let key = NamespacedKey::try_from(&object_key).expect("a valid key");
             prop_assert_eq!(key.to_object_key(), object_key);
             prop_assert_eq!(NamespacedKey::from(key.as_str()), key);
         }

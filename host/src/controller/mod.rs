@@ -10,7 +10,7 @@ mod wiring;
 pub mod worker;
 
 pub use cache::PluginCache;
-pub use key::NamespacedKey;
+pub use key::{InvalidKey, NamespacedKey};
 pub use metrics::ControllerMetrics;
 pub use worker::{Outcome, Reconciler};
 

@@ -102,7 +102,12 @@ impl Mapper {
                         self.tombstones.lock().remove(&item);
                         self.queue.forget(&item);
                         for key in &keys {
-                            reconciler.queue().add(NamespacedKey::from(key));
+                            match NamespacedKey::try_from(key) {
+                                Ok(key) => reconciler.queue().add(key),
+                                Err(err) => {
+                                    tracing::warn!(error = %err, object = %item.1, "map returned an invalid key; skipped")
+                                }
+                            }
                         }
                     }
                     Err(err) => {
