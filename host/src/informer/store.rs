@@ -81,7 +81,7 @@ impl Store {
 
     /// The object with this MetaNamespaceKey (`ns/name` or `name`).
     pub fn get_by_key(&self, key: &str) -> Option<Arc<CachedObject>> {
-        self.inner.read().items.get(key).map(|item| item.0.clone())
+        self.inner.read().object(key).cloned()
     }
 
     /// The object with this namespace and name.
@@ -91,12 +91,12 @@ impl Store {
 
     /// Every cached object, in no particular order.
     pub fn list(&self) -> Vec<Arc<CachedObject>> {
-        self.inner.read().items.iter().map(|item| item.0.clone()).collect()
+        self.inner.read().objects().cloned().collect()
     }
 
     /// Every cached key.
     pub fn list_keys(&self) -> Vec<String> {
-        self.inner.read().items.iter().map(|item| item.0.key().to_owned()).collect()
+        self.inner.read().objects().map(|o| o.key().to_owned()).collect()
     }
 
     /// Number of cached objects.
@@ -131,15 +131,7 @@ impl Store {
         };
         let from_index = |index: &str, value: &str| -> Option<Vec<Arc<CachedObject>>> {
             let keys = inner.indices.get(index)?.get(value);
-            Some(
-                keys.into_iter()
-                    .flatten()
-                    .filter_map(|k| inner.items.get(&**k))
-                    .map(|item| &item.0)
-                    .filter(keep)
-                    .cloned()
-                    .collect(),
-            )
+            Some(keys.into_iter().flatten().filter_map(|k| inner.object(k)).filter(keep).cloned().collect())
         };
         if let Some(found) = equal.as_deref().and_then(|v| from_index(LABEL_INDEX, v)) {
             return found;
@@ -147,19 +139,14 @@ impl Store {
         if let Some(found) = namespace.and_then(|ns| from_index(NAMESPACE_INDEX, ns)) {
             return found;
         }
-        inner.items.iter().map(|item| &item.0).filter(keep).cloned().collect()
+        inner.objects().filter(keep).cloned().collect()
     }
 
     /// Objects filed under `value` in index `index` (client-go `ByIndex`).
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<CachedObject>>> {
         let inner = self.inner.read();
         let idx = inner.index(index)?;
-        Ok(idx
-            .get(value)
-            .into_iter()
-            .flatten()
-            .filter_map(|k| inner.items.get(&**k).map(|item| item.0.clone()))
-            .collect())
+        Ok(idx.get(value).into_iter().flatten().filter_map(|k| inner.object(k)).cloned().collect())
     }
 
     /// Keys filed under `value` in index `index` (client-go `IndexKeys`).
@@ -180,7 +167,7 @@ impl Store {
         const SLOT: usize = std::mem::size_of::<Item>() + 1;
         const INDEX_SLOT: usize = std::mem::size_of::<Arc<str>>() + 1;
         let inner = self.inner.read();
-        let objects: usize = inner.items.iter().map(|item| item.0.heap_size()).sum::<usize>();
+        let objects: usize = inner.objects().map(|o| o.heap_size()).sum::<usize>();
         let index_entries: usize = inner
             .indices
             .values()
@@ -251,13 +238,23 @@ impl Store {
     pub fn retain_keys(&self, keep: &HashSet<Arc<str>>) -> Vec<Arc<CachedObject>> {
         let gone: Vec<Arc<str>> = {
             let inner = self.inner.read();
-            inner.items.iter().map(|item| item.0.key_arc()).filter(|k| !keep.contains(*k)).cloned().collect()
+            inner.objects().map(|o| o.key_arc()).filter(|k| !keep.contains(*k)).cloned().collect()
         };
         gone.iter().filter_map(|k| self.delete(k)).collect()
     }
 }
 
 impl Inner {
+    /// The cached object with `key`.
+    fn object(&self, key: &str) -> Option<&Arc<CachedObject>> {
+        self.items.get(key).map(|item| &item.0)
+    }
+
+    /// Every cached object.
+    fn objects(&self) -> impl Iterator<Item = &Arc<CachedObject>> {
+        self.items.iter().map(|item| &item.0)
+    }
+
     fn index(&self, name: &str) -> Result<&Index> {
         self.indices.get(name).ok_or_else(|| Error::IndexNotFound(name.to_owned()))
     }
