@@ -100,6 +100,10 @@ pub struct CheckArgs {
     /// Its config file; default: `<wasm without .wasm>.yaml` if present.
     #[arg(long, env = "KUBEWASM_CHECK_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Directory for compiled plugins (the same as `run --compile-cache`): a second check of the
+    /// same component does not recompile it.
+    #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
+    pub compile_cache: Option<PathBuf>,
 }
 
 /// Log output.

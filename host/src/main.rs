@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser as _;
+use kube::core::GroupVersionKind;
 use kubewasm::cli::{CheckArgs, Cli, Command};
 use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
 use kubewasm::plugin::{Runtime, RuntimeConfig};
@@ -39,17 +40,28 @@ async fn check(args: CheckArgs) -> anyhow::Result<()> {
     let file = app::PluginFile { name: name.clone(), wasm: args.wasm.clone(), config };
     let config = app::read_config(&file)?;
     let wasm = std::fs::read(&args.wasm).with_context(|| format!("reading {}", args.wasm.display()))?;
-    let runtime = Runtime::new(RuntimeConfig::default())?;
+    let mut runtime_config = RuntimeConfig::default();
+    if let Some(dir) = &args.compile_cache {
+        runtime_config = runtime_config.cache_dir(dir);
+    }
+    let runtime = Runtime::new(runtime_config)?;
     let plugin = runtime
         .load(&name, wasm.into(), config, Arc::new(MemoryCache::default()), Arc::new(RecordingWriter::default()))
         .await?;
     let reg = plugin.registration();
     println!("plugin:         {name} (sha256 {})", plugin.sha256());
-    println!("reconciles:     {:?}", reg.for_kind);
-    println!("owns:           {:?}", reg.owns);
-    println!("watches:        {:?}", reg.watches.iter().map(|w| &w.kind).collect::<Vec<_>>());
+    println!("reconciles:     {}", kinds([&reg.for_kind]));
+    println!("owns:           {}", kinds(&reg.owns));
+    println!("watches:        {}", kinds(reg.watches.iter().map(|w| &w.kind)));
     println!("reads:          {}", plugin.grants().readable().map(ToString::to_string).collect::<Vec<_>>().join(", "));
     println!("writes:         {}", plugin.grants().writable().map(ToString::to_string).collect::<Vec<_>>().join(", "));
     println!("max-concurrent: {}", plugin.max_concurrent());
     Ok(())
+}
+
+/// Kinds as a manifest names them, `apiVersion kind` (`v1 Namespace`, `apps/v1 Deployment`),
+/// comma-separated; `-` for none.
+fn kinds<'a>(gvks: impl IntoIterator<Item = &'a GroupVersionKind>) -> String {
+    let names: Vec<String> = gvks.into_iter().map(|g| format!("{} {}", g.api_version(), g.kind)).collect();
+    if names.is_empty() { "-".to_owned() } else { names.join(", ") }
 }

@@ -1,5 +1,7 @@
 //! Logging setup: tracing with an env-filter, text or JSON; wasmtime/cranelift quiet by default.
 
+use std::io::IsTerminal as _;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::{LogArgs, LogFormat};
@@ -16,10 +18,19 @@ pub fn init(args: &LogArgs) -> Result<(), tracing_subscriber::filter::ParseError
             filter = filter.add_directive(directive.parse()?);
         }
     }
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour(args));
     match args.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
     Ok(())
+}
+
+/// Colour only for text on a terminal, and never with `NO_COLOR` set (no-color.org): a log
+/// file or a pipe gets plain lines.
+fn colour(args: &LogArgs) -> bool {
+    args.log_format == LogFormat::Text
+        && std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }

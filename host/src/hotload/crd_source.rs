@@ -111,17 +111,33 @@ impl WasmPluginSource {
     pub async fn run(self, shutdown: CancellationToken) {
         let readiness = self.manager.context().readiness.clone();
         let factory = self.manager.context().factory.clone();
+        let mut notice = CrdNotice::default();
         let plugins = loop {
             let params = InformerParams::default().labels(self.selector.as_deref().unwrap_or_default());
             match factory.informer(&gvk(), params).await {
                 Ok(informer) => {
                     readiness.set(READINESS_CHECK, false);
+                    if notice.said_anything() {
+                        tracing::info!("WasmPlugin CRD is served now; watching WasmPlugin objects");
+                    }
                     break informer;
                 }
                 Err(err) => {
                     let absent = crd_absent(&err);
                     readiness.set(READINESS_CHECK, absent);
-                    tracing::warn!(error = %err, "WasmPlugin CRD not served (yet); retrying in 10s");
+                    if notice.is_news(absent) {
+                        if absent {
+                            tracing::info!(
+                                "WasmPlugin CRD is not installed: serving the plugin directory only; \
+                                 WasmPlugin objects are watched once the CRD appears \
+                                 (--wasm-plugins=false turns this off)"
+                            );
+                        } else {
+                            tracing::warn!(error = %err, "cannot ask for the WasmPlugin CRD; retrying every 10s");
+                        }
+                    } else {
+                        tracing::debug!(error = %err, "WasmPlugin CRD still not served; retrying in 10s");
+                    }
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
                         _ = tokio::time::sleep(Duration::from_secs(10)) => {}
@@ -324,6 +340,24 @@ impl WasmPluginSource {
 }
 
 /// Whether discovery answered that the CRD is not installed (rather than not answering).
+/// What was last logged about the WasmPlugin CRD while waiting for it, so a cluster without the
+/// CRD gets one line instead of one per retry; a change (absent ↔ unreachable) is logged again.
+#[derive(Debug, Default)]
+struct CrdNotice(Option<bool>);
+
+impl CrdNotice {
+    /// Whether a failed attempt (`absent`: the CRD is not installed; else the API server could
+    /// not be asked) is news worth a line; records it.
+    fn is_news(&mut self, absent: bool) -> bool {
+        std::mem::replace(&mut self.0, Some(absent)) != Some(absent)
+    }
+
+    /// Whether any failed attempt was logged.
+    fn said_anything(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
 fn crd_absent(err: &crate::informer::Error) -> bool {
     let crate::informer::Error::KindNotFound { source, .. } = err else { return false };
     match source.as_ref() {
@@ -354,5 +388,22 @@ fn condition(
             .and_then(|c| c.last_transition_time.clone())
             .or_else(|| Some(now().to_string())),
         observed_generation: generation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_crd_is_logged_once_and_again_only_when_the_reason_changes() {
+        let mut notice = CrdNotice::default();
+        assert!(!notice.said_anything());
+        assert!(notice.is_news(true), "the first miss is news");
+        assert!((0..23).all(|_| !notice.is_news(true)), "retries with the CRD still absent are not");
+        assert!(notice.is_news(false), "the API server becoming unreachable is news");
+        assert!(!notice.is_news(false));
+        assert!(notice.is_news(true));
+        assert!(notice.said_anything());
     }
 }

@@ -160,7 +160,7 @@ impl Runtime {
         plugin.max_concurrent = config.max_concurrent.or(registration.max_concurrent).unwrap_or(1).max(1);
         plugin.registration = registration;
         plugin.shared = shared(grants);
-        tracing::info!(plugin = name, sha256 = %plugin.sha256, for_kind = ?plugin.registration.for_kind, "plugin loaded");
+        tracing::info!(plugin = name, sha256 = %plugin.sha256, for_kind = %super::grants::KindRef::of(&plugin.registration.for_kind), "plugin loaded");
         Ok(plugin)
     }
 }

@@ -5,8 +5,28 @@
 
 use std::path::PathBuf;
 
+const USAGE: &str = "\
+usage: kubewasm-control-plane [KUBECONFIG]
+
+Starts etcd and kube-apiserver (the binaries `make control-plane` builds, found as the tests find
+them: $KUBEBUILDER_ASSETS, else ~/.cache/kubewasm/k8s/<version>), writes an admin kubeconfig to
+KUBECONFIG (default .kubewasm/kubeconfig) and runs until Ctrl-C or SIGTERM, which stop both and
+remove the kubeconfig.
+
+  kubectl --kubeconfig .kubewasm/kubeconfig get namespaces
+";
+
 fn main() -> anyhow::Result<()> {
-    let out = std::env::args().nth(1).map_or_else(|| PathBuf::from(".kubewasm/kubeconfig"), PathBuf::from);
+    let mut args = std::env::args().skip(1);
+    let out = match (args.next(), args.next()) {
+        (Some(a), _) if a == "-h" || a == "--help" => {
+            print!("{USAGE}");
+            return Ok(());
+        }
+        (Some(a), _) if a.starts_with('-') => anyhow::bail!("unknown option `{a}`\n\n{USAGE}"),
+        (_, Some(extra)) => anyhow::bail!("unexpected argument `{extra}`\n\n{USAGE}"),
+        (path, None) => path.map_or_else(|| PathBuf::from(".kubewasm/kubeconfig"), PathBuf::from),
+    };
     let cp = kubewasm_testenv::ControlPlane::builder().start()?;
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
