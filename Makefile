@@ -20,12 +20,11 @@ KUBEWASM_TOOLS ?= $(HOME)/.cache/kubewasm/tools
 COMPONENTIZE_PY_VERSION := $(shell sed -n 's/^componentize-py==//p' plugins/python/requirements.txt)
 PY_TOOL := $(KUBEWASM_TOOLS)/componentize-py-$(COMPONENTIZE_PY_VERSION)
 JS_TOOL := $(KUBEWASM_TOOLS)/js-$(shell cat plugins/js/package.json plugins/js/package-lock.json | sha256sum | cut -c1-16)
-# Go (experimental, not part of `plugins`: the component loads and describes itself, but a
-# reconcile traps in the WASI adapter; plugins/README.md says why): wasm-tools from crates.io
-# (only its `component` feature) and the WASI preview1 reactor adapter that
-# @bytecodealliance/jco ships (in the JS toolchain's node_modules).
-WASM_TOOLS_VERSION := 1.263.0
-WASM_TOOLS := $(KUBEWASM_TOOLS)/wasm-tools-$(WASM_TOOLS_VERSION)/bin/wasm-tools
+# Go: mainline Go (GOOS=wasip1) and tools/go-component, a workspace binary that gives the WASI
+# preview1 adapter an arena in Go's data and wraps module + adapter into a component
+# (wit-component, what `wasm-tools component new` runs). The adapter is the preview1 reactor
+# adapter @bytecodealliance/jco ships (in the JS toolchain's node_modules).
+GO_COMPONENT := $(TARGET_DIR)/debug/kubewasm-go-component
 REACTOR_ADAPTER := $(JS_TOOL)/node_modules/@bytecodealliance/jco/lib/wasi_snapshot_preview1.reactor.wasm
 GO ?= go
 WIT := wit/controller@0.1.0
@@ -44,7 +43,7 @@ toolchain:
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 
 ## Every guest component (example plugins in each language and test fixtures).
-plugins: rust-plugins py-plugins js-plugins
+plugins: rust-plugins py-plugins js-plugins go-plugins
 	@ls -l $(KUBEWASM_PLUGIN_DIR)/*.wasm
 
 rust-plugins: toolchain
@@ -65,9 +64,8 @@ $(JS_TOOL)/.installed: | plugins/js/package.json plugins/js/package-lock.json
 	rm -rf $(JS_TOOL) && mkdir -p $(JS_TOOL) && cp plugins/js/package.json plugins/js/package-lock.json $(JS_TOOL)/
 	cd $(JS_TOOL) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
-$(WASM_TOOLS):
-	$(CARGO) install wasm-tools --version $(WASM_TOOLS_VERSION) --locked --no-default-features \
-		--features component --root $(KUBEWASM_TOOLS)/wasm-tools-$(WASM_TOOLS_VERSION)
+$(GO_COMPONENT): tools/go-component/Cargo.toml $(wildcard tools/go-component/src/*.rs)
+	$(CARGO) build -p kubewasm-go-component
 
 # A plugin is rebuilt when its sources, its SDK, the WIT world or its toolchain change.
 .SECONDEXPANSION:
@@ -87,18 +85,14 @@ $(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT)/controller.wit \
 	cd $(@D)/js-bundle && $(JS_TOOL)/node_modules/.bin/componentize-js $*.js --wit $(CURDIR)/$(WIT) \
 		-n controller --disable http fetch-event -o $@.tmp
 	mv $@.tmp $@
-# The adapter allocates with memory.grow: Go's runtime cannot take a call into its cabi_realloc
-# while it is writing (on its system stack) through the adapter.
-$(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(WASM_TOOLS) $(JS_TOOL)/.installed $(WIT)/controller.wit \
+# The core module (`c-shared`: a reactor whose _initialize starts Go's runtime), then the component.
+$(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(GO_COMPONENT) $(JS_TOOL)/.installed $(WIT)/controller.wit \
 		$(wildcard plugins/sdk/go/*.go plugins/sdk/go/go.mod) \
 		$$(wildcard plugins/go/$$(subst _,-,$$*)/*.go plugins/go/$$(subst _,-,$$*)/go.mod)
 	@mkdir -p $(@D)/go-build
 	cd plugins/go/$(subst _,-,$*) && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath \
 		-o $(@D)/go-build/$*.core.wasm .
-	$(WASM_TOOLS) component embed $(WIT) --world controller $(@D)/go-build/$*.core.wasm \
-		-o $(@D)/go-build/$*.embed.wasm
-	$(WASM_TOOLS) component new $(@D)/go-build/$*.embed.wasm --realloc-via-memory-grow \
-		--adapt wasi_snapshot_preview1=$(REACTOR_ADAPTER) -o $@.tmp
+	$(GO_COMPONENT) $(@D)/go-build/$*.core.wasm --wit $(WIT) --adapter $(REACTOR_ADAPTER) -o $@.tmp
 	mv $@.tmp $@
 
 ## kube-apiserver, etcd and kubectl built from Go modules, cached by version.

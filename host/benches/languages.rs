@@ -24,7 +24,6 @@ const LANGUAGES: [(&str, &str); 4] = [
     ("rust", "namespace_defaults.wasm"),
     ("python", "namespace_defaults_py.wasm"),
     ("js", "namespace_defaults_js.wasm"),
-    // Experimental: `make go-plugins`; a reconcile traps (plugins/README.md).
     ("go", "namespace_defaults_go.wasm"),
 ];
 

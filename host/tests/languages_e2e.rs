@@ -201,3 +201,8 @@ async fn the_python_build_leaves_the_same_state_as_the_rust_build() {
 async fn the_javascript_build_leaves_the_same_state_as_the_rust_build() {
     namespace_defaults_leaves_the_expected_state("js", "namespace_defaults_js.wasm").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_go_build_leaves_the_same_state_as_the_rust_build() {
+    namespace_defaults_leaves_the_expected_state("go", "namespace_defaults_go.wasm").await;
+}

@@ -13,15 +13,39 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"kubewasm.dev/sdk"
 )
 
 var (
-	namespace     = kubewasm.Kind{APIVersion: "v1", Kind: "Namespace"}
-	resourceQuota = kubewasm.Kind{APIVersion: "v1", Kind: "ResourceQuota"}
-	networkPolicy = kubewasm.Kind{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
+	namespaceKind     = kubewasm.Kind{APIVersion: "v1", Kind: "Namespace"}
+	resourceQuotaKind = kubewasm.Kind{APIVersion: "v1", Kind: "ResourceQuota"}
+	networkPolicyKind = kubewasm.Kind{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
+)
+
+// The kinds this plugin reads and writes, with the fields it uses.
+type (
+	Namespace struct {
+		kubewasm.TypeMeta
+		kubewasm.ObjectMeta `json:"metadata"`
+	}
+	ResourceQuota struct {
+		kubewasm.TypeMeta
+		kubewasm.ObjectMeta `json:"metadata"`
+		Spec                struct {
+			Hard map[string]string `json:"hard,omitempty"`
+		} `json:"spec"`
+	}
+	NetworkPolicy struct {
+		kubewasm.TypeMeta
+		kubewasm.ObjectMeta `json:"metadata"`
+		Spec                struct {
+			PodSelector struct{} `json:"podSelector"`
+			PolicyTypes []string `json:"policyTypes,omitempty"`
+		} `json:"spec"`
+	}
 )
 
 // Settings are the plugin's settings; defaults below.
@@ -42,60 +66,60 @@ func defaults() Settings {
 }
 
 // managedBy is the label stamped on every object this plugin creates.
-var managedBy = [2]string{"app.kubernetes.io/managed-by", "kubewasm-namespace-defaults"}
+var managedBy = map[string]string{"app.kubernetes.io/managed-by": "kubewasm-namespace-defaults"}
 
-func meta(name string, ns kubewasm.Object) map[string]any {
-	return map[string]any{
-		"name":            name,
-		"namespace":       ns["metadata"].(map[string]any)["name"],
-		"labels":          map[string]any{managedBy[0]: managedBy[1]},
-		"ownerReferences": []any{kubewasm.ControllerReference(ns)},
-	}
+func meta(name string, ns *Namespace) kubewasm.ObjectMeta {
+	return kubewasm.ObjectMeta{Name: name, Namespace: ns.Name, Labels: managedBy,
+		OwnerReferences: []kubewasm.OwnerReference{kubewasm.ControllerReference(ns)}}
 }
 
-func quota(s Settings, ns kubewasm.Object) kubewasm.Object {
-	return kubewasm.Object{"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta(s.QuotaName, ns),
-		"spec": map[string]any{"hard": s.Quota}}
+func quota(s Settings, ns *Namespace) *ResourceQuota {
+	q := &ResourceQuota{TypeMeta: kubewasm.TypeMeta{APIVersion: "v1", Kind: "ResourceQuota"},
+		ObjectMeta: meta(s.QuotaName, ns)}
+	q.Spec.Hard = s.Quota
+	return q
 }
 
-func policy(s Settings, ns kubewasm.Object) kubewasm.Object {
-	return kubewasm.Object{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-		"metadata": meta(s.NetworkPolicyName, ns),
-		"spec":     map[string]any{"podSelector": map[string]any{}, "policyTypes": []string{"Ingress", "Egress"}}}
+func policy(s Settings, ns *Namespace) *NetworkPolicy {
+	p := &NetworkPolicy{TypeMeta: kubewasm.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: meta(s.NetworkPolicyName, ns)}
+	p.Spec.PolicyTypes = []string{"Ingress", "Egress"}
+	return p
 }
 
-func reconcile(req kubewasm.Request) (kubewasm.Result, error) {
+type namespaceDefaults struct{}
+
+func (namespaceDefaults) Describe() *kubewasm.Registration {
+	return kubewasm.For(namespaceKind).Owns(resourceQuotaKind).Owns(networkPolicyKind)
+}
+
+func (namespaceDefaults) Reconcile(_ context.Context, req kubewasm.Request) (kubewasm.Result, error) {
 	done := kubewasm.Result{}
 	s := defaults()
 	if err := kubewasm.Settings(&s); err != nil {
 		return done, err
 	}
-	ns, err := kubewasm.Get(namespace, "", req.Name)
-	if err != nil || ns == nil {
+	ns, err := kubewasm.Get[Namespace](namespaceKind, "", req.Name)
+	if err != nil || ns == nil || ns.IsBeingDeleted() {
 		return done, err
 	}
-	md, _ := ns["metadata"].(map[string]any)
-	if md["deletionTimestamp"] != nil {
-		return done, nil
-	}
-	labels, _ := md["labels"].(map[string]any)
-	_, optedOut := labels[s.OptOutLabel]
-	existing, err := kubewasm.Get(resourceQuota, req.Name, s.QuotaName)
+	_, optedOut := ns.Labels[s.OptOutLabel]
+	existing, err := kubewasm.Get[ResourceQuota](resourceQuotaKind, req.Name, s.QuotaName)
 	if err != nil {
 		return done, err
 	}
 	if optedOut {
 		if existing != nil && kubewasm.IsControlledBy(existing, ns) {
-			if err := kubewasm.Delete(resourceQuota, req.Name, s.QuotaName); err != nil {
+			if err := kubewasm.Delete(resourceQuotaKind, req.Name, s.QuotaName); err != nil {
 				return done, err
 			}
 		}
-		p, err := kubewasm.Get(networkPolicy, req.Name, s.NetworkPolicyName)
+		p, err := kubewasm.Get[NetworkPolicy](networkPolicyKind, req.Name, s.NetworkPolicyName)
 		if err != nil {
 			return done, err
 		}
 		if p != nil && kubewasm.IsControlledBy(p, ns) {
-			return done, kubewasm.Delete(networkPolicy, req.Name, s.NetworkPolicyName)
+			return done, kubewasm.Delete(networkPolicyKind, req.Name, s.NetworkPolicyName)
 		}
 		return done, nil
 	}
@@ -112,8 +136,6 @@ func reconcile(req kubewasm.Request) (kubewasm.Result, error) {
 	return done, nil
 }
 
-func init() {
-	kubewasm.Register(kubewasm.Reconciles(namespace).Owns(resourceQuota).Owns(networkPolicy), reconcile)
-}
+func init() { kubewasm.Register(namespaceDefaults{}) }
 
 func main() {}

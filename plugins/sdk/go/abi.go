@@ -5,8 +5,9 @@ package kubewasm
 // The Canonical ABI of world kubewasm:controller/controller@0.1.0, written by hand for Go's
 // wasip1 port: wit-bindgen-go's generated code needs a 32-bit GOARCH (Go's wasm port has 64-bit
 // pointers), so this file lowers and lifts the world's few types itself. Every pointer at the
-// boundary is a 32-bit address in linear memory; memory handed to the host stays referenced by
-// `pinned` (each instance lives for one call, so nothing needs freeing).
+// boundary is a 32-bit address in linear memory. Memory the SDK hands to the host stays
+// referenced by `pinned` until the export returns; what the host writes back lands in the
+// receive arena (arena.go) and is copied out before the next host call.
 
 import (
 	"encoding/binary"
@@ -24,15 +25,6 @@ func alloc(n, align uint32) uint32 {
 	pinned = append(pinned, buf)
 	addr := uint32(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
 	return (addr + align - 1) &^ (align - 1)
-}
-
-//go:wasmexport cabi_realloc
-func cabiRealloc(old, oldSize, align, newSize uint32) uint32 {
-	addr := alloc(newSize, align)
-	if old != 0 && oldSize != 0 {
-		copy(mem(addr, min(oldSize, newSize)), mem(old, oldSize))
-	}
-	return addr
 }
 
 // mem is the n bytes of linear memory at addr.

@@ -3,6 +3,7 @@
 package kubewasm
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 )
@@ -11,10 +12,15 @@ import (
 
 //go:wasmexport describe
 func exportDescribe() uint32 {
-	r := registered
-	if r == nil {
+	if arenaAddrs[0] == 0 || arenaAddrs[1] == 0 { // never true; keeps the arenas linked in (arena.go)
+		panic("kubewasm: no arenas")
+	}
+	defer resetReceive()
+	pinned = nil // the previous call's results, which the host has read
+	if registered == nil {
 		panic("kubewasm: no reconciler registered: call kubewasm.Register in init()")
 	}
+	r := registered.Describe()
 	ret := alloc(84, 4)
 	storeGvk(ret, r.forKind)
 	if r.selector != "" {
@@ -56,6 +62,8 @@ func exportDescribe() uint32 {
 
 //go:wasmexport reconcile
 func exportReconcile(gp, gn, vp, vn, kp, kn, nsSome, nsp, nsn, np, nn, attempt uint32) uint32 {
+	defer resetReceive()
+	pinned = nil // the previous call's results, which the host has read
 	req := Request{Kind: liftGvk(gp, gn, vp, vn, kp, kn), Name: liftString(np, nn), Attempt: attempt}
 	if nsSome != 0 {
 		req.Namespace = liftString(nsp, nsn)
@@ -81,16 +89,18 @@ func callReconcile(req Request) (result Result, err error) {
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
-	return registered.reconcile(req)
+	return registered.Reconcile(context.Background(), req)
 }
 
 //go:wasmexport map
 func exportMap(gp, gn, vp, vn, kp, kn, op, on uint32) uint32 {
+	defer resetReceive()
+	pinned = nil // the previous call's results, which the host has read
 	var keys []Key
-	if registered.mapper != nil {
-		var object Object
+	if mapper, ok := registered.(Mapper); ok {
+		var object Unstructured
 		if json.Unmarshal(mem(op, on), &object) == nil {
-			keys = registered.mapper(liftGvk(gp, gn, vp, vn, kp, kn), object)
+			keys = mapper.Map(liftGvk(gp, gn, vp, vn, kp, kn), object)
 		}
 	}
 	ret := alloc(8, 4)

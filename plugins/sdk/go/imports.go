@@ -39,7 +39,12 @@ func hostLog(level, mp, mn uint32)
 func hostSettings(ret uint32)
 
 // retArea is a fresh return area big enough for every import's result (16 bytes, align 4).
-func retArea() uint32 { return alloc(16, 8) }
+// It also frees the receive arena for the call's results (arena.go): every import with a
+// result calls it first.
+func retArea() uint32 {
+	resetReceive()
+	return alloc(16, 8)
+}
 
 func cacheGet(kind Kind, namespace *string, name string) ([]byte, bool, error) {
 	ret := retArea()
