@@ -109,6 +109,7 @@ lint:
 test: toolchain plugins control-plane
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --no-fail-fast
+	$(CARGO) test --no-fail-fast -p kubewasm-go-component
 
 ## The host and the control-plane launcher, then deploy/demo/demo.sh (Ctrl-C stops it).
 demo: plugins control-plane
