@@ -31,7 +31,7 @@ GO ?= go
 WIT := wit/controller@0.1.0
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper
 
-.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins control-plane test lint demo demo-check bench bench-hotload
+.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins control-plane test lint demo demo-check bench bench-hotload bench-peer
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -132,3 +132,9 @@ bench: plugins
 bench-hotload: toolchain control-plane
 	$(CARGO) build --profile plugin-unoptimized --target wasm32-wasip2 -p fixture-stamper
 	$(CARGO) bench -p kubewasm --bench hotload
+
+## The controller-runtime peer of the converge benchmarks (benches/go/controller-runtime: Go's
+## build cache makes a rebuild cheap, so it is always built).
+PEER_BIN := $(TARGET_DIR)/bench-peer/controller-runtime
+bench-peer:
+	cd benches/go/controller-runtime && $(GO) build -trimpath -o $(PEER_BIN) .
