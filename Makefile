@@ -30,7 +30,7 @@ GO ?= go
 WIT := wit/controller@0.1.0
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper
 
-.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins control-plane test lint demo demo-check bench bench-hotload
+.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins control-plane test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-workqueue
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -120,10 +120,41 @@ demo: plugins control-plane
 demo-check:
 	KUBEWASM_DEMO_EXIT=1 KUBEWASM_DEMO_ADMIN=127.0.0.1:18080 $(MAKE) demo
 
-bench: plugins
+## Every side-by-side benchmark (each against its peer in the same run; BENCHMARKS.md), and the
+## dispatch benchmark. Run it on a quiet machine: the figures are only as good as the machine.
+bench: plugins control-plane bench-peer
 	$(CARGO) bench -p kubewasm --bench dispatch
+	$(MAKE) bench-workqueue
+	$(CARGO) bench -p kubewasm --bench informer
+	$(CARGO) bench -p kubewasm --bench converge
+	$(MAKE) bench-converge bench-converge-ten bench-plugin-rss
+
+## WorkQueue beside client-go's, alternating passes (benches/workqueue.sh).
+bench-workqueue:
+	bash benches/workqueue.sh
+
+# Arguments for the converge benchmarks below, e.g. ARGS="--namespaces 50 --rounds 1"
+# (`cargo bench -p kubewasm --bench peer_converge -- --help` lists them).
+ARGS ?=
+## Converge beside controller-runtime: kubewasm (warm and cold compile cache) and the peer with
+## its FIFO and its default priority queue, interleaved rounds, a fresh control plane each.
+bench-converge: rust-plugins control-plane bench-peer
+	KUBEWASM_BENCH_PEER=$(PEER_BIN) $(CARGO) bench -p kubewasm --bench peer_converge -- $(ARGS)
+## Ten copies of namespace-defaults: one kubewasm host, ten controller-runtime processes, one
+## controller-runtime manager with ten controllers.
+bench-converge-ten: rust-plugins control-plane bench-peer
+	KUBEWASM_BENCH_PEER=$(PEER_BIN) $(CARGO) bench -p kubewasm --bench peer_converge -- --plugins 10 $(ARGS)
+## kubewasm's resident set with 1, 2, 5, 10 and 20 plugins: the cost of one more plugin.
+bench-plugin-rss: rust-plugins control-plane bench-peer
+	KUBEWASM_BENCH_PEER=$(PEER_BIN) $(CARGO) bench -p kubewasm --bench peer_converge -- --marginal 1,2,5,10,20 $(ARGS)
 
 ## Swap latency of a ~1 MiB (unoptimized) component, with and without the compile cache.
 bench-hotload: toolchain control-plane
 	$(CARGO) build --profile plugin-unoptimized --target wasm32-wasip2 -p fixture-stamper
 	$(CARGO) bench -p kubewasm --bench hotload
+
+## The controller-runtime peer of the converge benchmarks (benches/go/controller-runtime: Go's
+## build cache makes a rebuild cheap, so it is always built).
+PEER_BIN := $(TARGET_DIR)/bench-peer/controller-runtime
+bench-peer:
+	cd benches/go/controller-runtime && $(GO) build -trimpath -o $(PEER_BIN) .

@@ -74,6 +74,7 @@ impl App {
             leader: LeaderGate::default(),
         };
         let writer = Arc::new(KubeWriter::new(client.clone()));
+        registry.register(Box::new(writer.events_dropped()))?;
         let manager =
             Manager::new(ctx, Runtime::new(runtime_config)?, writer, options, HotloadMetrics::register(&registry)?);
         Ok(Self { manager, registry, client })

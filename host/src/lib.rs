@@ -9,6 +9,7 @@ pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod controller;
+pub mod event_sink;
 pub mod hotload;
 pub mod informer;
 pub mod leader;

@@ -2,18 +2,16 @@
 //! `kube::Client`, with API errors mapped to the WIT error variants.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch as KubePatch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, ApiResource, Scope};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use parking_lot::RwLock;
 use serde::Serialize;
 
+use crate::event_sink::EventSink;
 use crate::plugin::host::{ApiWriter, CallError, EventRecord, ObjectRef, Patch, TypedObject};
 
 /// Maps a kube error to the WIT error a plugin sees: 404 not-found, 409 conflict, 400/422
@@ -43,13 +41,14 @@ pub fn call_error(err: kube::Error) -> CallError {
 pub struct KubeWriter {
     client: Client,
     resources: RwLock<HashMap<GroupVersionKind, (ApiResource, Scope)>>,
-    recorders: RwLock<HashMap<String, Arc<Recorder>>>,
+    events: EventSink,
 }
 
 impl KubeWriter {
     /// A writer using `client`.
     pub fn new(client: Client) -> Self {
-        Self { client, resources: RwLock::default(), recorders: RwLock::default() }
+        let events = EventSink::new(client.clone());
+        Self { client, resources: RwLock::default(), events }
     }
 
     async fn resource(&self, kind: &GroupVersionKind) -> Result<(ApiResource, Scope), CallError> {
@@ -77,13 +76,9 @@ impl KubeWriter {
         }
     }
 
-    fn recorder(&self, manager: &str) -> Arc<Recorder> {
-        if let Some(r) = self.recorders.read().get(manager) {
-            return r.clone();
-        }
-        let reporter = Reporter { controller: manager.to_owned(), instance: std::env::var("POD_NAME").ok() };
-        let recorder = Arc::new(Recorder::new(self.client.clone(), reporter));
-        self.recorders.write().entry(manager.to_owned()).or_insert(recorder).clone()
+    /// Events dropped because the event queue was full (`kubewasm_events_dropped_total`).
+    pub fn events_dropped(&self) -> prometheus::IntCounter {
+        self.events.dropped()
     }
 }
 
@@ -141,27 +136,10 @@ impl ApiWriter for KubeWriter {
         api.delete(&target.name, &DeleteParams::background()).await.map(|_| ()).map_err(call_error)
     }
 
+    /// Enqueues the event for the background sender (never waits on the API server).
     async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError> {
-        let r = &event.regarding;
-        let reference = ObjectReference {
-            api_version: Some(if r.kind.group.is_empty() {
-                r.kind.version.clone()
-            } else {
-                format!("{}/{}", r.kind.group, r.kind.version)
-            }),
-            kind: Some(r.kind.kind.clone()),
-            name: Some(r.name.clone()),
-            namespace: r.namespace.clone(),
-            ..Default::default()
-        };
-        let ev = Event {
-            type_: if event.warning { EventType::Warning } else { EventType::Normal },
-            reason: event.reason.clone(),
-            note: Some(event.note.clone()),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        self.recorder(manager).publish(&ev, &reference).await.map_err(call_error)
+        self.events.publish(manager, event);
+        Ok(())
     }
 }
 

@@ -1,0 +1,147 @@
+//! Converge side by side: kubewasm against controller-runtime (`benches/go/controller-runtime`)
+//! on namespace-defaults, in interleaved rounds, each variant against its own fresh control plane
+//! (BENCHMARKS.md, "Converge side by side with controller-runtime").
+//!
+//! `make bench-converge` (one controller), `make bench-converge-ten` (`--plugins 10`) and
+//! `make bench-plugin-rss` (`--marginal 1,2,5,10,20`); `ARGS="--namespaces 50 --rounds 1"`
+//! passes arguments. `cargo bench -p kubewasm --bench peer_converge -- --help` lists them.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+mod audit;
+mod children;
+mod procs;
+mod report;
+mod round;
+mod variant;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use kubewasm_testenv::ControlPlane;
+
+use round::Spec;
+use variant::{Setup, Variant};
+
+/// Converge benchmark: kubewasm vs controller-runtime, side by side.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Namespaces created before the controllers start (the 4 system ones come on top).
+    #[arg(long, env = "KUBEWASM_BENCH_NAMESPACES", default_value_t = 2000)]
+    namespaces: usize,
+    /// Rounds; in each, every variant runs once, in turn.
+    #[arg(long, env = "KUBEWASM_BENCH_ROUNDS", default_value_t = 3)]
+    rounds: usize,
+    /// Copies of namespace-defaults, each under its own name with its own child names.
+    #[arg(long, env = "KUBEWASM_BENCH_PLUGINS", default_value_t = 1)]
+    plugins: usize,
+    /// Variants in the order they take turns; default: kubewasm, cr-fifo, kubewasm-cold,
+    /// cr-priority with one plugin, kubewasm, cr-processes-fifo, cr-fifo with more.
+    #[arg(long, env = "KUBEWASM_BENCH_VARIANTS", value_enum, value_delimiter = ',')]
+    variants: Vec<Variant>,
+    /// Instead of a side-by-side run: kubewasm (warm cache) with each of these numbers of
+    /// plugins, for the resident set each added plugin costs.
+    #[arg(long, env = "KUBEWASM_BENCH_MARGINAL", value_delimiter = ',')]
+    marginal: Vec<usize>,
+    /// Settled: no write by the controllers for this many seconds after converging.
+    #[arg(long, env = "KUBEWASM_BENCH_QUIET_SECONDS", default_value_t = 5.0)]
+    quiet_seconds: f64,
+    /// Give up on a round after this many seconds.
+    #[arg(long, env = "KUBEWASM_BENCH_TIMEOUT_SECONDS", default_value_t = 600)]
+    timeout_seconds: u64,
+    /// The controller-runtime peer; default: `<target dir>/bench-peer/controller-runtime`
+    /// (`make bench-peer` builds it there).
+    #[arg(long, env = "KUBEWASM_BENCH_PEER")]
+    peer: Option<PathBuf>,
+    /// Set by `cargo bench`; without it (`cargo test --benches`) nothing runs.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// `<target dir>` from this bench's path, `<target>/release/deps/peer_converge-<hash>`.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.ancestors().nth(3).expect("the bench runs from <target>/<profile>/deps").to_owned()
+}
+
+/// Runs kubewasm once with the compile cache until the component is in it.
+fn warm_compile_cache(setup: &Setup, work: &std::path::Path) {
+    let started = Instant::now();
+    let cp = ControlPlane::builder().start().expect("a control plane (make control-plane)");
+    let plugins = work.join("warm-up");
+    variant::plugin_dir(setup, &plugins, 1);
+    let mut command = variant::kubewasm(setup, cp.kubeconfig_path(), &plugins, Some(&setup.compile_cache));
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let cached = |dir: &std::path::Path| {
+        walk(dir).iter().any(|f| {
+            let name = f.file_name().unwrap_or_default().to_string_lossy();
+            !name.contains(".wip") && !name.ends_with(".stats")
+        })
+    };
+    while !cached(&setup.compile_cache) {
+        assert!(child.try_wait().unwrap().is_none(), "kubewasm exited while warming the compile cache");
+        assert!(started.elapsed() < Duration::from_secs(300), "the compile cache stayed empty");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    println!("compile cache warmed in {:.1} s", started.elapsed().as_secs_f64());
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
+}
+
+fn main() {
+    let mut args = Args::parse();
+    if !args.bench {
+        return;
+    }
+    let work = tempfile::Builder::new().prefix("kubewasm-peer-converge-").tempdir().unwrap();
+    let setup = Setup {
+        kubewasm: env!("CARGO_BIN_EXE_kubewasm").into(),
+        peer: args.peer.clone().unwrap_or_else(|| target_dir().join("bench-peer/controller-runtime")),
+        plugin_dir: common::plugin_dir(),
+        compile_cache: work.path().join("compile-cache"),
+    };
+    assert!(setup.peer.exists(), "{}: build it with `make bench-peer`", setup.peer.display());
+    let marginal = !args.marginal.is_empty();
+    if args.variants.is_empty() {
+        args.variants = if marginal { vec![Variant::Kubewasm] } else { Variant::defaults(args.plugins) };
+    }
+    let spec = |plugins| Spec {
+        namespaces: args.namespaces,
+        plugins,
+        quiet: Duration::from_secs_f64(args.quiet_seconds),
+        timeout: Duration::from_secs(args.timeout_seconds),
+    };
+    report::machine();
+    if args.variants.contains(&Variant::Kubewasm) {
+        warm_compile_cache(&setup, work.path());
+    }
+    let runs: Vec<(usize, Variant)> = if marginal {
+        args.marginal.iter().map(|&p| (p, Variant::Kubewasm)).collect()
+    } else {
+        args.variants.iter().map(|&v| (args.plugins, v)).collect()
+    };
+    let mut results = Vec::new();
+    report::header();
+    for r in 1..=args.rounds {
+        for &(plugins, variant) in &runs {
+            let dir = work.path().join(format!("round-{r}-{}-{plugins}", variant.name()));
+            let outcome = round::run(variant, &spec(plugins), &setup, &dir);
+            report::line(r, variant, plugins, &outcome);
+            results.push((plugins, variant, outcome));
+        }
+    }
+    println!();
+    if marginal {
+        report::marginal(&results);
+    } else {
+        report::summary(&results);
+    }
+}

@@ -1,0 +1,94 @@
+//! The controller processes of one variant: started, sampled from `/proc`, killed on drop.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// Clock ticks per second of `/proc/<pid>/stat` times (`USER_HZ`, 100 on Linux whatever the
+/// kernel's own HZ; `getconf CLK_TCK`).
+const USER_HZ: f64 = 100.0;
+
+/// One variant's processes (one, or one per controller), killed when dropped so a failed round
+/// leaves nothing running.
+pub struct Procs {
+    children: Vec<Child>,
+    /// (label, log file) per child, for the error message when one exits early.
+    logs: Vec<String>,
+}
+
+impl Procs {
+    /// Starts each command, its stdout and stderr into `<dir>/<label>-<i>.log`.
+    pub fn spawn(commands: Vec<Command>, dir: &Path, label: &str) -> Self {
+        let mut procs = Self { children: Vec::new(), logs: Vec::new() };
+        for (i, mut command) in commands.into_iter().enumerate() {
+            let log = dir.join(format!("{label}-{i}.log"));
+            let file = std::fs::File::create(&log).expect("a log file");
+            command.stdout(Stdio::from(file.try_clone().unwrap())).stderr(Stdio::from(file));
+            procs.children.push(command.spawn().unwrap_or_else(|e| panic!("starting {label}: {e}")));
+            procs.logs.push(log.display().to_string());
+        }
+        procs
+    }
+
+    /// Panics, quoting its log, if a process has exited.
+    pub fn check_running(&mut self) {
+        for (child, log) in self.children.iter_mut().zip(&self.logs) {
+            if let Some(status) = child.try_wait().unwrap() {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!("a controller process exited ({status}); {log}:\n{}", tail.join("\n"));
+            }
+        }
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
+        self.children.iter().map(|c| status_field(c.id(), field)).sum()
+    }
+
+    /// Resident set size now (`VmRSS`), summed over the processes, in MiB.
+    pub fn rss_mib(&self) -> f64 {
+        self.status_kib("VmRSS:") as f64 / 1024.0
+    }
+
+    /// Peak resident set size (`VmHWM`), summed over the processes, in MiB. For several
+    /// processes this is an upper bound of their simultaneous peak.
+    pub fn peak_mib(&self) -> f64 {
+        self.status_kib("VmHWM:") as f64 / 1024.0
+    }
+
+    /// User + system CPU time used so far, summed over the processes, in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.children.iter().map(|c| cpu_ticks(c.id())).sum::<u64>() as f64 / USER_HZ
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A `kB` field of `/proc/<pid>/status`; 0 if the process is gone.
+fn status_field(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `utime + stime` of `/proc/<pid>/stat` (fields 14 and 15; the command name in field 2 may
+/// contain spaces, so count from the closing parenthesis).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): utime is field 14 → index 11, stime field 15 → index 12.
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    field(11) + field(12)
+}

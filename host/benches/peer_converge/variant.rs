@@ -1,0 +1,119 @@
+//! The variants that take turns: kubewasm with the namespace-defaults component, and the
+//! controller-runtime peer in one manager or as one process per controller.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::ValueEnum;
+
+/// One way of running `plugins` copies of namespace-defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Variant {
+    /// `kubewasm run`, release build, with a compile cache warmed before the first round.
+    Kubewasm,
+    /// `kubewasm run` without a compile cache: it compiles the component at start-up.
+    KubewasmCold,
+    /// One controller-runtime manager running every controller, client-go's FIFO workqueue.
+    CrFifo,
+    /// One controller-runtime manager, controller-runtime's default priority queue.
+    CrPriority,
+    /// One controller-runtime process per controller, FIFO workqueue.
+    CrProcessesFifo,
+}
+
+impl Variant {
+    /// The variants of a side-by-side run with `plugins` controllers, in the order they take turns.
+    pub fn defaults(plugins: usize) -> Vec<Self> {
+        if plugins == 1 {
+            vec![Self::Kubewasm, Self::CrFifo, Self::KubewasmCold, Self::CrPriority]
+        } else {
+            vec![Self::Kubewasm, Self::CrProcessesFifo, Self::CrFifo]
+        }
+    }
+
+    /// Its name on the command line and in the tables.
+    pub fn name(self) -> String {
+        self.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default()
+    }
+
+    /// Whether this is controller-runtime (a peer) rather than kubewasm.
+    pub fn is_peer(self) -> bool {
+        !matches!(self, Self::Kubewasm | Self::KubewasmCold)
+    }
+}
+
+/// What the commands need: the binaries, the plugin directory, the compile cache.
+pub struct Setup {
+    /// `kubewasm` (release).
+    pub kubewasm: PathBuf,
+    /// `benches/go/controller-runtime`, built by `make bench-peer`.
+    pub peer: PathBuf,
+    /// Built components (`make plugins`).
+    pub plugin_dir: PathBuf,
+    /// Compile cache for [`Variant::Kubewasm`].
+    pub compile_cache: PathBuf,
+}
+
+/// Controller `i`'s name suffix and child names; one controller keeps the plain defaults.
+fn names(plugins: usize, i: usize) -> Option<(String, String, String)> {
+    (plugins > 1)
+        .then(|| (format!("namespace-defaults-{i}"), format!("default-quota-{i}"), format!("default-deny-{i}")))
+}
+
+/// Writes `plugins` copies of namespace-defaults into `dir`, each under its own name with its
+/// own child names (settings `quotaName`, `networkPolicyName`), one reconcile at a time.
+pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let built = setup.plugin_dir.join("namespace_defaults.wasm");
+    for i in 0..plugins {
+        let (name, settings) = match names(plugins, i) {
+            Some((name, quota, policy)) => {
+                (name, format!("settings:\n  quotaName: {quota}\n  networkPolicyName: {policy}\n"))
+            }
+            None => ("namespace-defaults".to_owned(), String::new()),
+        };
+        std::fs::copy(&built, dir.join(format!("{name}.wasm")))
+            .unwrap_or_else(|e| panic!("{}: {e}; run `make plugins`", built.display()));
+        std::fs::write(dir.join(format!("{name}.yaml")), format!("maxConcurrent: 1\n{settings}")).unwrap();
+    }
+}
+
+/// `kubewasm run` over `plugins` (a directory from [`plugin_dir`]), serving nothing else: no
+/// WasmPlugin source, no directory watch.
+pub fn kubewasm(setup: &Setup, kubeconfig: &Path, plugins: &Path, cache: Option<&Path>) -> Command {
+    let mut command = Command::new(&setup.kubewasm);
+    command.args(["--log", "warn", "run", "--admin-addr", "127.0.0.1:0", "--wasm-plugins=false"]);
+    command.args(["--watch-plugins=false", "--plugins"]).arg(plugins).arg("--kubeconfig").arg(kubeconfig);
+    if let Some(cache) = cache {
+        command.arg("--compile-cache").arg(cache);
+    }
+    command
+}
+
+/// The commands of `variant` with `plugins` controllers.
+pub fn commands(
+    variant: Variant,
+    setup: &Setup,
+    kubeconfig: &Path,
+    plugins_dir: &Path,
+    plugins: usize,
+) -> Vec<Command> {
+    let peer = |queue: &str, controllers: usize, first: Option<usize>| {
+        let mut command = Command::new(&setup.peer);
+        command.arg("--kubeconfig").arg(kubeconfig).arg(format!("--queue={queue}"));
+        command.arg(format!("--controllers={controllers}"));
+        command.args(["--metrics-addr=127.0.0.1:0", "--health-addr=127.0.0.1:0"]);
+        if let Some(first) = first {
+            command.arg(format!("--suffix-from={first}"));
+        }
+        command
+    };
+    let first = (plugins > 1).then_some(0);
+    match variant {
+        Variant::Kubewasm => vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache))],
+        Variant::KubewasmCold => vec![kubewasm(setup, kubeconfig, plugins_dir, None)],
+        Variant::CrFifo => vec![peer("fifo", plugins, first)],
+        Variant::CrPriority => vec![peer("priority", plugins, first)],
+        Variant::CrProcessesFifo => (0..plugins).map(|i| peer("fifo", 1, first.map(|_| i))).collect(),
+    }
+}
