@@ -101,8 +101,8 @@ impl App {
         self.manager.set_leader_gate(gate);
     }
 
-    /// Loads (or swaps in) one plugin file. On failure the plugin is reported (log, metric,
-    /// readiness) and the host goes on without it.
+    /// Loads (or swaps in) one plugin file. On failure the plugin is reported (log, metric)
+    /// and the host goes on without it.
     pub async fn add_plugin(&mut self, file: &PluginFile) -> anyhow::Result<()> {
         let config = read_config(file)?;
         let wasm: Arc<[u8]> =
@@ -144,9 +144,25 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
     let router = admin::router(app.registry().clone(), app.readiness().clone());
     let (addr, admin_task) = admin::serve(args.admin_addr, router, shutdown.clone().cancelled_owned()).await?;
     tracing::info!(%addr, "admin server listening");
+    // Both sources register their (failing) readiness checks before either starts, so /readyz
+    // cannot pass between the directory's first pass and the WasmPlugin source's start.
+    let wasm_source = args.wasm_plugins.then(|| {
+        let source = app.wasm_plugin_source(&args.module_namespace);
+        match &args.wasm_plugin_selector {
+            Some(selector) => source.selector(selector),
+            None => source,
+        }
+    });
+    let directory = args.plugins.as_ref().map(|dir| (dir, app.directory_source(dir)));
     let mut sources = Vec::new();
-    if let Some(dir) = &args.plugins {
-        let mut source = app.directory_source(dir);
+    if let Some(source) = wasm_source {
+        let stop = shutdown.clone();
+        sources.push(tokio::spawn(async move {
+            source.run(stop).await;
+            Ok(())
+        }));
+    }
+    if let Some((dir, mut source)) = directory {
         let changes = source.sync().await?;
         if changes.is_empty() {
             tracing::warn!(dir = %dir.display(), "no *.wasm plugins found");
@@ -156,43 +172,53 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
             sources.push(tokio::spawn(source.watch(debounce, shutdown.clone())));
         }
     }
-    if args.wasm_plugins {
-        let mut source = app.wasm_plugin_source(&args.module_namespace);
-        if let Some(selector) = &args.wasm_plugin_selector {
-            source = source.selector(selector);
-        }
-        let stop = shutdown.clone();
-        sources.push(tokio::spawn(async move {
-            source.run(stop).await;
-            Ok(())
-        }));
-    }
     if let Some(election) = election.as_mut() {
         tokio::select! {
             () = shutdown.cancelled() => {}
-            lost = election.lost() => {
-                // controller-runtime exits at once too: no reconcile may run once another
-                // replica can lead, and a restart campaigns afresh with warm-up.
-                tracing::error!(error = %lost, "leader election lost; exiting");
-                std::process::exit(1);
-            }
+            lost = election.lost() => exit_on_lost_leadership(&lost),
         }
     }
     shutdown.cancelled().await;
+    // No new plugin versions after SIGTERM: stop the sources where they are (the manager keeps
+    // whatever serves, so nothing escapes the shutdown below).
+    for source in &sources {
+        source.abort();
+    }
     for source in sources {
         if let Ok(Err(e)) = source.await {
             tracing::error!(error = format!("{e:#}"), "plugin source failed");
         }
     }
+    // No new keys either: only the reconciles in flight may finish, within the grace period.
+    // A leader keeps watching its lease meanwhile: once it is lost another replica may lead,
+    // so nothing may be written any more.
     let grace = Duration::from_secs(args.shutdown_grace_seconds);
-    if app.shut_down(grace).await {
+    let drain = app.shut_down(grace);
+    let finished = match election.as_mut() {
+        Some(election) => tokio::select! {
+            finished = drain => finished,
+            lost = election.lost() => exit_on_lost_leadership(&lost),
+        },
+        None => drain.await,
+    };
+    if finished {
         tracing::info!("all in-flight reconciles finished; exiting");
     } else {
         tracing::warn!(?grace, "grace period over with reconciles still running; exiting");
     }
     if let Some(election) = election {
-        election.release().await;
+        let bound = Duration::from_secs(args.leader_election_renew_deadline_seconds);
+        if tokio::time::timeout(bound, election.release()).await.is_err() {
+            tracing::warn!(?bound, "could not release the leader lease in time; it will expire");
+        }
     }
     admin_task.await??;
     Ok(())
+}
+
+/// Exits at once, as controller-runtime does: no reconcile may run, and nothing may be written,
+/// once another replica can lead; a restart campaigns afresh with warm-up.
+fn exit_on_lost_leadership(lost: &leader::Error) -> ! {
+    tracing::error!(error = %lost, "leader election lost; exiting");
+    std::process::exit(1);
 }

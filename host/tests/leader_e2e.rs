@@ -1,7 +1,7 @@
 //! Leader election between `kubewasm run` processes on a real kube-apiserver: the Lease holder
 //! reconciles and the follower only keeps its caches warm; after the leader is killed the
 //! follower takes over and everything converges; a graceful stop releases the Lease; a leader
-//! that cannot renew exits non-zero.
+//! that cannot renew exits non-zero, also while it drains after SIGTERM.
 
 mod common;
 
@@ -30,6 +30,14 @@ fn replica(plugins: &Path, cp: &ControlPlane, lease_ns: &str, name: &str) -> Hos
     command.args(["--leader-election-retry-period-seconds", "1"]);
     command.env("HOSTNAME", name);
     HostProcess::spawn(command, addr)
+}
+
+/// Takes the Lease for an `intruder`, for an hour: the holder's renewals fail from now on.
+async fn take_lease(leases: &Api<Lease>) {
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let taken =
+        serde_json::json!({"spec": {"holderIdentity": "intruder", "leaseDurationSeconds": 3600, "renewTime": now}});
+    leases.patch("kubewasm", &PatchParams::default(), &Patch::Merge(&taken)).await.unwrap();
 }
 
 fn leading(host: &HostProcess) -> Option<f64> {
@@ -126,11 +134,53 @@ async fn a_leader_that_cannot_renew_its_lease_exits_non_zero() {
     eventually("replica-a leads", TIMEOUT, || async { leading(&a).filter(|v| *v == 1.0) }).await;
 
     // Someone else holds the Lease now, for an hour: replica-a's renewals fail.
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now());
-    let taken =
-        serde_json::json!({"spec": {"holderIdentity": "intruder", "leaseDurationSeconds": 3600, "renewTime": now}});
-    leases.patch("kubewasm", &PatchParams::default(), &Patch::Merge(&taken)).await.unwrap();
+    take_lease(&leases).await;
     let status = a.exited(TIMEOUT).await;
     assert_eq!(status.code(), Some(1), "a leader that lost its lease exits 1, as controller-runtime does");
+    assert_eq!(holder(&leases).await.as_deref(), Some("intruder"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_lease_while_draining_exits_at_once_without_writing() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    let cp = ControlPlane::shared().expect("kube-apiserver, etcd and kubectl: run `make control-plane`");
+    let client = cp.admin_client().await;
+    let lease_ns = cp.namespace("leader-drain").await;
+    let leases = Api::<Lease>::namespaced(client.clone(), &lease_ns);
+    let plugins = tempfile::tempdir().unwrap();
+    // A reconcile that takes 30 s and then writes; the grace period would let it finish.
+    let config = "grants: {write: [ConfigMap]}\nlimits: {deadlineMs: 60000}\nsettings: {sleepMs: 30000}\n";
+    common::install_plugin(plugins.path(), "sleeper", "fixture_sleeper.wasm", config);
+    let (mut command, addr) = kubewasm_run(plugins.path());
+    command.arg("--kubeconfig").arg(cp.kubeconfig_path()).arg("--compile-cache").arg(common::test_compile_cache());
+    command.args(["--wasm-plugins", "false", "--leader-elect", "--leader-election-namespace", &lease_ns]);
+    command.args(["--leader-election-lease-duration-seconds", "6", "--leader-election-renew-deadline-seconds", "4"]);
+    command.args(["--leader-election-retry-period-seconds", "1", "--shutdown-grace-seconds", "60"]);
+    command.env("HOSTNAME", "replica-a");
+    let mut a = HostProcess::spawn(command, addr);
+    a.ready(TIMEOUT).await;
+    eventually("replica-a leads", TIMEOUT, || async { leading(&a).filter(|v| *v == 1.0) }).await;
+
+    let ns = cp.namespace("leader-drain-objects").await;
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "slow", "labels": {"kubewasm.dev/fixture": "sleeper"}}}))
+    .unwrap();
+    configmaps.create(&PostParams::default(), &cm).await.unwrap();
+    eventually("a reconcile in flight", TIMEOUT, || async {
+        a.metric("controller_runtime_active_workers", &[("controller", "sleeper")]).filter(|v| *v >= 1.0)
+    })
+    .await;
+
+    a.signal("-TERM");
+    take_lease(&leases).await;
+    let lost_at = std::time::Instant::now();
+    let status = a.exited(TIMEOUT).await;
+    assert_eq!(status.code(), Some(1), "a leader that lost its lease while draining exits 1");
+    let took = lost_at.elapsed();
+    assert!(took < Duration::from_secs(15), "it exited {took:?} after losing the lease, not at once");
+    let slept = configmaps.get("slow").await.unwrap().metadata.annotations.unwrap_or_default();
+    assert!(!slept.contains_key("kubewasm.dev/slept"), "the reconcile in flight wrote after the lease was lost");
     assert_eq!(holder(&leases).await.as_deref(), Some("intruder"));
 }

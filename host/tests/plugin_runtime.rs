@@ -289,6 +289,25 @@ async fn a_second_runtime_on_the_same_cache_directory_loads_without_recompiling(
 }
 
 #[tokio::test]
+async fn a_new_version_with_the_bytes_of_a_loaded_one_is_not_compiled_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::with_runtime(Runtime::new(RuntimeConfig::default().cache_dir(dir.path())).unwrap());
+    let first = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    // A config change: the same component, another version.
+    let config = PluginConfig { max_concurrent: Some(2), ..Default::default() };
+    let second = h.load("namespace-defaults", "namespace_defaults.wasm", config).await.unwrap();
+    assert_eq!(second.max_concurrent(), 2);
+    let stats = h.runtime.cache_stats().unwrap();
+    assert_eq!((stats.hits, stats.misses, h.runtime.compiled_reused()), (0, 1, 1), "compiled once, reused once");
+
+    // Once no version holds it, it is not kept.
+    drop((first, second));
+    h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    let stats = h.runtime.cache_stats().unwrap();
+    assert_eq!((stats.hits, stats.misses, h.runtime.compiled_reused()), (1, 1, 1), "from the disk cache this time");
+}
+
+#[tokio::test]
 async fn a_memory_limit_above_the_hosts_maximum_is_rejected_at_load() {
     let h = Harness::new();
     let config = PluginConfig { limits: Limits::default().with_memory_bytes(2 << 30), ..Default::default() };

@@ -1,5 +1,5 @@
-//! `kubewasm run` as a process: SIGTERM stops dequeuing, lets the reconcile in flight finish
-//! inside the grace period, and exits 0.
+//! `kubewasm run` as a process: SIGTERM stops dequeuing (queued keys are not handed out), lets
+//! the reconcile in flight finish inside the grace period, and exits 0.
 
 mod common;
 
@@ -23,7 +23,7 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_lets_the_reconcile_in_flight_finish_and_exits_zero() {
+async fn sigterm_lets_only_the_reconcile_in_flight_finish_hands_out_no_queued_key_and_exits_zero() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let dir = tempfile::tempdir().unwrap();
@@ -31,7 +31,7 @@ async fn sigterm_lets_the_reconcile_in_flight_finish_and_exits_zero() {
         dir.path(),
         "sleeper",
         "fixture_sleeper.wasm",
-        "grants: {write: [ConfigMap]}\nsettings: {sleepMs: 3000}\n",
+        "grants: {write: [ConfigMap]}\nsettings: {sleepMs: 5000}\n",
     );
     let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
     let mut host = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
@@ -50,14 +50,20 @@ async fn sigterm_lets_the_reconcile_in_flight_finish_and_exits_zero() {
     })
     .await;
     let ns = cp.namespace("shutdown").await;
-    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "slow", "labels": {"kubewasm.dev/fixture": "sleeper"}}}))
-    .unwrap();
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
-    configmaps.create(&PostParams::default(), &cm).await.unwrap();
-    eventually("a reconcile in flight", timeout, || async {
+    // One worker (the sleeper's max-concurrent): one key in flight, three queued behind it.
+    const KEYS: usize = 4;
+    for i in 0..KEYS {
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("slow-{i}"), "labels": {"kubewasm.dev/fixture": "sleeper"}}}))
+        .unwrap();
+        configmaps.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    eventually("a reconcile in flight and the other keys queued", timeout, || async {
         let metrics = http_get(&addr, "/metrics")?;
-        metric_value(&metrics, "controller_runtime_active_workers", &[("controller", "sleeper")]).filter(|v| *v >= 1.0)
+        let active = metric_value(&metrics, "controller_runtime_active_workers", &[("controller", "sleeper")])?;
+        let queued = metric_value(&metrics, "workqueue_depth", &[("name", "sleeper")])?;
+        (active >= 1.0 && queued >= (KEYS - 1) as f64).then_some(())
     })
     .await;
 
@@ -72,11 +78,10 @@ async fn sigterm_lets_the_reconcile_in_flight_finish_and_exits_zero() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(status.success(), "kubewasm exited with {status}");
-    let marked = configmaps.get("slow").await.unwrap();
-    let annotations = marked.metadata.annotations.unwrap_or_default();
-    assert_eq!(
-        annotations.get("kubewasm.dev/slept").map(String::as_str),
-        Some("true"),
-        "the in-flight reconcile finished"
-    );
+    let mut slept = 0;
+    for cm in configmaps.list(&Default::default()).await.unwrap() {
+        let annotations = cm.metadata.annotations.unwrap_or_default();
+        slept += usize::from(annotations.get("kubewasm.dev/slept").map(String::as_str) == Some("true"));
+    }
+    assert_eq!(slept, 1, "the reconcile in flight finished, and no queued key was handed out after SIGTERM");
 }

@@ -239,3 +239,86 @@ async fn a_url_module_is_downloaded_once_and_a_wrong_digest_is_refused() {
     source.await.unwrap();
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds_nothing_else_down() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+
+    let Some(cp) = ControlPlane::shared() else { return };
+    let admin = cp.admin_client().await;
+    install_crd(&admin).await;
+    let ns = cp.namespace("wprbac").await;
+    let label = format!("kubewasm.test/wprbac={ns}");
+    put_module(&admin, &ns, &plugin_wasm("fixture_stamper.wasm")).await;
+    // The host runs as the restricted user: WasmPlugins and ConfigMaps, but no Secrets.
+    let role: ClusterRole = serde_json::from_value(json!({
+    "metadata": {"name": format!("kubewasm-e2e-{ns}")},
+    "rules": [
+        {"apiGroups": ["kubewasm.dev"], "resources": ["wasmplugins"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["kubewasm.dev"], "resources": ["wasmplugins/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]}))
+    .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("kubewasm-e2e-{ns}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("kubewasm-e2e-{ns}")},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": cp.restricted_user()}]}))
+    .unwrap();
+    Api::<ClusterRole>::all(admin.clone()).create(&PostParams::default(), &role).await.unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &binding).await.unwrap();
+
+    let options = kubewasm::hotload::Options { sync_timeout: Duration::from_secs(5), ..Default::default() };
+    let app = App::with_options(cp.restricted_client().await, None, None, options).unwrap();
+    let stop = CancellationToken::new();
+    let source = tokio::spawn(app.wasm_plugin_source(&ns).selector(&format!("test={ns}")).run(stop.clone()));
+    let plugins: Api<WasmPlugin> = Api::all(admin.clone());
+    let create = |name: String, grants: serde_json::Value, settings: serde_json::Value| {
+        let body = json!({
+            "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+            "metadata": { "name": name, "labels": { "test": ns } },
+            "spec": {
+                "module": { "configMap": { "name": "stamper-module", "key": "plugin.wasm" } },
+                "grants": grants,
+                "settings": settings,
+            },
+        });
+        let plugins = plugins.clone();
+        async move { plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap() }
+    };
+    let blocked = format!("blocked-{ns}");
+    let secrets = json!({ "read": ["Secret"], "write": ["ConfigMap"] });
+    create(blocked.clone(), secrets, json!({ "version": "blocked", "selector": "never=matched", "readSecrets": true }))
+        .await;
+    let good = format!("good-{ns}");
+    create(good.clone(), json!({ "write": ["ConfigMap"] }), json!({ "version": "good", "selector": label })).await;
+
+    let waiting = eventually("the blocked plugin's status says which cache it waits for", CONVERGE, || async {
+        let wp = plugins.get(&blocked).await.ok()?;
+        let ready = condition(&wp, "Ready")?.clone();
+        let says_why = ready.message.contains("the cache of Secret") && ready.message.contains("forbidden");
+        (ready.status == "False" && ready.reason == "CachesNotSynced" && says_why).then_some(ready)
+    })
+    .await;
+    assert!(!waiting.message.contains("ConfigMap"), "only the Secret cache waits: {waiting:?}");
+
+    let api: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    let labelled: ConfigMap =
+        serde_json::from_value(json!({ "metadata": { "name": "obj", "labels": { "kubewasm.test/wprbac": ns } } }))
+            .unwrap();
+    api.create(&PostParams::default(), &labelled).await.unwrap();
+    eventually("obj stamped by the other plugin", CONVERGE, || async {
+        (stamps(&admin, &ns, &label).await == [Some("good".to_owned())]).then_some(())
+    })
+    .await;
+    let good_wp = plugins.get(&good).await.unwrap();
+    assert_eq!(condition(&good_wp, "Ready").map(|c| c.status.as_str()), Some("True"), "{good_wp:?}");
+    eventually("the host ready despite the blocked plugin", CONVERGE, || async {
+        app.readiness().is_ready().then_some(())
+    })
+    .await;
+
+    stop.cancel();
+    source.await.unwrap();
+    app.shut_down(Duration::from_secs(10)).await;
+}

@@ -56,12 +56,14 @@ pub enum Error {
     #[error("index `{0}` cannot be built: its kind is not read by the plugin or its function is unknown")]
     Index(String),
     /// A new version's informer did not sync in time (often: no RBAC to list the kind).
-    #[error("the cache of {kind} did not sync within {timeout:?}")]
+    #[error("the cache of {kind} did not sync within {timeout:?}{}", last_error_suffix(.last_error))]
     NotSynced {
         /// The kind.
         kind: KindRef,
         /// How long we waited.
         timeout: Duration,
+        /// The informer's last list or watch error, if it had one.
+        last_error: Option<String>,
     },
     /// A new version reconciles another kind (or selector): it needs a new controller.
     #[error("the new version reconciles {new:?} instead of {old:?}")]
@@ -71,6 +73,25 @@ pub enum Error {
         /// The new version's.
         new: (KindRef, Option<String>),
     },
+}
+
+fn last_error_suffix(last_error: &Option<String>) -> String {
+    last_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+}
+
+/// A cache a controller waits for: its kind and the informer's last list or watch error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsynced {
+    /// The kind.
+    pub kind: KindRef,
+    /// Why it has not synced yet, if the informer knows (e.g. a 403 on list).
+    pub last_error: Option<String>,
+}
+
+impl std::fmt::Display for Unsynced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the cache of {} has not synced{}", self.kind, last_error_suffix(&self.last_error))
+    }
 }
 
 /// What every controller shares.
@@ -132,7 +153,6 @@ impl Controller {
         let for_informer = wiring.informers().iter().find(|i| KindRef::of(i.gvk()) == owner.kind).cloned();
         let for_informer = for_informer.expect("the wiring reads the for kind");
         let for_registration = for_informer.add_event_handler(ForTrigger(queue));
-        ctx.readiness.set(format!("controller {name}"), false);
         Ok(Self {
             name,
             reconciler,
@@ -148,20 +168,35 @@ impl Controller {
     }
 
     /// Waits for every cache the plugin reads to sync and for the leader gate, then starts its
-    /// workers. Ready once synced: followers are ready too (controller-runtime).
-    pub fn start(&mut self, readiness: Readiness) {
+    /// workers. With `readiness`, the check `controller <name>` fails until the caches have
+    /// synced: followers are ready too (controller-runtime).
+    pub fn start(&mut self, readiness: Option<Readiness>) {
+        if let Some(readiness) = &readiness {
+            readiness.set(format!("controller {}", self.name), false);
+        }
         let (reconciler, name) = (self.reconciler.clone(), self.name.clone());
         let informers = self.wiring.informers().to_vec();
         let (leader, stop) = (self.leader.clone(), self.stop.clone());
         self.tasks.push(tokio::spawn(async move {
-            for informer in &informers {
-                if informer.wait_for_sync().await.is_err() {
-                    tracing::error!(controller = %name, kind = ?informer.gvk(), "informer stopped before it synced");
-                    return;
+            let synced = async {
+                for informer in &informers {
+                    if informer.wait_for_sync().await.is_err() {
+                        tracing::error!(controller = %name, kind = ?informer.gvk(), "informer stopped before it synced");
+                        return false;
+                    }
                 }
+                true
+            };
+            // A cache that cannot sync (no RBAC to list its kind) must not hold up a shutdown.
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                synced = synced => if !synced { return },
             }
             drop(informers);
-            readiness.set(format!("controller {name}"), true);
+            if let Some(readiness) = readiness {
+                readiness.set(format!("controller {name}"), true);
+            }
             if !leader.is_leader() {
                 tracing::info!(controller = %name, "caches synced; waiting to lead before starting workers");
             }
@@ -204,6 +239,12 @@ impl Controller {
         Ok(old)
     }
 
+    /// The caches the current version reads that have not synced yet.
+    pub fn unsynced(&self) -> Vec<Unsynced> {
+        let informers = self.wiring.informers().iter().filter(|i| !i.has_synced());
+        informers.map(|i| Unsynced { kind: KindRef::of(i.gvk()), last_error: i.last_error() }).collect()
+    }
+
     /// The controller's name (its plugin's).
     pub fn name(&self) -> &str {
         &self.name
@@ -224,20 +265,23 @@ impl Controller {
         self.reconciler.queue()
     }
 
-    /// Stops taking keys, lets in-flight reconciles finish within `grace`, then stops the
-    /// workers and releases the informers. Returns whether everything finished in time.
+    /// Stops handing out keys at once (queued keys are dropped: a replica that stops does not
+    /// work through a backlog), lets the reconciles in flight finish within `grace`, then stops
+    /// the workers and releases the informers. Returns whether everything finished in time.
     pub async fn shut_down(self, grace: Duration) -> bool {
         self.stop.cancel();
         self.wiring.shut_down_watches();
-        let drained = tokio::time::timeout(grace, self.reconciler.queue().shut_down_with_drain()).await.is_ok();
-        for task in &self.tasks {
-            if !drained {
-                task.abort();
-            }
+        let deadline = tokio::time::Instant::now() + grace;
+        let drained = tokio::time::timeout_at(deadline, self.reconciler.queue().shut_down_now()).await.is_ok();
+        let aborts: Vec<_> = self.tasks.iter().map(JoinHandle::abort_handle).collect();
+        if !drained {
+            aborts.iter().for_each(tokio::task::AbortHandle::abort);
         }
-        for task in self.tasks {
-            let _ = task.await;
+        // With nothing processing the workers end at once; bounded all the same.
+        let stopped = tokio::time::timeout_at(deadline, futures::future::join_all(self.tasks)).await.is_ok();
+        if !stopped {
+            aborts.iter().for_each(tokio::task::AbortHandle::abort);
         }
-        drained
+        drained && stopped
     }
 }

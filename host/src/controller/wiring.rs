@@ -141,7 +141,8 @@ impl Wiring {
         for informer in &self.informers {
             let synced = tokio::time::timeout(timeout, informer.wait_for_sync()).await;
             if !matches!(synced, Ok(Ok(()))) {
-                return Err(Error::NotSynced { kind: KindRef::of(informer.gvk()), timeout });
+                let (kind, last_error) = (KindRef::of(informer.gvk()), informer.last_error());
+                return Err(Error::NotSynced { kind, timeout, last_error });
             }
         }
         Ok(())

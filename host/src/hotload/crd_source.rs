@@ -26,6 +26,25 @@ pub const READINESS_CHECK: &str = "wasmplugins";
 /// Field manager of the host's status writes.
 pub const STATUS_MANAGER: &str = "kubewasm";
 
+/// WasmPlugins applied at once. A swap may wait up to the sync timeout for its new caches;
+/// with several workers that holds up only its own object. 4.
+const WORKERS: usize = 4;
+
+/// How often a loaded WasmPlugin whose caches have not synced is looked at again, to report
+/// when they have (or why they still have not). 2 s.
+const CACHE_POLL: Duration = Duration::from_secs(2);
+
+/// What to do with a WasmPlugin's name after a reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    /// Nothing until it changes.
+    Done,
+    /// Again, with backoff (the problem may go away by itself).
+    Retry,
+    /// It serves, but waits for caches: look again after [`CACHE_POLL`].
+    WaitForCaches,
+}
+
 /// Watches WasmPlugins and applies them through a [`Manager`].
 pub struct WasmPluginSource {
     manager: Manager,
@@ -82,6 +101,28 @@ impl ResourceEventHandler for ModuleTrigger {
     }
 }
 
+/// The names of the WasmPlugins present when the source's caches synced that have not been
+/// settled (applied, rejected, or given up on waiting for their caches) yet; the readiness
+/// check passes once it is empty.
+struct InitialPass {
+    pending: parking_lot::Mutex<std::collections::HashSet<String>>,
+    started: tokio::time::Instant,
+    readiness: crate::admin::Readiness,
+}
+
+impl InitialPass {
+    fn settle(&self, name: &str, next: Next, sync_timeout: Duration) {
+        if next == Next::WaitForCaches && self.started.elapsed() < sync_timeout {
+            return;
+        }
+        let mut pending = self.pending.lock();
+        if pending.remove(name) && pending.is_empty() {
+            self.readiness.set(READINESS_CHECK, true);
+            tracing::info!("every WasmPlugin present at start has been applied or rejected");
+        }
+    }
+}
+
 /// Why a WasmPlugin's spec is not serving; `retry` when waiting may fix it by itself.
 struct NotServing {
     reason: &'static str,
@@ -107,7 +148,9 @@ impl WasmPluginSource {
 
     /// Runs until `shutdown`. Waits for the WasmPlugin CRD if it is not installed yet: meanwhile
     /// there is nothing to serve, so its readiness check passes; it fails while the API server
-    /// cannot be asked, and once the CRD is found, until the caches have synced.
+    /// cannot be asked, and once the CRD is found, until the caches have synced and every
+    /// WasmPlugin present then has been applied or rejected, and those that loaded have synced
+    /// their caches (or have waited for them for the sync timeout; their status says why).
     pub async fn run(self, shutdown: CancellationToken) {
         let readiness = self.manager.context().readiness.clone();
         let factory = self.manager.context().factory.clone();
@@ -164,7 +207,14 @@ impl WasmPluginSource {
                 _ = informer.wait_for_sync() => {}
             }
         }
-        readiness.set(READINESS_CHECK, true);
+        let initial = Arc::new(InitialPass {
+            pending: parking_lot::Mutex::new(plugins.store().list().iter().map(|o| o.name().to_owned()).collect()),
+            started: tokio::time::Instant::now(),
+            readiness: readiness.clone(),
+        });
+        if initial.pending.lock().is_empty() {
+            readiness.set(READINESS_CHECK, true);
+        }
         tracing::info!(namespace = %self.module_namespace, "applying WasmPlugin objects");
         let stop = queue.clone();
         let this = Arc::new(self);
@@ -183,22 +233,34 @@ impl WasmPluginSource {
                 }
             });
         }
-        while let Some(name) = queue.get().await {
-            let retry = this.reconcile(&name, &plugins, &modules).await;
-            if retry {
-                queue.add_rate_limited(name.clone());
-            } else {
-                queue.forget(&name);
+        let sync_timeout = this.manager.options().sync_timeout;
+        let worker = |_| {
+            let (this, queue, plugins, modules, initial) =
+                (this.clone(), queue.clone(), plugins.clone(), modules.clone(), initial.clone());
+            async move {
+                while let Some(name) = queue.get().await {
+                    let next = this.reconcile(&name, &plugins, &modules).await;
+                    match next {
+                        Next::Done => queue.forget(&name),
+                        Next::Retry => queue.add_rate_limited(name.clone()),
+                        Next::WaitForCaches => {
+                            queue.forget(&name);
+                            queue.add_after(name.clone(), CACHE_POLL);
+                        }
+                    }
+                    initial.settle(&name, next, sync_timeout);
+                    queue.done(&name);
+                }
             }
-            queue.done(&name);
-        }
+        };
+        futures::future::join_all((0..WORKERS).map(worker)).await;
     }
 
-    /// Applies one WasmPlugin; returns whether to retry with backoff.
-    async fn reconcile(&self, name: &str, plugins: &Informer, modules: &Informer) -> bool {
+    /// Applies one WasmPlugin; says what to do with its name next.
+    async fn reconcile(&self, name: &str, plugins: &Informer, modules: &Informer) -> Next {
         let Some(obj) = plugins.store().get(None, name) else {
             self.manager.remove(name, &Origin::WasmPlugin).await;
-            return false;
+            return Next::Done;
         };
         let plugin = match serde_json::from_slice::<WasmPlugin>(obj.json()) {
             Ok(p) => p,
@@ -230,6 +292,13 @@ impl WasmPluginSource {
             }
         };
         self.report(name, Some(&plugin), result).await
+    }
+
+    /// What the version serving for `name` waits for, as a status message; `None` once its
+    /// caches have synced (or nothing serves).
+    async fn waiting_for(&self, name: &str) -> Option<String> {
+        let unsynced = self.manager.unsynced(name).await?;
+        (!unsynced.is_empty()).then(|| unsynced.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
     }
 
     /// The module's bytes. A URL module already serving with this spec is not downloaded again.
@@ -283,15 +352,30 @@ impl WasmPluginSource {
         Ok(Arc::from(bytes.0))
     }
 
-    /// Writes the status for `result`; returns whether to retry.
-    async fn report(&self, name: &str, plugin: Option<&WasmPlugin>, result: Result<(), NotServing>) -> bool {
+    /// Writes the status for `result`; says what to do next.
+    async fn report(&self, name: &str, plugin: Option<&WasmPlugin>, result: Result<(), NotServing>) -> Next {
         let serving = self.manager.serving(name).await;
+        let waiting = match (&result, &serving) {
+            (Ok(()), Some(_)) => self.waiting_for(name).await,
+            _ => None,
+        };
         let generation = plugin.and_then(|p| p.meta().generation);
         let old = plugin.and_then(|p| p.status.clone()).unwrap_or_default();
         let cond = |type_: &str, ok: bool, reason: &str, message: &str| {
             condition(&old.conditions, type_, ok, reason, message, generation)
         };
         let (status, retry) = match (&result, &serving) {
+            (Ok(()), Some(_)) if waiting.is_some() => {
+                let waiting = waiting.as_deref().unwrap_or_default();
+                (
+                    vec![
+                        cond("Loaded", true, "Loaded", "the latest spec is loaded"),
+                        cond("Ready", false, "CachesNotSynced", waiting),
+                        cond("Degraded", true, "CachesNotSynced", waiting),
+                    ],
+                    false,
+                )
+            }
             (Ok(()), _) => (
                 vec![
                     cond("Loaded", true, "Loaded", "the latest spec serves"),
@@ -322,10 +406,15 @@ impl WasmPluginSource {
             observed_generation: generation,
             loaded_sha256: serving.as_ref().map(|s| s.sha256.clone()),
             revision: serving.as_ref().map(|s| s.revision),
-            last_error: result.as_ref().err().map(|p| p.message.clone()),
+            last_error: result.as_ref().err().map(|p| p.message.clone()).or_else(|| waiting.clone()),
+        };
+        let next = match (retry, &waiting) {
+            (_, Some(_)) => Next::WaitForCaches,
+            (true, None) => Next::Retry,
+            (false, None) => Next::Done,
         };
         if !self.manager.context().leader.is_leader() {
-            return retry;
+            return next;
         }
         let api: Api<WasmPlugin> = Api::all(self.client.clone());
         let patch = json!({ "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin", "status": status });
@@ -333,9 +422,9 @@ impl WasmPluginSource {
         if let Err(err) = api.patch_status(name, &params, &Patch::Apply(&patch)).await {
             // Gone already, or the API server is away: the next event or retry writes it.
             tracing::warn!(plugin = name, error = %err, "cannot write WasmPlugin status");
-            return plugin.is_some();
+            return if plugin.is_some() && next == Next::Done { Next::Retry } else { next };
         }
-        retry
+        next
     }
 }
 

@@ -86,44 +86,66 @@ pub struct DirectorySource {
 /// outside the files (and to catch events a watcher can miss, e.g. on network file systems).
 pub const RESCAN_INTERVAL: Duration = Duration::from_secs(30);
 
+/// A plugin file's bytes as one pass read them.
+struct Read {
+    wasm: Vec<u8>,
+    fingerprint: Fingerprint,
+}
+
+/// Reads and hashes `file` on a blocking thread (components are 10-20 MB); `None` if a file
+/// vanished or could not be read.
+async fn read_version(file: PluginFile) -> Option<Read> {
+    tokio::task::spawn_blocking(move || {
+        let wasm = std::fs::read(&file.wasm).ok()?;
+        let config = match &file.config {
+            Some(path) => Some(std::fs::read(path).ok()?),
+            None => None,
+        };
+        let fingerprint = Fingerprint { wasm_sha256: crate::plugin::sha256_hex(&wasm), config };
+        Some(Read { wasm, fingerprint })
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
 impl DirectorySource {
-    /// A source for `dir`, applying through `manager`.
+    /// A source for `dir`, applying through `manager`. Its readiness check `plugin directory`
+    /// fails from here until the first [`sync`](Self::sync) is over.
     pub fn new(dir: impl Into<PathBuf>, manager: Manager) -> Self {
+        manager.context().readiness.set(READINESS_CHECK, false);
         Self { dir: dir.into(), manager, tried: HashMap::new() }
     }
 
     /// One pass: loads new files, swaps changed ones, unloads removed ones. Files whose bytes
     /// were already tried (and failed, or serve) are skipped, so a bad file is reported once.
-    /// The readiness check `plugin directory` passes once a pass could read the directory.
+    /// The readiness check `plugin directory` passes once a pass has read the directory and
+    /// applied or rejected every file in it; it fails while the directory cannot be read.
     pub async fn sync(&mut self) -> anyhow::Result<Vec<(String, Change)>> {
-        let readiness = &self.manager.context().readiness;
-        let files = match plugin_files(&self.dir) {
+        let readiness = self.manager.context().readiness.clone();
+        let dir = self.dir.clone();
+        let listed = tokio::task::spawn_blocking(move || plugin_files(&dir)).await;
+        let files = match listed.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
             Ok(files) => files,
             Err(e) => {
                 readiness.set(READINESS_CHECK, false);
                 return Err(e).with_context(|| format!("reading plugin directory {}", self.dir.display()));
             }
         };
-        readiness.set(READINESS_CHECK, true);
         let mut changes = Vec::new();
         for file in &files {
             // A file can vanish or be half-written between listing and reading: the next
             // event brings another pass.
-            let Ok(wasm) = std::fs::read(&file.wasm) else { continue };
-            let config_bytes = match &file.config {
-                Some(path) => match std::fs::read(path) {
-                    Ok(bytes) => Some(bytes),
-                    Err(_) => continue,
-                },
-                None => None,
-            };
-            let fingerprint = Fingerprint { wasm_sha256: crate::plugin::sha256_hex(&wasm), config: config_bytes };
+            let Some(Read { wasm, fingerprint }) = read_version(file.clone()).await else { continue };
             if self.tried.get(&file.name) == Some(&fingerprint) {
                 continue;
             }
             self.tried.insert(file.name.clone(), fingerprint);
             let change = match read_config(file) {
-                Err(e) => Change::Rejected(e),
+                Err(e) => {
+                    self.manager.rejected(&file.name, "InvalidConfig");
+                    Change::Rejected(e)
+                }
                 Ok(config) => {
                     let desired =
                         Desired { name: file.name.clone(), origin: Origin::Directory, wasm: Arc::from(wasm), config };
@@ -151,6 +173,7 @@ impl DirectorySource {
                 changes.push((name, Change::Removed));
             }
         }
+        readiness.set(READINESS_CHECK, true);
         Ok(changes)
     }
 
@@ -183,5 +206,35 @@ impl DirectorySource {
                 tracing::error!(error = format!("{e:#}"), "plugin directory pass failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn reading_and_hashing_a_component_leaves_the_runtime_thread_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let wasm = dir.path().join("big.wasm");
+        std::fs::write(&wasm, vec![7u8; 64 << 20]).unwrap();
+        let file = PluginFile { name: "big".into(), wasm, config: None };
+        let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ticker = tokio::spawn({
+            let ticks = ticks.clone();
+            async move {
+                loop {
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        let before = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        let read = read_version(file).await.expect("the file is there");
+        let during = ticks.load(std::sync::atomic::Ordering::Relaxed) - before;
+        ticker.abort();
+        assert_eq!(read.wasm.len(), 64 << 20);
+        assert_eq!(read.fingerprint.wasm_sha256, crate::plugin::sha256_hex(&read.wasm));
+        assert!(during > 0, "the only runtime thread ran nothing else while 64 MiB were read and hashed");
     }
 }

@@ -173,19 +173,23 @@ impl Manager {
                 tracing::info!(plugin = %name, revision = serving.revision, sha256 = %serving.sha256, ?applied, elapsed = ?started.elapsed(), "plugin version serving");
             }
             Err(err) => {
-                // A plugin file the host was started with that does not load keeps the host
-                // unready (the operator's deployment is wrong). A WasmPlugin object reports in
-                // its own status instead: one bad object must not take every replica out of
-                // its Service or stall a rollout.
-                if slot.is_none() && origin == Origin::Directory {
-                    self.ctx.readiness.set(format!("plugin {name}"), false);
-                }
+                // A rejected version holds no readiness check: readiness says the host has
+                // decided about every plugin it started with, and a rejection is a decision
+                // (reported by this log line, the metric and a WasmPlugin's status). Holding it
+                // down would take every replica out of its Service for one bad file, and a
+                // never-loaded name would have nothing to clear its check.
                 self.metrics.rejected(&name, err.reason());
                 let keeps = slot.as_ref().map(|s| s.revision);
-                tracing::error!(plugin = %name, error = format!("{err:#}"), serving_revision = ?keeps, "plugin version rejected");
+                tracing::error!(plugin = %name, %origin, error = format!("{err:#}"), serving_revision = ?keeps, "plugin version rejected");
             }
         }
         result
+    }
+
+    /// Counts a version of `name` rejected before it reached [`apply`](Self::apply) (e.g. its
+    /// config file did not parse), under `reason`.
+    pub fn rejected(&self, name: &str, reason: &'static str) {
+        self.metrics.rejected(name, reason);
     }
 
     async fn apply_locked(&self, slot: &mut Option<Slot>, desired: Desired) -> Result<Applied, ApplyError> {
@@ -195,7 +199,11 @@ impl Manager {
         {
             return Err(ApplyError::NameTaken { name, owner: current.origin.clone() });
         }
-        let sha256 = crate::plugin::sha256_hex(&wasm);
+        // Components are 10-20 MB: hash them off the async workers.
+        let sha256 = {
+            let wasm = wasm.clone();
+            tokio::task::spawn_blocking(move || crate::plugin::sha256_hex(&wasm)).await.expect("hashing does not panic")
+        };
         if slot.as_ref().is_some_and(|s| s.sha256 == sha256 && s.config == config) {
             return Ok(Applied::Unchanged);
         }
@@ -206,41 +214,36 @@ impl Manager {
             .load_digested(&name, wasm, sha256.clone(), config.clone(), cache.clone(), self.writer.clone())
             .await?;
         let plugin = Arc::new(plugin.with_revision(revision));
-        let check = format!("plugin {name}");
-        let applied = match slot.take() {
+        // Only plugin files gate readiness on their caches: the operator deployed them with the
+        // host. A WasmPlugin reports waiting caches in its status instead (one object without
+        // RBAC must not take every replica out of its Service).
+        let gate = (origin == Origin::Directory).then(|| self.ctx.readiness.clone());
+        // The slot keeps what serves across every await below, so a caller that is dropped
+        // (shutdown aborts the sources) leaves nothing running outside the manager.
+        let applied = match slot.as_mut() {
             None => {
                 let mut controller = Controller::build(&self.ctx, plugin, cache).await?;
-                controller.start(self.ctx.readiness.clone());
-                self.ctx.readiness.set(&check, true);
+                controller.start(gate);
                 *slot = Some(Slot { origin, sha256, config, revision, controller });
                 Applied::Loaded
             }
-            Some(mut current) => {
+            Some(current) => {
                 let (sync, requeue) = (self.options.sync_timeout, self.options.requeue_on_swap);
                 match current.controller.swap(&self.ctx, plugin.clone(), cache.clone(), sync, requeue).await {
                     Ok(_old) => {
-                        *slot = Some(Slot { origin, sha256, config, revision, controller: current.controller });
+                        (current.sha256, current.config, current.revision) = (sha256, config, revision);
                         Applied::Swapped
                     }
                     Err(controller::Error::ForChanged { .. }) => {
                         // Another kind: a new controller; the old one drains, then goes.
-                        let built = Controller::build(&self.ctx, plugin, cache).await;
-                        let mut controller = match built {
-                            Ok(c) => c,
-                            Err(e) => {
-                                *slot = Some(current);
-                                return Err(e.into());
-                            }
-                        };
-                        current.controller.shut_down(self.options.grace).await;
-                        controller.start(self.ctx.readiness.clone());
-                        *slot = Some(Slot { origin, sha256, config, revision, controller });
+                        let controller = Controller::build(&self.ctx, plugin, cache).await?;
+                        let new = Slot { origin, sha256, config, revision, controller };
+                        let old = slot.replace(new).expect("matched Some");
+                        old.controller.shut_down(self.options.grace).await;
+                        slot.as_mut().expect("just set").controller.start(gate);
                         Applied::Replaced
                     }
-                    Err(e) => {
-                        *slot = Some(current);
-                        return Err(e.into());
-                    }
+                    Err(e) => return Err(e.into()),
                 }
             }
         };
@@ -253,15 +256,10 @@ impl Manager {
     pub async fn remove(&self, name: &str, origin: &Origin) -> bool {
         let slot = self.slot(name);
         let mut slot = slot.lock().await;
-        if slot.is_none() {
-            // Never loaded (it failed): forget the failure.
-            self.ctx.readiness.remove(&format!("plugin {name}"));
-        }
         if slot.as_ref().is_none_or(|s| &s.origin != origin) {
             return false;
         }
         let current = slot.take().expect("checked above");
-        self.ctx.readiness.remove(&format!("plugin {name}"));
         self.ctx.readiness.remove(&format!("controller {name}"));
         current.controller.shut_down(self.options.grace).await;
         self.metrics.unloaded(name);
@@ -281,6 +279,19 @@ impl Manager {
         let Some(slot) = self.slots.lock().get(name).cloned() else { return false };
         let slot = slot.lock().await;
         slot.as_ref().is_some_and(|s| s.sha256 == sha256 && &s.config == config)
+    }
+
+    /// The caches the version serving for `name` waits for (empty once all synced); `None`
+    /// if nothing serves.
+    pub async fn unsynced(&self, name: &str) -> Option<Vec<controller::Unsynced>> {
+        let slot = self.slots.lock().get(name).cloned()?;
+        let slot = slot.lock().await;
+        slot.as_ref().map(|s| s.controller.unsynced())
+    }
+
+    /// The hot-load options.
+    pub fn options(&self) -> &Options {
+        &self.options
     }
 
     /// The current plugin version of `name`, with its controller's reconciler.

@@ -70,7 +70,9 @@ struct FactoryInner {
     client: Client,
     config: ReflectorConfig,
     metrics: Arc<InformerMetrics>,
-    informers: tokio::sync::Mutex<HashMap<InformerKey, Weak<InformerInner>>>,
+    /// Never held across an await: discovery runs outside it, so one slow kind does not
+    /// hold up consumers of the others.
+    informers: parking_lot::Mutex<HashMap<InformerKey, Weak<InformerInner>>>,
     /// Resolved kinds. Only successes are cached, so a kind unknown now (a CRD not yet
     /// installed) is looked up again on the next request.
     resources: parking_lot::Mutex<HashMap<GroupVersionKind, (ApiResource, Scope)>>,
@@ -145,12 +147,11 @@ impl SharedInformerFactory {
     /// so a CRD installed after start becomes watchable.
     pub async fn informer(&self, gvk: &GroupVersionKind, params: InformerParams) -> Result<Informer> {
         let key = InformerKey::new(gvk.clone(), params);
-        let mut informers = self.inner.informers.lock().await;
-        if let Some(inner) = informers.get(&key).and_then(Weak::upgrade) {
+        if let Some(inner) = self.inner.informers.lock().get(&key).and_then(Weak::upgrade) {
             return Ok(Informer { inner });
         }
-        informers.retain(|_, w| w.strong_count() > 0);
         let (resource, scope) = self.resolve(gvk).await?;
+        let streaming = self.streaming().await;
         let client = self.inner.client.clone();
         let api = match (&key.params.namespace, scope) {
             (Some(ns), Scope::Namespaced) => Api::namespaced_with(client, ns, &resource),
@@ -165,8 +166,14 @@ impl SharedInformerFactory {
             label_selector: key.params.label_selector.clone(),
             field_selector: key.params.field_selector.clone(),
             config: self.inner.config.clone(),
-            streaming: self.streaming().await,
+            streaming,
         };
+        let mut informers = self.inner.informers.lock();
+        // Another consumer may have started it while we were resolving the kind.
+        if let Some(inner) = informers.get(&key).and_then(Weak::upgrade) {
+            return Ok(Informer { inner });
+        }
+        informers.retain(|_, w| w.strong_count() > 0);
         let shared = Arc::new(Shared::new(gvk.clone(), self.inner.metrics.clone()));
         let task = tokio::spawn(reflector.run(shared.clone())).abort_handle();
         let inner = Arc::new(InformerInner { shared, key: key.clone(), reflector: task });
@@ -176,7 +183,7 @@ impl SharedInformerFactory {
 
     /// Number of informers with a live consumer.
     pub async fn running(&self) -> usize {
-        self.inner.informers.lock().await.values().filter(|w| w.strong_count() > 0).count()
+        self.inner.informers.lock().values().filter(|w| w.strong_count() > 0).count()
     }
 
     async fn resolve(&self, gvk: &GroupVersionKind) -> Result<(ApiResource, Scope)> {
@@ -231,6 +238,33 @@ mod tests {
         assert!(serves_streaming_lists("1", "32+"));
         assert!(!serves_streaming_lists("1", "31"));
         assert!(!serves_streaming_lists("", ""));
+    }
+
+    #[tokio::test]
+    async fn a_discovery_that_hangs_does_not_lock_the_factory() {
+        // An API server that accepts connections and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (asked, mut discovery_asked) = tokio::sync::mpsc::unbounded_channel();
+        let silent = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                open.push(stream);
+                let _ = asked.send(());
+            }
+        });
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let factory = SharedInformerFactory::new(client, &Registry::new()).unwrap();
+        let hanging = tokio::spawn({
+            let factory = factory.clone();
+            async move { factory.informer_for(&GroupVersionKind::gvk("example.com", "v1", "Slow")).await.map(drop) }
+        });
+        discovery_asked.recv().await.expect("discovery connects to the server");
+        assert!(!hanging.is_finished(), "discovery is still waiting for the silent server");
+        let running = tokio::time::timeout(std::time::Duration::from_secs(2), factory.running()).await;
+        assert_eq!(running.ok(), Some(0), "the factory answered while discovery was in flight");
+        hanging.abort();
+        silent.abort();
     }
 
     #[test]

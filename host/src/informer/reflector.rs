@@ -136,6 +136,7 @@ impl Reflector {
                         metrics.watch_errors.with_label_values(&[&kind, error_reason(&err)]).inc();
                         metrics.watch_starts.with_label_values(&[&kind]).inc();
                         tracing::debug!(%kind, error = %err, "watch error; the watcher retries with backoff");
+                        shared.record_error(err.to_string());
                         let refused = streaming
                             && !shared.has_synced()
                             && self.config.list_strategy == ListStrategy::Auto

@@ -25,6 +25,8 @@ pub(crate) struct Shared {
     /// buffers happen under it, so a new subscriber's replay can neither miss nor repeat one.
     listeners: Mutex<Vec<Arc<Listener>>>,
     synced: watch::Sender<bool>,
+    /// The last list or watch error, until the next successful list.
+    last_error: Mutex<Option<String>>,
     pub(crate) metrics: Arc<InformerMetrics>,
 }
 
@@ -36,6 +38,7 @@ impl Shared {
             store: Arc::new(Store::new()),
             listeners: Mutex::new(Vec::new()),
             synced: watch::Sender::new(false),
+            last_error: Mutex::new(None),
             metrics,
         }
     }
@@ -45,7 +48,12 @@ impl Shared {
     }
 
     pub(crate) fn mark_synced(&self) {
+        *self.last_error.lock() = None;
         self.synced.send_replace(true);
+    }
+
+    pub(crate) fn record_error(&self, error: String) {
+        *self.last_error.lock() = Some(error);
     }
 
     /// Applies an added or modified object. `from_list` marks objects of a (re)list, which are
@@ -159,6 +167,12 @@ impl Informer {
     /// Whether the first list has been fully applied to the cache.
     pub fn has_synced(&self) -> bool {
         self.inner.shared.has_synced()
+    }
+
+    /// The last list or watch error since the last complete list (e.g. `403 Forbidden` when
+    /// the host may not list the kind): why a cache that has not synced is still waiting.
+    pub fn last_error(&self) -> Option<String> {
+        self.inner.shared.last_error.lock().clone()
     }
 
     /// Waits until the first list has been fully applied to the cache (client-go

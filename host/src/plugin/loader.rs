@@ -122,14 +122,22 @@ impl Runtime {
         if config.limits.memory_bytes > self.max_memory_bytes {
             return Err(LoadError::MemoryAboveMax { asked: config.limits.memory_bytes, max: self.max_memory_bytes });
         }
-        let runtime = self.clone();
-        let pre = tokio::task::spawn_blocking(move || -> Result<_, LoadError> {
-            let component = runtime.compile(&wasm).map_err(LoadError::Compile)?;
-            let pre = runtime.linker.instantiate_pre(&component).map_err(LoadError::WrongWorld)?;
-            ControllerPre::new(pre).map_err(LoadError::WrongWorld)
-        })
-        .await
-        .map_err(|e| LoadError::Compile(wasmtime::Error::msg(e.to_string())))??;
+        let pre = match self.compiled(&sha256) {
+            Some(pre) => pre,
+            None => {
+                let runtime = self.clone();
+                let pre = tokio::task::spawn_blocking(move || -> Result<_, LoadError> {
+                    let component = runtime.compile(&wasm).map_err(LoadError::Compile)?;
+                    let pre = runtime.linker.instantiate_pre(&component).map_err(LoadError::WrongWorld)?;
+                    ControllerPre::new(pre).map_err(LoadError::WrongWorld)
+                })
+                .await
+                .map_err(|e| LoadError::Compile(wasmtime::Error::msg(e.to_string())))??;
+                let pre = Arc::new(pre);
+                self.remember_compiled(&sha256, &pre);
+                pre
+            }
+        };
 
         let shared = |grants| {
             Arc::new(PluginShared {

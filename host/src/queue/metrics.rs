@@ -132,6 +132,11 @@ impl Handle {
         }
     }
 
+    /// `n` keys that were queued (or marked to come back) were dropped by a shutdown.
+    pub(super) fn discarded(&self, n: usize) {
+        self.depth.sub(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
     /// A delayed or rate-limited add.
     pub(super) fn retry(&self) {
         self.retries.inc();

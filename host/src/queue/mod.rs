@@ -12,7 +12,8 @@
 //! - after [`shut_down`](WorkQueue::shut_down) adds are ignored, `get` still hands out what is
 //!   queued and returns `None` once the queue is empty;
 //!   [`shut_down_with_drain`](WorkQueue::shut_down_with_drain) also waits until no key is
-//!   processing.
+//!   processing; [`shut_down_now`](WorkQueue::shut_down_now) (ours, not client-go's) drops what
+//!   is queued, so `get` returns `None` at once, and waits for the keys being processed.
 //!
 //! All time comes from [`tokio::time::Instant`], so tests run on virtual time.
 
@@ -380,6 +381,32 @@ impl<K: Key> WorkQueue<K> {
         }
     }
 
+    /// Stops handing out keys at once: like [`shut_down`](Self::shut_down), and the keys still
+    /// queued (and those marked to come back after processing) are dropped, so every `get`
+    /// returns `None` from now on. Then waits until no key is processing. A process stopping on
+    /// SIGTERM uses it: only the reconciles in flight finish, not a backlog (client-go's
+    /// `ShutDownWithDrain` hands out the queued keys first).
+    pub async fn shut_down_now(&self) {
+        let inner = &*self.inner;
+        {
+            let mut state = inner.state.lock();
+            let mut dropped = state.queue.len();
+            for key in std::mem::take(&mut state.queue) {
+                state.status.remove(&key);
+            }
+            for status in state.status.values_mut() {
+                if let Status::Dirty { started, .. } = *status {
+                    *status = Status::Processing { started };
+                    dropped += 1;
+                }
+            }
+            if let Some(metrics) = &inner.metrics {
+                metrics.discarded(dropped);
+            }
+        }
+        self.shut_down_with_drain().await;
+    }
+
     /// Whether the queue has been shut down.
     pub fn shutting_down(&self) -> bool {
         self.inner.state.lock().shutting_down
@@ -734,6 +761,27 @@ mod tests {
         queue.done(&b);
         tokio::time::timeout(Duration::from_secs(1), drain).await.expect("drain returns once b is done").unwrap();
         assert_eq!(queue.get().await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shut_down_now_hands_out_no_queued_key_and_waits_only_for_keys_in_flight() {
+        let queue = queue();
+        for key in ["a", "b", "c"] {
+            queue.add(key);
+        }
+        let a = queue.get().await.unwrap();
+        queue.add("a");
+        let stop = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.shut_down_now().await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(try_get(&queue), Some(None), "b and c are not handed out after shutdown");
+        assert!(!stop.is_finished(), "a is still processing");
+        queue.done(&a);
+        tokio::time::timeout(Duration::from_secs(1), stop).await.expect("returns once a is done").unwrap();
+        assert_eq!(queue.get().await, None, "a, added while processing, does not come back either");
+        assert!(queue.is_empty());
     }
 
     #[tokio::test]
