@@ -115,11 +115,12 @@ control-plane:
 	bash tests/control-plane/build.sh
 
 ## What `make image` needs: umoci, skopeo, musl-gcc (ring's C code) and CA certificates from
-## Debian packages, and the musl target of the pinned toolchain.
+## Debian packages, and the musl target of the pinned toolchain; buildah for the image test,
+## which builds the Dockerfile's final stage with it.
 image-tools: toolchain
 	@command -v umoci >/dev/null && command -v skopeo >/dev/null && command -v musl-gcc >/dev/null \
-		&& test -f /etc/ssl/certs/ca-certificates.crt \
-		|| { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq umoci skopeo musl-tools ca-certificates; }
+		&& command -v buildah >/dev/null && test -f /etc/ssl/certs/ca-certificates.crt \
+		|| { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq umoci skopeo musl-tools buildah ca-certificates; }
 	@rustup target list --installed | grep -qx $(MUSL_TARGET) || rustup target add $(MUSL_TARGET)
 
 ## The host's container image without a Docker engine or base-image pull: a static (musl)
