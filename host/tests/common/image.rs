@@ -237,7 +237,7 @@ pub fn expected_tree(stage: &FinalStage, built: &Path) -> BTreeMap<String, Entry
     let mut out = BTreeMap::new();
     for copy in &stage.copies {
         let src = built.join(copy.src.strip_prefix("/image/").expect("COPY from the builder's /image"));
-        if copy.dest.trim_end_matches('/') != "" {
+        if !copy.dest.trim_end_matches('/').is_empty() {
             out.insert(copy.dest.trim_end_matches('/').to_owned(), entry(&src, Some(copy.owner)));
         }
         tree(&src, &copy.dest, Some(copy.owner), &mut out);
