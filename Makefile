@@ -28,13 +28,22 @@ GO_COMPONENT := $(TARGET_DIR)/debug/kubewasm-go-component
 REACTOR_ADAPTER := $(JS_TOOL)/node_modules/@bytecodealliance/jco/lib/wasi_snapshot_preview1.reactor.wasm
 GO ?= go
 WIT := wit/controller@0.1.0
+# The host's container image (`make image`): a static binary for this machine's architecture,
+# named after the workspace version; the OCI layout and oci-archive land in KUBEWASM_IMAGE_DIR,
+# where the image test (host/tests/image_e2e.rs) reads them.
+MUSL_TARGET := $(shell uname -m)-unknown-linux-musl
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
+IMAGE := kubewasm:$(VERSION)
+export KUBEWASM_IMAGE_DIR ?= $(TARGET_DIR)/image
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper
 
-.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins control-plane test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-workqueue
+.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins control-plane test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-workqueue image image-tools
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
 	@echo "make test    run every test (builds plugins and the control plane first)"
+	@echo "make image   build the host's container image ($(IMAGE)) without a Docker engine"
 	@echo "parts: toolchain plugins control-plane lint bench"
 
 ## The pinned Rust toolchain and the wasm32-wasip2 target (rust-toolchain.toml names both).
@@ -99,14 +108,32 @@ $(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(GO_COMPONENT) $(JS_TOOL)/.installed $(WIT)/c
 control-plane:
 	bash tests/control-plane/build.sh
 
+## What `make image` needs: umoci, skopeo, musl-gcc (ring's C code) and CA certificates from
+## Debian packages, and the musl target of the pinned toolchain; buildah for the image test,
+## which builds the Dockerfile's final stage with it.
+image-tools: toolchain
+	@command -v umoci >/dev/null && command -v skopeo >/dev/null && command -v musl-gcc >/dev/null \
+		&& command -v buildah >/dev/null && test -f /etc/ssl/certs/ca-certificates.crt \
+		|| { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq umoci skopeo musl-tools buildah ca-certificates; }
+	@rustup target list --installed | grep -qx $(MUSL_TARGET) || rustup target add $(MUSL_TARGET)
+
+## The host's container image without a Docker engine or base-image pull: a static (musl)
+## release binary and the example plugins, as the Dockerfile's final stage lays them out
+## (deploy/image/build.sh). Prints the image's name; README "Deploy" says how to push it.
+image: image-tools rust-plugins
+	CC_$(subst -,_,$(MUSL_TARGET))=musl-gcc $(CARGO) build --release --locked --target $(MUSL_TARGET) -p kubewasm
+	bash deploy/image/build.sh $(KUBEWASM_IMAGE_DIR) $(TARGET_DIR)/$(MUSL_TARGET)/release/kubewasm \
+		$(TARGET_DIR)/wasm32-wasip2/plugin
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p kubewasm -p kubewasm-testenv --no-deps
 
 ## Formatting, then every test of the native crates (the guest crates are exercised through
-## the components `plugins` builds). Missing docs fail the build itself (workspace lints).
-test: toolchain plugins control-plane
+## the components `plugins` builds, the container image through image_e2e). Missing docs fail
+## the build itself (workspace lints).
+test: toolchain plugins control-plane image
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --no-fail-fast
 	$(CARGO) test --no-fail-fast -p kubewasm-go-component

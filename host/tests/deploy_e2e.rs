@@ -15,16 +15,10 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, PostParams};
 use kubewasm_testenv::ControlPlane;
 
+use common::audit::{AUDIT_POLICY, SA_USER, audit_events, code, describe};
 use common::examples::{self, CONVERGE, crd_established, deploy_dir, install_examples};
 use common::process::{HostProcess, kubewasm_run, service_account_token, token_kubeconfig};
 use common::{eventually, test_compile_cache};
-
-/// The user the examples overlay's ServiceAccount authenticates as.
-const SA_USER: &str = "system:serviceaccount:kubewasm-system:kubewasm";
-
-/// Metadata (who, what, response code) of every request by the host's ServiceAccount.
-const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
-- level: Metadata\n  users: [\"system:serviceaccount:kubewasm-system:kubewasm\"]\n- level: None\n";
 
 fn run_ok(mut command: Command) -> String {
     let out = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
@@ -36,32 +30,6 @@ fn run_ok(mut command: Command) -> String {
 fn unique_id() -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
     format!("{}-{nanos:x}", std::process::id())
-}
-
-/// Audit events of [`SA_USER`] (one JSON object per line).
-fn audit_events(log: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|e| e.pointer("/user/username").and_then(|u| u.as_str()) == Some(SA_USER))
-        .collect()
-}
-
-fn code(event: &serde_json::Value) -> Option<i64> {
-    event.pointer("/responseStatus/code").and_then(serde_json::Value::as_i64)
-}
-
-fn describe(event: &serde_json::Value) -> String {
-    let field = |p: &str| event.pointer(p).and_then(|v| v.as_str()).unwrap_or("").to_owned();
-    format!(
-        "{} {}/{}/{} {} -> {:?}",
-        field("/verb"),
-        field("/objectRef/apiGroup"),
-        field("/objectRef/resource"),
-        field("/objectRef/subresource"),
-        field("/requestURI"),
-        code(event)
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

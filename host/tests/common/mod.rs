@@ -1,7 +1,9 @@
 //! Helpers shared by the host's integration tests.
 #![allow(dead_code)]
 
+pub mod audit;
 pub mod examples;
+pub mod image;
 pub mod process;
 
 use std::path::PathBuf;

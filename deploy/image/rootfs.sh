@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The image's files, the one list both builds use: `make image` (deploy/image/build.sh) and the
+# Dockerfile's builder stage run this script, so they ship the same files.
+#   rootfs.sh OUT KUBEWASM_BINARY PLUGIN_DIR CA_BUNDLE
+# PLUGIN_DIR holds the example components as cargo names them (namespace_defaults.wasm, …).
+# OUT/root is the tree owned by root in the image. OUT/nonroot holds the directories owned by
+# the image's user 65532; the Dockerfile's `COPY --chown=65532:65532` lines name each one, and
+# build.sh reads the owners from those lines.
+set -euo pipefail
+out=$1 binary=$2 plugins=$3 ca=$4
+EXAMPLES=(namespace-defaults config-reloader configmap-sync)
+
+rm -rf "$out"
+root=$out/root nonroot=$out/nonroot
+install -d -m 0755 "$root" "$root/etc" "$root/home" "$root/var" "$root/var/cache"
+install -D -m 0755 "$binary" "$root/usr/local/bin/kubewasm"
+# The example plugins deploy/overlays/examples runs (KUBEWASM_PLUGINS=/opt/kubewasm/plugins);
+# their configs are not baked in: the overlay mounts them beside the components.
+for name in "${EXAMPLES[@]}"; do
+  install -D -m 0644 "$plugins/${name//-/_}.wasm" "$root/opt/kubewasm/plugins/$name.wasm"
+done
+# For TLS to endpoints signed by a public CA (the API server's own CA comes from the
+# kubeconfig or the service-account mount).
+install -D -m 0644 "$ca" "$root/etc/ssl/certs/ca-certificates.crt"
+# The users and groups of distroless (gcr.io/distroless/static): root, nonroot 65532, nobody.
+cat >"$root/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/sbin/nologin
+nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin
+nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin
+PASSWD
+cat >"$root/etc/group" <<'GROUP'
+root:x:0:
+nobody:x:65534:
+nonroot:x:65532:
+GROUP
+chmod 0644 "$root/etc/passwd" "$root/etc/group"
+install -d -m 1777 "$root/tmp"
+# Owned by 65532: its home, and the compile cache (KUBEWASM_COMPILE_CACHE) so that `docker run`
+# without volumes can keep compiled plugins (in a pod the Deployment mounts an emptyDir there).
+install -d -m 0755 "$nonroot/home/nonroot" "$nonroot/var/cache/kubewasm"
