@@ -19,6 +19,7 @@ pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::informer::SharedInformerFactory;
 use crate::leader::{self, LeaderGate};
 use crate::plugin::metrics::PluginMetrics;
+use crate::plugin::throttle::WriteRate;
 use crate::plugin::{Runtime, RuntimeConfig};
 use crate::queue::QueueMetrics;
 use crate::writer::KubeWriter;
@@ -58,12 +59,23 @@ impl App {
         max_retries: Option<u32>,
         options: Options,
     ) -> anyhow::Result<Self> {
-        let registry = Registry::new();
-        let plugin_metrics = PluginMetrics::register(&registry)?;
-        let mut runtime_config = RuntimeConfig::default().metrics(plugin_metrics);
+        let mut runtime_config = RuntimeConfig::default();
         if let Some(dir) = compile_cache {
             runtime_config = runtime_config.cache_dir(dir);
         }
+        Self::with_runtime(client, runtime_config, max_retries, options)
+    }
+
+    /// Builds the shared parts on `client`, with the wasm engine configured by `runtime_config`
+    /// (its metrics go to the app's registry).
+    pub fn with_runtime(
+        client: Client,
+        runtime_config: RuntimeConfig,
+        max_retries: Option<u32>,
+        options: Options,
+    ) -> anyhow::Result<Self> {
+        let registry = Registry::new();
+        let runtime_config = runtime_config.metrics(PluginMetrics::register(&registry)?);
         let ctx = controller::Context {
             factory: SharedInformerFactory::new(client.clone(), &registry)?,
             client: client.clone(),
@@ -136,7 +148,14 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         grace: Duration::from_secs(args.shutdown_grace_seconds),
         ..Options::default()
     };
-    let mut app = App::with_options(client.clone(), args.compile_cache.as_deref(), args.max_retries, options)?;
+    let mut runtime = RuntimeConfig::default()
+        .pool_instances(args.pool_instances)
+        .max_concurrent_cap(args.max_concurrent_cap)
+        .write_rate(WriteRate { qps: args.plugin_write_qps, burst: args.plugin_write_burst });
+    if let Some(dir) = &args.compile_cache {
+        runtime = runtime.cache_dir(dir);
+    }
+    let mut app = App::with_runtime(client.clone(), runtime, args.max_retries, options)?;
     let mut election = leader::election(&args, client, app.registry())?;
     if let Some(election) = &election {
         app.set_leader_gate(election.gate());

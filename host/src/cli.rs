@@ -68,6 +68,22 @@ pub struct RunArgs {
     /// Seconds to let in-flight reconciles finish after SIGTERM/SIGINT.
     #[arg(long, env = "KUBEWASM_SHUTDOWN_GRACE_SECONDS", default_value_t = 30)]
     pub shutdown_grace_seconds: u64,
+    /// Most concurrent reconciles any plugin gets; a plugin (or config) asking for more is
+    /// clamped to it with a warning.
+    #[arg(long, env = "KUBEWASM_MAX_CONCURRENT_CAP", default_value_t = crate::plugin::engine::DEFAULT_MAX_CONCURRENT_CAP, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_cap: u32,
+    /// Plugin instances alive at once, across all plugins: the wasm instance pool. Each plugin
+    /// version reserves its concurrency's share at load; a version that does not fit is rejected.
+    #[arg(long, env = "KUBEWASM_POOL_INSTANCES", default_value_t = crate::plugin::engine::DEFAULT_POOL_INSTANCES, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pool_instances: u32,
+    /// Writes per second each plugin may make (token bucket) unless its `limits.writeQps` says
+    /// otherwise; 0: no limit.
+    #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_QPS", default_value_t = crate::plugin::throttle::DEFAULT_WRITE_QPS)]
+    pub plugin_write_qps: u32,
+    /// Writes each plugin may make at once (the bucket's size) unless its `limits.writeBurst`
+    /// says otherwise.
+    #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_BURST", default_value_t = crate::plugin::throttle::DEFAULT_WRITE_BURST)]
+    pub plugin_write_burst: u32,
     /// Drop a key after this many failed reconciles in a row; default: retry forever with backoff.
     #[arg(long, env = "KUBEWASM_MAX_RETRIES")]
     pub max_retries: Option<u32>,
@@ -155,6 +171,16 @@ mod tests {
             run.leader_election_retry_period_seconds,
         );
         assert_eq!(timings, (15, 10, 2), "controller-runtime's defaults");
+        let fair = (run.max_concurrent_cap, run.pool_instances, run.plugin_write_qps, run.plugin_write_burst);
+        assert_eq!(fair, (16, 1000, 200, 400));
+    }
+
+    #[test]
+    fn a_max_concurrent_cap_of_zero_is_refused() {
+        assert!(Cli::try_parse_from(["kubewasm", "run", "--max-concurrent-cap", "0"]).is_err());
+        let cli = Cli::try_parse_from(["kubewasm", "run", "--max-concurrent-cap", "4"]).unwrap();
+        let Command::Run(run) = cli.command else { panic!("not run") };
+        assert_eq!(run.max_concurrent_cap, 4);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Plugin;
@@ -33,11 +34,14 @@ impl std::fmt::Display for ObjectKey {
     }
 }
 
-/// An instance kept between calls (`limits.reuseInstances`), with the calls it has served.
+/// An instance kept between calls (`limits.reuseInstances`), with the calls it has served and
+/// the permit of the plugin's pool share it holds. Fields drop in order: the store gives its
+/// pool slot back before the permit lets another call take one.
 pub(crate) struct Idle {
     store: Store<PluginCtx>,
     instance: Controller,
     served: u32,
+    _permit: OwnedSemaphorePermit,
 }
 
 /// What to do with a key after a successful reconcile.
@@ -129,32 +133,39 @@ impl Plugin {
             Reuse::Never => 0,
         };
         let deadline = self.shared.limits.deadline();
+        let started = Instant::now();
         let idle = if max_served > 1 { self.idle.lock().pop() } else { None };
-        let Idle { mut store, instance, served } = match idle {
+        let mut idle = match idle {
             Some(mut idle) => {
                 idle.store.data_mut().begin_call();
-                arm_deadline(&mut idle.store, deadline);
+                arm_deadline(&mut idle.store, deadline, started);
                 idle
             }
             None => {
-                let (store, instance) = instantiate(self).await?;
-                Idle { store, instance, served: 0 }
+                // At its share, a plugin waits for one of its own instances (within the
+                // deadline); it never takes a slot another plugin reserved.
+                let permit = tokio::time::timeout(deadline, self.share.acquire())
+                    .await
+                    .map_err(|_| self.limit(LimitHit::Deadline(deadline)))?;
+                let (store, instance) = instantiate(self, started).await?;
+                Idle { store, instance, served: 0, _permit: permit }
             }
         };
-        let outcome = tokio::time::timeout(deadline + HOST_CALL_GRACE, f(&instance, &mut store)).await;
-        let denied = std::mem::take(&mut store.data_mut().denied);
+        let left = deadline.saturating_sub(started.elapsed());
+        let outcome = tokio::time::timeout(left + HOST_CALL_GRACE, f(&idle.instance, &mut idle.store)).await;
+        let denied = std::mem::take(&mut idle.store.data_mut().denied);
         if let Some(regarding) = regarding.filter(|_| !denied.is_empty()) {
             self.report_denied(regarding, denied).await;
         }
         match outcome {
             Ok(Ok(r)) => {
-                let served = served + 1;
-                if served < max_served && matches!(&reuse, Reuse::If(keep) if keep(&r)) {
-                    self.idle.lock().push(Idle { store, instance, served });
+                idle.served += 1;
+                if idle.served < max_served && matches!(&reuse, Reuse::If(keep) if keep(&r)) {
+                    self.idle.lock().push(idle);
                 }
                 Ok(r)
             }
-            Ok(Err(err)) => Err(self.classify(&store, err)),
+            Ok(Err(err)) => Err(self.classify(&idle.store, err)),
             Err(_) => Err(self.limit(LimitHit::Deadline(deadline))),
         }
     }
@@ -204,9 +215,10 @@ pub(crate) enum Reuse<F> {
     If(F),
 }
 
-/// Arms the reconcile deadline on `store`, counted from now.
-fn arm_deadline(store: &mut Store<PluginCtx>, deadline: Duration) {
-    let until = Instant::now() + deadline;
+/// Arms the call's deadline on `store`, counted from `started`.
+fn arm_deadline(store: &mut Store<PluginCtx>, deadline: Duration, started: Instant) {
+    let until = started + deadline;
+    store.data_mut().until = tokio::time::Instant::now() + deadline.saturating_sub(started.elapsed());
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |mut ctx| {
         if Instant::now() >= until {
@@ -218,11 +230,14 @@ fn arm_deadline(store: &mut Store<PluginCtx>, deadline: Duration) {
     });
 }
 
-/// A fresh store and instance with the deadline armed.
-pub(crate) async fn instantiate(plugin: &Plugin) -> Result<(Store<PluginCtx>, Controller), CallFailed> {
+/// A fresh store and instance with the deadline of a call begun at `started` armed.
+pub(crate) async fn instantiate(
+    plugin: &Plugin,
+    started: Instant,
+) -> Result<(Store<PluginCtx>, Controller), CallFailed> {
     let mut store = Store::new(&plugin.runtime.engine, PluginCtx::new(plugin.shared.clone()));
     store.limiter(|ctx| &mut ctx.limiter);
-    arm_deadline(&mut store, plugin.shared.limits.deadline());
+    arm_deadline(&mut store, plugin.shared.limits.deadline(), started);
     match plugin.pre.instantiate_async(&mut store).await {
         Ok(instance) => Ok((store, instance)),
         Err(err) => match store.data().limiter.hit.clone() {

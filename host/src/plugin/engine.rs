@@ -12,7 +12,9 @@ use wasmtime::{Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationSt
 
 use super::bindings::{Controller, ControllerPre};
 use super::metrics::PluginMetrics;
+use super::pool::Ledger;
 use super::state::PluginCtx;
+use super::throttle::WriteRate;
 
 /// How often the epoch advances: the granularity of deadlines, and how often a running plugin
 /// yields its tokio worker to other tasks. 10 ms.
@@ -30,7 +32,15 @@ pub const DEFAULT_KEEP_RESIDENT: usize = 256 << 10;
 pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1 << 30;
 
 /// Component instances alive at once across all plugins (each reconcile in flight holds one).
+/// Each plugin version reserves its share of them at load (`pool.rs`). 1000: about 60 plugins at
+/// [`DEFAULT_MAX_CONCURRENT_CAP`] (58 with a map call each) before the pool refuses another.
 pub const DEFAULT_POOL_INSTANCES: u32 = 1000;
+
+/// Most concurrent reconciles any plugin gets, whatever its `describe()` or config asks; a
+/// larger value is clamped with a warning. Protects the host's tasks and the instance pool from
+/// a plugin asking for `u32::MAX`. 16: issue 15's default; controller-runtime's default is 1,
+/// and 16 workers keep a plugin whose reconciles wait on the API server busy.
+pub const DEFAULT_MAX_CONCURRENT_CAP: u32 = 16;
 
 /// Errors building the engine.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +68,8 @@ pub struct RuntimeConfig {
     keep_resident: usize,
     pagemap_scan: bool,
     metrics: Option<PluginMetrics>,
+    max_concurrent_cap: u32,
+    write_rate: WriteRate,
 }
 
 impl Default for RuntimeConfig {
@@ -69,6 +81,8 @@ impl Default for RuntimeConfig {
             keep_resident: DEFAULT_KEEP_RESIDENT,
             pagemap_scan: true,
             metrics: None,
+            max_concurrent_cap: DEFAULT_MAX_CONCURRENT_CAP,
+            write_rate: WriteRate::default(),
         }
     }
 }
@@ -89,7 +103,7 @@ impl RuntimeConfig {
         self
     }
 
-    /// How many plugin instances may be alive at once.
+    /// How many plugin instances may be alive at once; plugin versions reserve shares of them.
     #[must_use]
     pub fn pool_instances(mut self, n: u32) -> Self {
         self.pool_instances = n;
@@ -109,6 +123,21 @@ impl RuntimeConfig {
     #[must_use]
     pub fn pagemap_scan(mut self, enable: bool) -> Self {
         self.pagemap_scan = enable;
+        self
+    }
+
+    /// The most concurrent reconciles a plugin gets (see [`DEFAULT_MAX_CONCURRENT_CAP`]).
+    #[must_use]
+    pub fn max_concurrent_cap(mut self, cap: u32) -> Self {
+        self.max_concurrent_cap = cap.max(1);
+        self
+    }
+
+    /// The write rate of plugins whose `limits` do not set one (see
+    /// [`DEFAULT_WRITE_QPS`](super::throttle::DEFAULT_WRITE_QPS)).
+    #[must_use]
+    pub fn write_rate(mut self, rate: WriteRate) -> Self {
+        self.write_rate = rate;
         self
     }
 
@@ -133,6 +162,9 @@ pub struct Runtime {
     /// which takes 20-30 s for a Python or JavaScript component even with the disk cache off.
     compiled: Arc<parking_lot::Mutex<HashMap<String, Weak<ControllerPre<PluginCtx>>>>>,
     compiled_reused: Arc<AtomicUsize>,
+    pub(crate) pool: Ledger,
+    pub(crate) max_concurrent_cap: u32,
+    pub(crate) write_rate: WriteRate,
 }
 
 impl Runtime {
@@ -209,6 +241,15 @@ impl Runtime {
     /// Loads that reused a component compiled in this process instead of compiling it again.
     pub fn compiled_reused(&self) -> usize {
         self.compiled_reused.load(Ordering::Relaxed)
+            pool: Ledger::new(config.pool_instances),
+            max_concurrent_cap: config.max_concurrent_cap,
+            write_rate: config.write_rate,
+        })
+    }
+
+    /// Instance-pool slots reserved by the loaded plugin versions.
+    pub fn pool_reserved(&self) -> u32 {
+        self.pool.reserved()
     }
 
     /// Compiles (or fetches from the compile cache) a component. CPU-bound: call it off the

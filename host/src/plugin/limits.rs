@@ -37,6 +37,14 @@ pub const DEFAULT_HOST_CALLS: u32 = 10_000;
 /// componentize-py or componentize-js; see BENCHMARKS.md). 0.
 pub const DEFAULT_REUSE_INSTANCES: u32 = 0;
 
+/// Bytes of stdout and stderr one call may write; past it the rest of the call's output is
+/// dropped (and counted in `kubewasm_plugin_output_dropped_bytes_total`). Protects the host's log
+/// pipeline, as the host-call budget does for `log`. Dropped rather than trapped: output is a
+/// debugging aid, so too much of it should not fail a reconcile, the way a log pipeline drops
+/// lines over its rate (journald's `RateLimitBurst`). 64 KiB: a few hundred lines of println
+/// debugging per call.
+pub const DEFAULT_OUTPUT_BYTES: u64 = 64 << 10;
+
 /// Per-plugin limits; every field has a named default above. Config field names are camelCase.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -59,6 +67,16 @@ pub struct Limits {
     /// instance is also replaced after any error, trap or limit hit, so state a failing call
     /// left behind never reaches the next key.
     pub reuse_instances: u32,
+    /// Bytes of stdout and stderr per call; the rest is dropped.
+    pub output_bytes: u64,
+    /// Writes per second (apply, patch, create, delete, status, events), a token bucket; 0: no
+    /// limit. Default: the host's `--plugin-write-qps` (200).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_qps: Option<u32>,
+    /// Writes the bucket holds (a burst after a quiet spell). Default: the host's
+    /// `--plugin-write-burst` (400).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_burst: Option<u32>,
 }
 
 impl Default for Limits {
@@ -72,6 +90,9 @@ impl Default for Limits {
             table_elements: DEFAULT_TABLE_ELEMENTS,
             host_calls: DEFAULT_HOST_CALLS,
             reuse_instances: DEFAULT_REUSE_INSTANCES,
+            output_bytes: DEFAULT_OUTPUT_BYTES,
+            write_qps: None,
+            write_burst: None,
         }
     }
 }
@@ -100,6 +121,21 @@ impl Limits {
     #[must_use]
     pub fn with_host_calls(mut self, calls: u32) -> Self {
         self.host_calls = calls;
+        self
+    }
+
+    /// Sets the stdout and stderr bytes per call.
+    #[must_use]
+    pub fn with_output_bytes(mut self, bytes: u64) -> Self {
+        self.output_bytes = bytes;
+        self
+    }
+
+    /// Sets the write rate: `qps` writes a second, `burst` at once.
+    #[must_use]
+    pub fn with_write_rate(mut self, qps: u32, burst: u32) -> Self {
+        self.write_qps = Some(qps);
+        self.write_burst = Some(burst);
         self
     }
 
@@ -203,5 +239,8 @@ mod tests {
         assert!(serde_json::from_str::<Limits>(r#"{"deadline": 1}"#).is_err(), "unknown fields are rejected");
         let reuse: Limits = serde_json::from_str(r#"{"reuseInstances": 100}"#).unwrap();
         assert_eq!((reuse.reuse_instances, Limits::default().reuse_instances), (100, 0));
+        let fair: Limits = serde_json::from_str(r#"{"writeQps": 50, "writeBurst": 5, "outputBytes": 10}"#).unwrap();
+        assert_eq!((fair.write_qps, fair.write_burst, fair.output_bytes), (Some(50), Some(5), 10));
+        assert_eq!(Limits::default().write_qps, None, "unset: the host's default applies");
     }
 }

@@ -10,8 +10,10 @@ use super::dispatch::{self, CallFailed};
 use super::engine::Runtime;
 use super::grants::{Grants, NotGranted};
 use super::host::{ApiWriter, CacheReader};
+use super::pool::{self, PoolFull};
 use super::registration::{InvalidRegistration, Registration};
 use super::state::PluginShared;
+use super::throttle::{WriteLimiter, WriteRate};
 
 /// The world every plugin must implement.
 pub const WORLD: &str = "kubewasm:controller/controller@0.1.0";
@@ -50,6 +52,9 @@ pub enum LoadError {
         /// The engine's maximum.
         max: u64,
     },
+    /// Its share of the instance pool does not fit beside the loaded versions' shares.
+    #[error(transparent)]
+    PoolFull(#[from] PoolFull),
 }
 
 impl LoadError {
@@ -64,6 +69,7 @@ impl LoadError {
             LoadError::Registration(_) => "registration",
             LoadError::NotGranted(_) => "not_granted",
             LoadError::MemoryAboveMax { .. } => "limits",
+            LoadError::PoolFull(_) => "pool_full",
         }
     }
 }
@@ -138,7 +144,13 @@ impl Runtime {
                 pre
             }
         };
+        let weight = pool::weight(pre.instance_pre().component());
 
+        let rate = WriteRate {
+            qps: config.limits.write_qps.unwrap_or(self.write_rate.qps),
+            burst: config.limits.write_burst.unwrap_or(self.write_rate.burst),
+        };
+        let write_limiter = Arc::new(WriteLimiter::new(rate));
         let shared = |grants| {
             Arc::new(PluginShared {
                 name: name.into(),
@@ -148,6 +160,7 @@ impl Runtime {
                 settings: config.settings_json(),
                 cache: cache.clone(),
                 writer: writer.clone(),
+                write_limiter: write_limiter.clone(),
                 metrics: self.metrics.clone(),
             })
         };
@@ -161,15 +174,38 @@ impl Runtime {
             max_concurrent: 1,
             revision: 0,
             idle: Default::default(),
+            // One instance for describe(); grown to the plugin's concurrency below.
+            share: self.pool.reserve(name, weight, 1)?,
         };
         let registration = dispatch::describe(&plugin).await.map_err(LoadError::Describe)?;
         registration.validate()?;
         let grants = Grants::resolve(&registration, &config.grants)?;
-        plugin.max_concurrent = config.max_concurrent.or(registration.max_concurrent).unwrap_or(1).max(1);
+        plugin.max_concurrent = self.clamp_max_concurrent(name, config.max_concurrent.or(registration.max_concurrent));
+        // Every worker's reconcile, plus the mapper's one map call at a time.
+        let maps = u32::from(!registration.watches.is_empty());
+        plugin.share.grow_to(plugin.max_concurrent + maps)?;
         plugin.registration = registration;
         plugin.shared = shared(grants);
         tracing::info!(plugin = name, sha256 = %plugin.sha256, for_kind = %super::grants::KindRef::of(&plugin.registration.for_kind), "plugin loaded");
         Ok(plugin)
+    }
+}
+
+impl Runtime {
+    /// The plugin's concurrency (operator setting, else the plugin's, else 1), clamped to the
+    /// host's cap with a warning that names both numbers.
+    fn clamp_max_concurrent(&self, name: &str, asked: Option<u32>) -> u32 {
+        let asked = asked.unwrap_or(1).max(1);
+        let cap = self.max_concurrent_cap;
+        if asked > cap {
+            tracing::warn!(
+                plugin = name,
+                asked,
+                cap,
+                "max-concurrent above the host's cap (--max-concurrent-cap); clamped to the cap"
+            );
+        }
+        asked.min(cap)
     }
 }
 
@@ -183,5 +219,13 @@ mod tests {
         assert!(matches!(check_header(b""), Err(LoadError::NotWasm)));
         assert!(matches!(check_header(b"\0asm\x01\0\0\0"), Err(LoadError::CoreModule)));
         assert!(check_header(b"\0asm\x0d\0\x01\0").is_ok());
+    }
+
+    #[test]
+    fn max_concurrent_is_clamped_to_the_hosts_cap() {
+        let runtime = Runtime::new(super::super::RuntimeConfig::default().max_concurrent_cap(16)).unwrap();
+        assert_eq!(runtime.clamp_max_concurrent("greedy", Some(u32::MAX)), 16);
+        assert_eq!(runtime.clamp_max_concurrent("modest", Some(4)), 4);
+        assert_eq!(runtime.clamp_max_concurrent("quiet", None), 1);
     }
 }

@@ -1,4 +1,5 @@
-//! `kubewasm_plugin_*` metrics: loads, load errors, limit hits and host calls.
+//! `kubewasm_plugin_*` metrics: loads, load errors, limit hits, host calls, throttled writes and
+//! dropped output.
 
 use std::sync::Arc;
 
@@ -20,6 +21,8 @@ struct Inner {
     load_errors: IntCounterVec,
     limit_hits: IntCounterVec,
     host_calls: IntCounterVec,
+    writes_throttled: IntCounterVec,
+    output_dropped: IntCounterVec,
 }
 
 impl PluginMetrics {
@@ -47,6 +50,16 @@ impl PluginMetrics {
                 "Host calls made by plugins, by function and result.",
                 &["plugin", "function", "result"],
             )?,
+            writes_throttled: counter(
+                "kubewasm_plugin_writes_throttled_total",
+                "Plugin writes held by the plugin's write rate limit: delayed for a token, or refused because none came before the deadline.",
+                &["plugin", "outcome"],
+            )?,
+            output_dropped: counter(
+                "kubewasm_plugin_output_dropped_bytes_total",
+                "Bytes of plugin stdout/stderr dropped past limits.outputBytes.",
+                &["plugin", "stream"],
+            )?,
         }))))
     }
 
@@ -71,6 +84,18 @@ impl PluginMetrics {
     pub(crate) fn host_call(&self, plugin: &str, function: &'static str, result: &'static str) {
         if let Some(m) = &self.0 {
             m.host_calls.with_label_values(&[plugin, function, result]).inc();
+        }
+    }
+
+    pub(crate) fn write_throttled(&self, plugin: &str, outcome: &'static str) {
+        if let Some(m) = &self.0 {
+            m.writes_throttled.with_label_values(&[plugin, outcome]).inc();
+        }
+    }
+
+    pub(crate) fn output_dropped(&self, plugin: &str, stream: &'static str, bytes: u64) {
+        if let Some(m) = &self.0 {
+            m.output_dropped.with_label_values(&[plugin, stream]).inc_by(bytes);
         }
     }
 }

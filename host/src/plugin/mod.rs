@@ -16,8 +16,10 @@ pub mod host;
 pub mod limits;
 mod loader;
 pub mod metrics;
+pub mod pool;
 pub mod registration;
 mod state;
+pub mod throttle;
 
 pub use config::PluginConfig;
 pub use dispatch::{Action, CallFailed, ObjectKey};
@@ -49,6 +51,8 @@ pub struct Plugin {
     revision: u64,
     /// Instances kept for reuse (`limits.reuseInstances`); at most one per concurrent call.
     idle: parking_lot::Mutex<Vec<dispatch::Idle>>,
+    /// This version's share of the instance pool; every instance holds one of its permits.
+    share: pool::Share,
 }
 
 impl Plugin {

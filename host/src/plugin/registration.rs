@@ -93,6 +93,12 @@ impl Registration {
                 return Err(e);
             }
         }
+        if self.indexes.len() > MAX_INDEXES {
+            return Err(InvalidRegistration(format!(
+                "{} custom indexes; a plugin may register at most {MAX_INDEXES}",
+                self.indexes.len()
+            )));
+        }
         for index in &self.indexes {
             if index.name.is_empty() || matches!(index.name.as_str(), "namespace" | "label" | "controller-owner") {
                 return Err(InvalidRegistration(format!("index name `{}` is empty or built in", index.name)));
@@ -113,6 +119,13 @@ impl Registration {
         Ok(())
     }
 }
+
+/// Custom indexes one plugin may register. Protects the informers other plugins share: each
+/// index computes its values from every object of its kind under the store's write lock, on
+/// every event, so a plugin with hundreds of indexes slows every plugin watching that kind. 8:
+/// the example plugins use at most one; client-go has no cap, but its indexers belong to one
+/// controller.
+pub const MAX_INDEXES: usize = 8;
 
 /// Index functions built into the host that plugins can name in `index-source.builtin`.
 pub const BUILTIN_INDEXES: &[&str] = &["pod-template-configmaps"];
@@ -161,6 +174,22 @@ mod tests {
         });
         let err = reg.validate().unwrap_err();
         assert!(err.0.contains("unknown built-in `nope`"), "{err}");
+    }
+
+    #[test]
+    fn a_registration_with_more_indexes_than_the_cap_is_invalid_and_says_the_cap() {
+        let kind = GroupVersionKind::gvk("", "v1", "ConfigMap");
+        let index = |i: usize| IndexSpec {
+            kind: kind.clone(),
+            name: format!("i{i}"),
+            source: IndexSource::Field("data.k".into()),
+        };
+        let mut reg = Registration::new(kind.clone());
+        reg.indexes = (0..MAX_INDEXES).map(index).collect();
+        assert!(reg.validate().is_ok(), "the cap itself is allowed");
+        reg.indexes.push(index(MAX_INDEXES));
+        let err = reg.validate().unwrap_err();
+        assert!(err.0.contains(&format!("at most {MAX_INDEXES}")), "{err}");
     }
 
     #[test]

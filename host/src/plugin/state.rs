@@ -4,6 +4,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -14,9 +15,10 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::grants::Grants;
-use super::host::{ApiWriter, CacheReader};
+use super::host::{ApiWriter, CacheReader, CallError};
 use super::limits::{LimitHit, Limiter, Limits};
 use super::metrics::PluginMetrics;
+use super::throttle::WriteLimiter;
 
 /// What every reconcile of one plugin version shares.
 pub(crate) struct PluginShared {
@@ -29,6 +31,8 @@ pub(crate) struct PluginShared {
     pub(crate) settings: Vec<u8>,
     pub(crate) cache: Arc<dyn CacheReader>,
     pub(crate) writer: Arc<dyn ApiWriter>,
+    /// The plugin's write token bucket (`limits.writeQps`).
+    pub(crate) write_limiter: Arc<WriteLimiter>,
     pub(crate) metrics: PluginMetrics,
 }
 
@@ -41,14 +45,29 @@ pub struct PluginCtx {
     calls_left: u32,
     /// Calls refused by the grants during this call, for the `AccessDenied` event.
     pub(crate) denied: Vec<String>,
+    /// When the current call's deadline passes (set with the epoch deadline).
+    pub(crate) until: tokio::time::Instant,
+    output: Arc<OutputBudget>,
 }
 
 impl PluginCtx {
     pub(crate) fn new(shared: Arc<PluginShared>) -> Self {
-        // Deny by default: no preopens, sockets, env or args; stdin is empty; output is logged.
+        let output = Arc::new(OutputBudget::new(shared.limits.output_bytes));
+        let log = |stream| GuestLog {
+            plugin: shared.name.clone(),
+            stream,
+            budget: output.clone(),
+            metrics: shared.metrics.clone(),
+        };
+        // Deny by default: no preopens, env or args; stdin is empty; output is logged within a
+        // budget. No sockets: wasmtime-wasi 48 leaves TCP, UDP and name lookup off unless
+        // allowed, and this says so explicitly, so a change of its defaults cannot open them.
         let wasi = WasiCtx::builder()
-            .stdout(GuestLog { plugin: shared.name.clone(), stream: "stdout" })
-            .stderr(GuestLog { plugin: shared.name.clone(), stream: "stderr" })
+            .stdout(log("stdout"))
+            .stderr(log("stderr"))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
             .build();
         Self {
             wasi,
@@ -56,16 +75,37 @@ impl PluginCtx {
             limiter: Limiter::new(shared.limits.clone()),
             calls_left: shared.limits.host_calls,
             denied: Vec::new(),
+            until: tokio::time::Instant::now() + shared.limits.deadline(),
+            output,
             shared,
         }
     }
 
-    /// Readies a reused instance's state for another call: a full host-call budget, no refused
-    /// calls and no limit hit carried over.
+    /// Readies a reused instance's state for another call: a full host-call budget and output
+    /// budget, no refused calls and no limit hit carried over.
     pub(crate) fn begin_call(&mut self) {
         self.calls_left = self.shared.limits.host_calls;
         self.denied.clear();
         self.limiter.hit = None;
+        self.output.reset(self.shared.limits.output_bytes);
+    }
+
+    /// Waits for a token of the plugin's write rate limit; every write call takes one, refused
+    /// or not (like the host-call budget). Fails with `unavailable` if no token comes before
+    /// the call's deadline, so a plugin over its rate costs only its own reconciles.
+    pub(crate) async fn throttle_write(&mut self) -> Result<(), CallError> {
+        match self.shared.write_limiter.acquire(self.until).await {
+            Ok(waited) => {
+                if !waited.is_zero() {
+                    self.shared.metrics.write_throttled(&self.shared.name, "delayed");
+                }
+                Ok(())
+            }
+            Err(throttled) => {
+                self.shared.metrics.write_throttled(&self.shared.name, "refused");
+                Err(CallError::Unavailable(throttled.to_string()))
+            }
+        }
     }
 
     /// Charges one host call to the budget; past it, the call traps with [`LimitHit::HostCalls`].
@@ -94,11 +134,40 @@ impl WasiView for PluginCtx {
 /// Longest guest output line kept; longer lines are cut. Protects the host's log pipeline.
 pub const MAX_LOG_LINE: usize = 4096;
 
+/// Bytes of stdout and stderr left to the current call (`limits.outputBytes`), shared by both
+/// streams.
+#[derive(Debug)]
+struct OutputBudget {
+    left: AtomicU64,
+    /// Whether this call's dropping has been logged.
+    warned: AtomicBool,
+}
+
+impl OutputBudget {
+    fn new(bytes: u64) -> Self {
+        Self { left: AtomicU64::new(bytes), warned: AtomicBool::new(false) }
+    }
+
+    fn reset(&self, bytes: u64) {
+        self.left.store(bytes, Ordering::Relaxed);
+        self.warned.store(false, Ordering::Relaxed);
+    }
+
+    /// Takes up to `n` bytes of the budget; returns how many it got.
+    fn take(&self, n: usize) -> usize {
+        let n = n as u64;
+        let before = self.left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| Some(left.saturating_sub(n)));
+        before.unwrap_or(0).min(n) as usize
+    }
+}
+
 /// A guest's stdout or stderr, written line by line to `tracing` under the plugin's name.
 #[derive(Clone)]
 struct GuestLog {
     plugin: Arc<str>,
     stream: &'static str,
+    budget: Arc<OutputBudget>,
+    metrics: PluginMetrics,
 }
 
 impl IsTerminal for GuestLog {
@@ -128,7 +197,20 @@ impl LineWriter {
         Self { target, line: Vec::new() }
     }
 
-    fn push(&mut self, mut bytes: &[u8]) {
+    /// Takes `bytes` within the call's output budget; the rest is dropped and counted.
+    fn push(&mut self, bytes: &[u8]) {
+        let kept = self.target.budget.take(bytes.len());
+        if kept < bytes.len() {
+            let target = &self.target;
+            target.metrics.output_dropped(&target.plugin, target.stream, (bytes.len() - kept) as u64);
+            if !target.budget.warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(target: "kubewasm::plugin::output", plugin = %target.plugin, stream = target.stream, "the plugin wrote more than its limits.outputBytes to stdout/stderr in one call; the rest of this call's output is dropped");
+            }
+        }
+        self.push_lines(&bytes[..kept]);
+    }
+
+    fn push_lines(&mut self, mut bytes: &[u8]) {
         while let Some(i) = bytes.iter().position(|b| *b == b'\n') {
             self.extend(&bytes[..i]);
             self.emit();
@@ -192,5 +274,37 @@ impl AsyncWrite for LineWriter {
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.get_mut().emit();
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dropped(registry: &prometheus::Registry, stream: &str) -> u64 {
+        let families = registry.gather();
+        let family = families.iter().find(|f| f.name() == "kubewasm_plugin_output_dropped_bytes_total");
+        family
+            .into_iter()
+            .flat_map(|f| f.get_metric())
+            .find(|m| m.get_label().iter().any(|l| l.name() == "stream" && l.value() == stream))
+            .map_or(0, |m| m.get_counter().get_value() as u64)
+    }
+
+    #[test]
+    fn output_past_the_calls_budget_is_dropped_and_counted_per_stream() {
+        let registry = prometheus::Registry::new();
+        let metrics = PluginMetrics::register(&registry).unwrap();
+        let budget = Arc::new(OutputBudget::new(150));
+        let log = GuestLog { plugin: "loud".into(), stream: "stdout", budget: budget.clone(), metrics };
+        let mut stdout = LineWriter::new(log.clone());
+        let mut stderr = LineWriter::new(GuestLog { stream: "stderr", ..log });
+        stdout.push(&[b'x'; 100]);
+        stderr.push(&[b'y'; 100]);
+        stdout.push(&[b'z'; 10]);
+        assert_eq!((stdout.line.len(), stderr.line.len()), (100, 50), "both streams share one budget");
+        assert_eq!((dropped(&registry, "stdout"), dropped(&registry, "stderr")), (10, 50));
+        budget.reset(150);
+        assert_eq!(budget.take(200), 150, "the next call has a full budget");
     }
 }

@@ -35,6 +35,9 @@ impl PluginCtx {
 impl client::Host for PluginCtx {
     async fn apply(&mut self, object: Vec<u8>, force: bool) -> CallResult<Vec<u8>> {
         self.charge()?;
+        if let Err(e) = self.throttle_write().await {
+            return Ok(self.finish("client.apply", Err(e)));
+        }
         let result = match self.writable_object(&object, false) {
             Ok(o) => self.shared.writer.apply(&self.shared.manager, &o, force).await,
             Err(e) => Err(e),
@@ -44,6 +47,9 @@ impl client::Host for PluginCtx {
 
     async fn apply_status(&mut self, object: Vec<u8>) -> CallResult<Vec<u8>> {
         self.charge()?;
+        if let Err(e) = self.throttle_write().await {
+            return Ok(self.finish("client.apply-status", Err(e)));
+        }
         let result = match self.writable_object(&object, true) {
             Ok(o) => self.shared.writer.apply_status(&self.shared.manager, &o).await,
             Err(e) => Err(e),
@@ -60,6 +66,9 @@ impl client::Host for PluginCtx {
         body: Vec<u8>,
     ) -> CallResult<Vec<u8>> {
         self.charge()?;
+        if let Err(e) = self.throttle_write().await {
+            return Ok(self.finish("client.patch", Err(e)));
+        }
         let target = ObjectRef { kind: kind.into(), namespace, name };
         let parsed = serde_json::from_slice(&body)
             .map_err(|e| CallError::Invalid(format!("patch body is not valid JSON: {e}")))
@@ -77,6 +86,9 @@ impl client::Host for PluginCtx {
 
     async fn create(&mut self, object: Vec<u8>) -> CallResult<Vec<u8>> {
         self.charge()?;
+        if let Err(e) = self.throttle_write().await {
+            return Ok(self.finish("client.create", Err(e)));
+        }
         let result = match self.writable_object(&object, false) {
             Ok(o) => self.shared.writer.create(&self.shared.manager, &o).await,
             Err(e) => Err(e),
@@ -86,6 +98,9 @@ impl client::Host for PluginCtx {
 
     async fn delete(&mut self, kind: types::Gvk, namespace: Option<String>, name: String) -> CallResult<()> {
         self.charge()?;
+        if let Err(e) = self.throttle_write().await {
+            return Ok(self.finish("client.delete", Err(e)));
+        }
         let target = ObjectRef { kind: kind.into(), namespace, name };
         let result = match self.check_write(&target.kind, false) {
             Ok(()) => self.shared.writer.delete(&target).await,

@@ -24,6 +24,9 @@ impl events::Host for PluginCtx {
         note: String,
     ) -> wasmtime::Result<Result<(), types::Error>> {
         self.charge()?;
+        if let Err(e) = self.throttle_write().await {
+            return Ok(self.finish("events.publish", Err(e)));
+        }
         let regarding =
             ObjectRef { kind: regarding.kind.into(), namespace: regarding.key.namespace, name: regarding.key.name };
         let valid = if reason.is_empty() || reason.len() > MAX_REASON {

@@ -1,0 +1,138 @@
+//! Per-plugin client-side write rate limit: a token bucket (`governor`'s GCRA) in front of every
+//! write a plugin makes (apply, patch, create, delete, status, events).
+//!
+//! The API server shares its priority-and-fairness seats among all of the host's requests (one
+//! ServiceAccount, one flow); without a per-plugin limit one plugin in a tight write loop spends
+//! the whole share and every other plugin's writes queue behind it.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use tokio::time::Instant;
+
+/// Writes per second each plugin may make unless its config says otherwise. 200/s: ten times
+/// kube-controller-manager's client (`--kube-api-qps` 20, shared by all its controllers), since
+/// here each plugin is one controller; and above the ≈170 writes/s namespace-defaults makes
+/// while it converges 2,000 Namespaces (two applies and an Event each, BENCHMARKS.md), so a
+/// plugin doing ordinary work is not slowed, while a write loop (thousands/s against a local API
+/// server) is. client-go's own 5/s with burst 10 would stretch that converge from half a minute to twenty.
+pub const DEFAULT_WRITE_QPS: u32 = 200;
+
+/// Writes a plugin may make at once after being idle, before the rate applies. 400: two
+/// seconds at [`DEFAULT_WRITE_QPS`], the same burst-to-rate ratio as client-go (10 for 5/s).
+pub const DEFAULT_WRITE_BURST: u32 = 400;
+
+/// A plugin's write rate: `qps` tokens a second, at most `burst` saved up. `qps` 0 is no limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteRate {
+    /// Writes per second; 0: unlimited.
+    pub qps: u32,
+    /// Most writes at once.
+    pub burst: u32,
+}
+
+impl Default for WriteRate {
+    fn default() -> Self {
+        Self { qps: DEFAULT_WRITE_QPS, burst: DEFAULT_WRITE_BURST }
+    }
+}
+
+/// governor's clock on tokio's time, so waits follow tokio's (virtual, in tests) clock.
+#[derive(Clone, Debug)]
+struct TokioClock(Instant);
+
+impl Clock for TokioClock {
+    type Instant = Duration;
+
+    fn now(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
+type Bucket = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Duration>>;
+
+/// One plugin version's write bucket.
+#[derive(Debug)]
+pub(crate) struct WriteLimiter {
+    rate: WriteRate,
+    bucket: Option<Bucket>,
+    clock: TokioClock,
+}
+
+/// No token could be had before the call's deadline.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "client-side write rate limit: {qps} writes/s (burst {burst}) leaves no write before the reconcile deadline; the plugin writes faster than its limits.writeQps"
+)]
+pub(crate) struct Throttled {
+    qps: u32,
+    burst: u32,
+}
+
+impl WriteLimiter {
+    pub(crate) fn new(rate: WriteRate) -> Self {
+        let clock = TokioClock(Instant::now());
+        let bucket = NonZeroU32::new(rate.qps).map(|qps| {
+            let burst = NonZeroU32::new(rate.burst).unwrap_or(NonZeroU32::MIN);
+            RateLimiter::direct_with_clock(Quota::per_second(qps).allow_burst(burst), clock.clone())
+        });
+        Self { rate, bucket, clock }
+    }
+
+    /// Takes a token, waiting for one if none is left. Fails at once (as client-go's limiter
+    /// does against a context deadline) if the next token comes only after `until`, and after
+    /// waiting if other calls of the plugin took the tokens until then. Returns how long it
+    /// slept for tokens.
+    pub(crate) async fn acquire(&self, until: Instant) -> Result<Duration, Throttled> {
+        let Some(bucket) = &self.bucket else { return Ok(Duration::ZERO) };
+        let mut waited = Duration::ZERO;
+        loop {
+            let Err(not_until) = bucket.check() else { return Ok(waited) };
+            let wait = not_until.wait_time_from(self.clock.now());
+            if Instant::now() + wait > until {
+                return Err(Throttled { qps: self.rate.qps, burst: self.rate.burst });
+            }
+            tokio::time::sleep(wait).await;
+            waited += wait;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_past_the_burst_wait_for_the_rate() {
+        let limiter = WriteLimiter::new(WriteRate { qps: 10, burst: 2 });
+        let far = Instant::now() + Duration::from_secs(60);
+        assert_eq!(limiter.acquire(far).await, Ok(Duration::ZERO));
+        assert_eq!(limiter.acquire(far).await, Ok(Duration::ZERO));
+        assert_eq!(limiter.acquire(far).await, Ok(Duration::from_millis(100)), "the third waits one tick of 10/s");
+        assert_eq!(limiter.acquire(far).await, Ok(Duration::from_millis(100)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_whose_token_comes_after_the_deadline_fails_at_once() {
+        let limiter = WriteLimiter::new(WriteRate { qps: 1, burst: 1 });
+        let soon = Instant::now() + Duration::from_millis(500);
+        limiter.acquire(soon).await.unwrap();
+        let started = Instant::now();
+        let err = limiter.acquire(soon).await.unwrap_err();
+        assert_eq!(started.elapsed(), Duration::ZERO, "it did not sleep into the deadline");
+        assert!(err.to_string().contains("1 writes/s (burst 1)"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_of_zero_is_no_limit() {
+        let limiter = WriteLimiter::new(WriteRate { qps: 0, burst: 0 });
+        let now = Instant::now();
+        for _ in 0..10_000 {
+            assert_eq!(limiter.acquire(now).await, Ok(Duration::ZERO));
+        }
+    }
+}
