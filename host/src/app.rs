@@ -19,6 +19,7 @@ pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::informer::SharedInformerFactory;
 use crate::leader::{self, LeaderGate};
 use crate::plugin::metrics::PluginMetrics;
+use crate::plugin::protected::Protected;
 use crate::plugin::{Runtime, RuntimeConfig};
 use crate::queue::QueueMetrics;
 use crate::writer::KubeWriter;
@@ -43,6 +44,7 @@ pub struct App {
     manager: Manager,
     registry: Registry,
     client: Client,
+    protected: Protected,
 }
 
 impl App {
@@ -60,7 +62,8 @@ impl App {
     ) -> anyhow::Result<Self> {
         let registry = Registry::new();
         let plugin_metrics = PluginMetrics::register(&registry)?;
-        let mut runtime_config = RuntimeConfig::default().metrics(plugin_metrics);
+        let protected = Protected::default();
+        let mut runtime_config = RuntimeConfig::default().metrics(plugin_metrics).protected(protected.clone());
         if let Some(dir) = compile_cache {
             runtime_config = runtime_config.cache_dir(dir);
         }
@@ -76,7 +79,7 @@ impl App {
         let writer = Arc::new(KubeWriter::new(client.clone()));
         let manager =
             Manager::new(ctx, Runtime::new(runtime_config)?, writer, options, HotloadMetrics::register(&registry)?);
-        Ok(Self { manager, registry, client })
+        Ok(Self { manager, registry, client, protected })
     }
 
     /// The metrics registry (served on /metrics).
@@ -87,6 +90,12 @@ impl App {
     /// Readiness checks (served on /readyz).
     pub fn readiness(&self) -> &Readiness {
         &self.manager.context().readiness
+    }
+
+    /// Host objects no plugin may write, whatever its grants; rules added here apply to every
+    /// plugin at once.
+    pub fn protected(&self) -> &Protected {
+        &self.protected
     }
 
     /// The plugins.
@@ -116,8 +125,10 @@ impl App {
         DirectorySource::new(dir, self.manager.clone())
     }
 
-    /// A source for WasmPlugin objects whose modules live in `module_namespace`.
+    /// A source for WasmPlugin objects whose modules live in `module_namespace`, which becomes
+    /// protected from plugin writes.
     pub fn wasm_plugin_source(&self, module_namespace: &str) -> WasmPluginSource {
+        self.protected.module_namespace(module_namespace);
         WasmPluginSource::new(self.manager.clone(), self.client.clone(), module_namespace)
     }
 
@@ -136,6 +147,10 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         ..Options::default()
     };
     let mut app = App::with_options(client.clone(), args.compile_cache.as_deref(), args.max_retries, options)?;
+    if args.leader_elect {
+        let namespace = args.leader_election_namespace.clone().unwrap_or_else(leader::default_namespace);
+        app.protected().lease(&namespace, &args.leader_election_id);
+    }
     let mut election = leader::election(&args, client, app.registry())?;
     if let Some(election) = &election {
         app.set_leader_gate(election.gate());

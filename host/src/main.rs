@@ -49,7 +49,12 @@ async fn check(args: CheckArgs) -> anyhow::Result<()> {
     println!("owns:           {:?}", reg.owns);
     println!("watches:        {:?}", reg.watches.iter().map(|w| &w.kind).collect::<Vec<_>>());
     println!("reads:          {}", plugin.grants().readable().map(ToString::to_string).collect::<Vec<_>>().join(", "));
-    println!("writes:         {}", plugin.grants().writable().map(ToString::to_string).collect::<Vec<_>>().join(", "));
+    let join = |kinds: Vec<String>| kinds.join(", ");
+    println!("writes:         {}", join(plugin.grants().writable().map(ToString::to_string).collect()));
+    println!(
+        "writes where it controls the object: {}",
+        join(plugin.grants().writable_controlled().map(ToString::to_string).collect())
+    );
     println!("max-concurrent: {}", plugin.max_concurrent());
     Ok(())
 }

@@ -10,6 +10,7 @@ use wasmtime::{Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationSt
 
 use super::bindings::Controller;
 use super::metrics::PluginMetrics;
+use super::protected::Protected;
 use super::state::PluginCtx;
 
 /// How often the epoch advances: the granularity of deadlines, and how often a running plugin
@@ -56,6 +57,7 @@ pub struct RuntimeConfig {
     keep_resident: usize,
     pagemap_scan: bool,
     metrics: Option<PluginMetrics>,
+    protected: Protected,
 }
 
 impl Default for RuntimeConfig {
@@ -67,6 +69,7 @@ impl Default for RuntimeConfig {
             keep_resident: DEFAULT_KEEP_RESIDENT,
             pagemap_scan: true,
             metrics: None,
+            protected: Protected::default(),
         }
     }
 }
@@ -110,6 +113,14 @@ impl RuntimeConfig {
         self
     }
 
+    /// Host objects no plugin may write (default: WasmPlugins; the host adds its module
+    /// namespace and Lease to the same set).
+    #[must_use]
+    pub fn protected(mut self, protected: Protected) -> Self {
+        self.protected = protected;
+        self
+    }
+
     /// Record plugin metrics here.
     #[must_use]
     pub fn metrics(mut self, metrics: PluginMetrics) -> Self {
@@ -126,6 +137,7 @@ pub struct Runtime {
     cache: Option<Cache>,
     pub(crate) metrics: PluginMetrics,
     pub(crate) max_memory_bytes: u64,
+    pub(crate) protected: Protected,
 }
 
 impl Runtime {
@@ -178,6 +190,7 @@ impl Runtime {
             cache,
             metrics: config.metrics.unwrap_or_default(),
             max_memory_bytes: config.max_memory_bytes,
+            protected: config.protected,
         })
     }
 

@@ -9,6 +9,7 @@
 
 pub mod bindings;
 pub mod config;
+pub mod control;
 mod dispatch;
 pub mod engine;
 pub mod grants;
@@ -16,6 +17,7 @@ pub mod host;
 pub mod limits;
 mod loader;
 pub mod metrics;
+pub mod protected;
 pub mod registration;
 mod state;
 
