@@ -116,6 +116,62 @@ pub enum WriteScope {
     Controlled,
 }
 
+/// A label selector over Namespaces, checked when the config is read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct NamespaceSelector(String);
+
+impl NamespaceSelector {
+    /// The parsed selector.
+    pub fn selector(&self) -> kube::core::Selector {
+        crate::informer::parse_label_selector(&self.0).expect("checked when parsed")
+    }
+}
+
+impl TryFrom<String> for NamespaceSelector {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        crate::informer::parse_label_selector(&s).map_err(|e| e.to_string())?;
+        Ok(Self(s))
+    }
+}
+
+impl From<NamespaceSelector> for String {
+    fn from(s: NamespaceSelector) -> String {
+        s.0
+    }
+}
+
+impl schemars::JsonSchema for NamespaceSelector {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NamespaceSelector".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A label selector over Namespaces, e.g. `team=a,tier!=prod`."
+        })
+    }
+}
+
+/// Namespaces a plugin is confined to: its cache shows, and its writes reach, only namespaced
+/// objects in them (and of Namespace objects, only them). A namespace is in scope when it is
+/// listed or its labels match the selector.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct NamespaceScope {
+    /// Namespaces by name.
+    pub names: BTreeSet<String>,
+    /// Namespaces whose labels match this selector.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selector: Option<NamespaceSelector>,
+}
+
 /// What the operator grants a plugin beyond the defaults.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -125,6 +181,9 @@ pub struct GrantConfig {
     /// Kinds the plugin may write anywhere: besides its owned kinds, and for owned kinds beyond
     /// the objects it controls.
     pub write: BTreeSet<KindRef>,
+    /// Confine the plugin's reads and writes to these namespaces; default: the whole cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<NamespaceScope>,
 }
 
 /// A registration asked for access the operator did not grant.
@@ -144,12 +203,17 @@ pub struct Grants {
     write_status: BTreeSet<KindRef>,
     /// The for kind: controller of the objects in `write_controlled`.
     for_kind: Option<GroupVersionKind>,
+    namespaces: Option<NamespaceScope>,
 }
 
 impl Grants {
     /// The effective access of `registration` under `config`, or which grants are missing.
     pub fn resolve(registration: &Registration, config: &GrantConfig) -> Result<Self, NotGranted> {
-        let mut grants = Grants { for_kind: Some(registration.for_kind.clone()), ..Grants::default() };
+        let mut grants = Grants {
+            for_kind: Some(registration.for_kind.clone()),
+            namespaces: config.namespaces.clone(),
+            ..Grants::default()
+        };
         let mut missing = Vec::new();
         let mut need =
             |set: &mut BTreeSet<KindRef>, kind: KindRef, by_default: bool, verb: &str, granted: &BTreeSet<KindRef>| {
@@ -215,6 +279,11 @@ impl Grants {
         self.for_kind.as_ref()
     }
 
+    /// The namespaces the plugin is confined to; `None`: the whole cluster.
+    pub fn namespaces(&self) -> Option<&NamespaceScope> {
+        self.namespaces.as_ref()
+    }
+
     /// Kinds readable, for RBAC generation and diagnostics.
     pub fn readable(&self) -> impl Iterator<Item = &KindRef> {
         self.read.iter()
@@ -269,7 +338,11 @@ mod tests {
         reg.writes.push(gvk("", "v1", "Service"));
         let err = Grants::resolve(&reg, &GrantConfig::default()).unwrap_err();
         assert_eq!(err.missing, vec!["read Pod".to_owned(), "write Service".to_owned()]);
-        let config = GrantConfig { read: ["Pod".parse().unwrap()].into(), write: ["Service".parse().unwrap()].into() };
+        let config = GrantConfig {
+            read: ["Pod".parse().unwrap()].into(),
+            write: ["Service".parse().unwrap()].into(),
+            ..Default::default()
+        };
         let grants = Grants::resolve(&reg, &config).unwrap();
         assert!(grants.can_read(&gvk("", "v1", "Pod")) && grants.can_write(&gvk("", "v1", "Service")));
     }
@@ -295,6 +368,18 @@ mod tests {
         let config = GrantConfig { read: ["Pod".parse().unwrap()].into(), ..Default::default() };
         let grants = Grants::resolve(&registration(), &config).unwrap();
         assert!(!grants.can_read(&gvk("", "v1", "Pod")));
+    }
+
+    #[test]
+    fn a_namespace_scope_parses_names_and_a_selector_and_rejects_a_bad_selector() {
+        let config: GrantConfig =
+            serde_yaml::from_str("namespaces: {names: [team-a], selector: 'team in (b,c)'}").unwrap();
+        let scope = Grants::resolve(&registration(), &config).unwrap().namespaces().cloned().unwrap();
+        assert_eq!(scope.names, ["team-a".to_owned()].into());
+        let labels = [("team".to_owned(), "b".to_owned())].into();
+        assert!(kube::core::SelectorExt::matches(&scope.selector.unwrap().selector(), &labels));
+        assert!(serde_yaml::from_str::<GrantConfig>("namespaces: {selector: 'a in'}").is_err());
+        assert!(serde_yaml::from_str::<GrantConfig>("namespaces: {name: [x]}").is_err(), "strict");
     }
 
     #[test]

@@ -32,6 +32,13 @@ impl PluginCtx {
         if let Some(why) = self.shared.protected.refuses(target) {
             return Some(why);
         }
+        let is_namespace = target.kind.group.is_empty() && target.kind.kind == "Namespace";
+        let namespace = target.namespace.as_deref().or(is_namespace.then_some(target.name.as_str()));
+        if let Some(ns) = namespace.filter(|ns| !self.shared.cache.in_scope(ns)) {
+            return Some(format!(
+                "namespace {ns} is outside the namespaces the plugin is confined to (grants.namespaces)"
+            ));
+        }
         let grants = &self.shared.grants;
         if status && grants.can_write_status(&target.kind) {
             return None;
