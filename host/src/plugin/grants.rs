@@ -181,7 +181,7 @@ pub struct GrantConfig {
     /// Kinds the plugin may write anywhere: besides its owned kinds, and for owned kinds beyond
     /// the objects it controls.
     pub write: BTreeSet<KindRef>,
-    /// Confine the plugin's reads and writes to these namespaces; default: the whole cluster.
+    /// Confine the plugin's reads and writes to these namespaces (unset: the whole cluster).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespaces: Option<NamespaceScope>,
 }
