@@ -20,6 +20,7 @@ use crate::informer::SharedInformerFactory;
 use crate::leader::{self, LeaderGate};
 use crate::plugin::metrics::PluginMetrics;
 use crate::plugin::throttle::WriteRate;
+use crate::plugin::protected::Protected;
 use crate::plugin::{Runtime, RuntimeConfig};
 use crate::queue::QueueMetrics;
 use crate::writer::KubeWriter;
@@ -44,6 +45,7 @@ pub struct App {
     manager: Manager,
     registry: Registry,
     client: Client,
+    protected: Protected,
 }
 
 impl App {
@@ -76,6 +78,7 @@ impl App {
     ) -> anyhow::Result<Self> {
         let registry = Registry::new();
         let runtime_config = runtime_config.metrics(PluginMetrics::register(&registry)?);
+        let protected = runtime_config.protected.clone();
         let ctx = controller::Context {
             factory: SharedInformerFactory::new(client.clone(), &registry)?,
             client: client.clone(),
@@ -89,7 +92,7 @@ impl App {
         registry.register(Box::new(writer.events_dropped()))?;
         let manager =
             Manager::new(ctx, Runtime::new(runtime_config)?, writer, options, HotloadMetrics::register(&registry)?);
-        Ok(Self { manager, registry, client })
+        Ok(Self { manager, registry, client, protected })
     }
 
     /// The metrics registry (served on /metrics).
@@ -100,6 +103,12 @@ impl App {
     /// Readiness checks (served on /readyz).
     pub fn readiness(&self) -> &Readiness {
         &self.manager.context().readiness
+    }
+
+    /// Host objects no plugin may write, whatever its grants; rules added here apply to every
+    /// plugin at once.
+    pub fn protected(&self) -> &Protected {
+        &self.protected
     }
 
     /// The plugins.
@@ -129,8 +138,10 @@ impl App {
         DirectorySource::new(dir, self.manager.clone())
     }
 
-    /// A source for WasmPlugin objects whose modules live in `module_namespace`.
+    /// A source for WasmPlugin objects whose modules live in `module_namespace`, which becomes
+    /// protected from plugin writes.
     pub fn wasm_plugin_source(&self, module_namespace: &str) -> WasmPluginSource {
+        self.protected.module_namespace(module_namespace);
         WasmPluginSource::new(self.manager.clone(), self.client.clone(), module_namespace)
     }
 
@@ -156,6 +167,10 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         runtime = runtime.cache_dir(dir);
     }
     let mut app = App::with_runtime(client.clone(), runtime, args.max_retries, options)?;
+    if args.leader_elect {
+        let namespace = args.leader_election_namespace.clone().unwrap_or_else(leader::default_namespace);
+        app.protected().lease(&namespace, &args.leader_election_id);
+    }
     let mut election = leader::election(&args, client, app.registry())?;
     if let Some(election) = &election {
         app.set_leader_gate(election.gate());

@@ -54,7 +54,12 @@ async fn check(args: CheckArgs) -> anyhow::Result<()> {
     println!("owns:           {}", kinds(&reg.owns));
     println!("watches:        {}", kinds(reg.watches.iter().map(|w| &w.kind)));
     println!("reads:          {}", plugin.grants().readable().map(ToString::to_string).collect::<Vec<_>>().join(", "));
-    println!("writes:         {}", plugin.grants().writable().map(ToString::to_string).collect::<Vec<_>>().join(", "));
+    let join = |kinds: Vec<String>| kinds.join(", ");
+    println!("writes:         {}", join(plugin.grants().writable().map(ToString::to_string).collect()));
+    println!(
+        "writes where it controls the object: {}",
+        join(plugin.grants().writable_controlled().map(ToString::to_string).collect())
+    );
     println!("max-concurrent: {}", plugin.max_concurrent());
     Ok(())
 }

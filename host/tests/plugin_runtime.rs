@@ -11,6 +11,7 @@ use kube::core::GroupVersionKind;
 use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter, WriteCall};
 use kubewasm::plugin::host::{CallError, EventRecord, ObjectRef};
 use kubewasm::plugin::limits::{LimitHit, Limits};
+use kubewasm::plugin::protected::Protected;
 use kubewasm::plugin::{Action, CallFailed, LoadError, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
 use serde_json::json;
 
@@ -362,4 +363,62 @@ async fn the_python_and_javascript_builds_run_under_the_default_limits_and_write
     assert_eq!(writes[0].len(), 3, "two applies and an event: {:?}", writes[0]);
     assert_eq!(writes[1], writes[0], "Python");
     assert_eq!(writes[2], writes[0], "JavaScript");
+}
+
+#[tokio::test]
+async fn an_owned_kind_is_written_only_where_the_plugin_controls_the_object_and_never_in_protected_places() {
+    let protected = Protected::default();
+    protected.module_namespace("kubewasm-system");
+    let h = Harness::with_runtime(
+        Runtime::new(RuntimeConfig::default().cache_dir(common::test_compile_cache()).protected(protected)).unwrap(),
+    );
+    let writes = json!([
+        {"how": "apply", "name": "stranger", "data": {"k": "v"}},
+        {"how": "patch", "name": "bystander", "data": {"k": "v"}},
+        {"how": "delete", "name": "uncached"},
+        {"how": "apply", "namespace": "kubewasm-system", "name": "module", "controlled": true},
+        {"how": "apply", "name": "child", "controlled": true, "data": {"k": "v"}},
+    ]);
+    let settings = json!({"writes": writes});
+    let config = PluginConfig { settings: Some(settings), ..Default::default() };
+    let plugin = h.load("intruder", "fixture_intruder.wasm", config).await.unwrap();
+    h.cache.insert(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "trigger", "namespace": "default", "uid": "uid-trigger"}}));
+    h.cache.insert(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "bystander", "namespace": "default", "uid": "uid-bystander"}}));
+
+    let err = plugin.reconcile(&key(Some("default"), "trigger"), 0).await.unwrap_err();
+    let CallFailed::Plugin(seen) = err else { panic!("expected the plugin's own error, got {err:?}") };
+    let results: Vec<&str> = seen.split(" | ").collect();
+    assert!(
+        results[0].contains("stranger: Err(Forbidden") && results[0].contains("carries no controller ownerReference"),
+        "{seen}"
+    );
+    assert!(results[1].contains("bystander: Err(Forbidden"), "{seen}");
+    assert!(results[2].contains("uncached: Err(Forbidden") && results[2].contains("not in the host's cache"), "{seen}");
+    assert!(results[3].contains("module: Err(Forbidden") && results[3].contains("protected"), "{seen}");
+    assert_eq!(results[4], "apply child: Ok(())", "{seen}");
+    let calls = h.writer.calls();
+    assert_eq!(calls.len(), 2, "only the controlled child and the AccessDenied event: {calls:#?}");
+    assert!(matches!(&calls[0], WriteCall::Apply { object, .. } if object.target.name == "child"), "{calls:?}");
+    assert!(matches!(&calls[1], WriteCall::Event(e) if e.reason == "AccessDenied"), "{calls:?}");
+}
+
+#[tokio::test]
+async fn an_explicit_write_grant_lets_a_plugin_write_its_owned_kind_anywhere() {
+    let h = Harness::new();
+    let writes = json!([
+        {"how": "apply", "name": "stranger", "data": {"k": "v"}},
+        {"how": "apply", "namespace": "other", "name": "x", "data": {"k": "v"}},
+    ]);
+    let config = PluginConfig {
+        grants: serde_yaml::from_str("write: [ConfigMap]").unwrap(),
+        settings: Some(json!({"writes": writes})),
+        ..Default::default()
+    };
+    let plugin = h.load("granted", "fixture_intruder.wasm", config).await.unwrap();
+    h.cache.insert(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "trigger", "namespace": "default", "uid": "uid-trigger"}}));
+    assert_eq!(plugin.reconcile(&key(Some("default"), "trigger"), 0).await.unwrap(), Action::Done);
+    assert_eq!(h.writer.calls().len(), 2);
 }

@@ -3,17 +3,19 @@
 //! Holds the informers of the kinds the plugin may read (keyed by group and kind, so any
 //! version the plugin names finds them). Custom index names are prefixed with the plugin's name
 //! and version generation in the shared store, so two plugins (or two versions of one) can both
-//! have an index called `refs`.
+//! have an index called `refs`. A plugin confined to namespaces (`grants.namespaces`) sees only
+//! the objects in them.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use kube::core::GroupVersionKind;
+use kube::core::{GroupVersionKind, Selector, SelectorExt as _};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
 use crate::informer::{CONTROLLER_OWNER_INDEX, CachedObject, IndexFunc, Informer, LABEL_INDEX, NAMESPACE_INDEX};
-use crate::plugin::grants::KindRef;
+use crate::plugin::grants::{KindRef, NamespaceScope};
 use crate::plugin::host::{CacheReader, CallError};
 
 /// The store name of a custom index of one plugin version (`prefix` is
@@ -42,6 +44,23 @@ pub struct PluginCache {
     informers: RwLock<Vec<Informer>>,
     /// Custom indexes this version added, removed on drop.
     indexes: Mutex<Vec<(Informer, String)>>,
+    /// The namespaces the plugin is confined to (`grants.namespaces`); `None`: all.
+    scope: RwLock<Option<Scope>>,
+}
+
+/// A confined plugin's namespaces, and the Namespace informer its selector is matched on.
+struct Scope {
+    names: BTreeSet<String>,
+    selector: Option<(Selector, Informer)>,
+}
+
+impl Scope {
+    fn contains(&self, namespace: &str) -> bool {
+        self.names.contains(namespace)
+            || self.selector.as_ref().is_some_and(|(selector, namespaces)| {
+                namespaces.store().get(None, namespace).is_some_and(|ns| selector.matches(&ns.meta().labels.to_map()))
+            })
+    }
 }
 
 impl PluginCache {
@@ -53,7 +72,30 @@ impl PluginCache {
             prefix: format!("{plugin}#{generation}"),
             informers: RwLock::default(),
             indexes: Mutex::default(),
+            scope: RwLock::default(),
         }
+    }
+
+    /// Confines reads (and, through [`CacheReader::in_scope`], writes) to `scope`; a selector
+    /// is matched on the labels in `namespaces`, an informer on Namespaces.
+    pub fn confine(&self, scope: &NamespaceScope, namespaces: Option<Informer>) {
+        let selector = scope.selector.as_ref().zip(namespaces).map(|(s, informer)| (s.selector(), informer));
+        *self.scope.write() = Some(Scope { names: scope.names.clone(), selector });
+    }
+
+    /// Whether the plugin may see `object` of `kind`: namespaced objects in its scope, and of
+    /// Namespaces those in its scope.
+    fn visible(&self, kind: &GroupVersionKind, object: &CachedObject) -> bool {
+        let scope = self.scope.read();
+        let Some(scope) = scope.as_ref() else { return true };
+        match object.namespace() {
+            Some(ns) => scope.contains(ns),
+            None => !is_namespace(kind) || scope.contains(object.name()),
+        }
+    }
+
+    fn visible_only(&self, kind: &GroupVersionKind, objects: Vec<Arc<CachedObject>>) -> Vec<Vec<u8>> {
+        objects.iter().filter(|o| self.visible(kind, o)).map(|o| o.json().to_vec()).collect()
     }
 
     /// The prefix of this version's custom index names.
@@ -100,13 +142,14 @@ fn same_kind(a: &GroupVersionKind, b: &GroupVersionKind) -> bool {
     a.kind == b.kind && a.group == b.group
 }
 
-fn bytes(objects: Vec<Arc<CachedObject>>) -> Vec<Vec<u8>> {
-    objects.iter().map(|o| o.json().to_vec()).collect()
+fn is_namespace(kind: &GroupVersionKind) -> bool {
+    kind.group.is_empty() && kind.kind == "Namespace"
 }
 
 impl CacheReader for PluginCache {
     fn get(&self, kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> Result<Option<Vec<u8>>, CallError> {
-        Ok(self.informer(kind)?.store().get(namespace, name).map(|o| o.json().to_vec()))
+        let object = self.informer(kind)?.store().get(namespace, name);
+        Ok(object.filter(|o| self.visible(kind, o)).map(|o| o.json().to_vec()))
     }
 
     fn list(
@@ -124,7 +167,7 @@ impl CacheReader for PluginCache {
                 store.list_selected(ns, selector).map_err(|e| CallError::Invalid(format!("label selector: {e}")))?
             }
         };
-        Ok(bytes(objects))
+        Ok(self.visible_only(kind, objects))
     }
 
     fn by_index(&self, kind: &GroupVersionKind, index: &str, value: &str) -> Result<Vec<Vec<u8>>, CallError> {
@@ -133,7 +176,11 @@ impl CacheReader for PluginCache {
         informer
             .store()
             .by_index(&name, value)
-            .map(bytes)
+            .map(|objects| self.visible_only(kind, objects))
             .map_err(|_| CallError::Invalid(format!("no index `{index}` on {}", KindRef::of(kind))))
+    }
+
+    fn in_scope(&self, namespace: &str) -> bool {
+        self.scope.read().as_ref().is_none_or(|s| s.contains(namespace))
     }
 }

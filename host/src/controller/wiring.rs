@@ -89,7 +89,21 @@ impl Wiring {
             let func = indexes::index_func(&index.source).ok_or_else(|| Error::Index(index.name.clone()))?;
             cache.add_index(informer, &index.name, func).map_err(informer_err(&index.kind))?;
         }
+        // A plugin confined by a namespace selector needs the Namespaces' labels (synced with
+        // its other caches; readable only if its grants say so).
+        let scope = plugin.grants().namespaces();
+        if scope.is_some_and(|s| s.selector.is_some()) {
+            let gvk = GroupVersionKind::gvk("", "v1", "Namespace");
+            if !informers.contains_key(&KindRef::of(&gvk)) {
+                let informer = ctx.factory.informer(&gvk, params(None)).await.map_err(informer_err(&gvk))?;
+                informers.insert(KindRef::of(&gvk), informer);
+            }
+        }
         cache.replace(informers.values().cloned());
+        if let Some(scope) = scope {
+            let namespaces = informers.values().find(|i| i.gvk().group.is_empty() && i.gvk().kind == "Namespace");
+            cache.confine(scope, namespaces.cloned());
+        }
 
         let queue = reconciler.queue();
         let mut owns = BTreeMap::new();

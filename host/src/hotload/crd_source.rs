@@ -349,6 +349,20 @@ impl WasmPluginSource {
                 self.module_namespace, source.name, source.key
             ))
         })?;
+        if let Some(pinned) = &source.sha256 {
+            let got = crate::plugin::sha256_hex(&bytes.0);
+            if got != pinned.to_ascii_lowercase() {
+                // Not retried: a change to the ConfigMap or the WasmPlugin queues it again.
+                return Err(NotServing {
+                    reason: "DigestMismatch",
+                    message: format!(
+                        "ConfigMap {}/{} key `{}` has sha256 {got}, but the WasmPlugin pins {pinned}",
+                        self.module_namespace, source.name, source.key
+                    ),
+                    retry: false,
+                });
+            }
+        }
         Ok(Arc::from(bytes.0))
     }
 

@@ -90,6 +90,11 @@ pub struct ConfigMapModule {
     pub name: String,
     /// Key in its `binaryData`.
     pub key: String,
+    /// Lowercase hex sha256 the component must have (recommended): a ConfigMap whose bytes
+    /// differ is refused and the version serving before keeps serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
+    pub sha256: Option<String>,
 }
 
 /// What the host reports.
@@ -195,6 +200,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(spec.module.config_map.as_ref().unwrap().key, "plugin.wasm");
+        assert_eq!(spec.module.config_map.as_ref().unwrap().sha256, None, "pinning is optional");
         assert_eq!(spec.plugin_config().grants.write.len(), 1);
         assert_eq!(spec.plugin_config().limits, Limits::default());
         assert!(!spec.paused);

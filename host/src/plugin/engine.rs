@@ -13,6 +13,7 @@ use wasmtime::{Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationSt
 use super::bindings::{Controller, ControllerPre};
 use super::metrics::PluginMetrics;
 use super::pool::Ledger;
+use super::protected::Protected;
 use super::state::PluginCtx;
 use super::throttle::WriteRate;
 
@@ -70,6 +71,7 @@ pub struct RuntimeConfig {
     metrics: Option<PluginMetrics>,
     max_concurrent_cap: u32,
     write_rate: WriteRate,
+    pub(crate) protected: Protected,
 }
 
 impl Default for RuntimeConfig {
@@ -83,6 +85,7 @@ impl Default for RuntimeConfig {
             metrics: None,
             max_concurrent_cap: DEFAULT_MAX_CONCURRENT_CAP,
             write_rate: WriteRate::default(),
+            protected: Protected::default(),
         }
     }
 }
@@ -138,6 +141,11 @@ impl RuntimeConfig {
     #[must_use]
     pub fn write_rate(mut self, rate: WriteRate) -> Self {
         self.write_rate = rate;
+    /// Host objects no plugin may write (default: WasmPlugins; the host adds its module
+    /// namespace and Lease to the same set).
+    #[must_use]
+    pub fn protected(mut self, protected: Protected) -> Self {
+        self.protected = protected;
         self
     }
 
@@ -165,6 +173,7 @@ pub struct Runtime {
     pub(crate) pool: Ledger,
     pub(crate) max_concurrent_cap: u32,
     pub(crate) write_rate: WriteRate,
+    pub(crate) protected: Protected,
 }
 
 impl Runtime {
@@ -219,6 +228,7 @@ impl Runtime {
             max_memory_bytes: config.max_memory_bytes,
             compiled: Arc::default(),
             compiled_reused: Arc::default(),
+            protected: config.protected,
         })
     }
 

@@ -1,8 +1,8 @@
 //! Grants: which kinds a plugin may read and write, checked at load and at every host call.
 //!
 //! A plugin's registration says what it needs; the operator's config says what it may have.
-//! Defaults (DESIGN.md): a plugin may read its for/owns/watches kinds, write its owned kinds and
-//! the status of its for kind. Everything else it registers under `reads`/`writes` must be
+//! Defaults (DESIGN.md): a plugin may read its for/owns/watches kinds, write the objects of its
+//! owned kinds that it controls (see [`WriteScope::Controlled`]) and the status of its for kind. Everything else it registers under `reads`/`writes` must be
 //! granted, and so must [`SENSITIVE`] kinds wherever they appear. The effective set is what the
 //! registration asks for and the grants allow — never more than asked, so a registration is an
 //! honest manifest of the plugin's access.
@@ -105,14 +105,85 @@ fn holds(set: &BTreeSet<KindRef>, kind: &GroupVersionKind) -> bool {
     set.iter().any(|k| k.kind == kind.kind && k.group == kind.group)
 }
 
+/// How far a plugin may write objects of one kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteScope {
+    /// Any object of the kind (an explicit `grants.write` entry, or a granted `writes` kind).
+    Anywhere,
+    /// Only objects the plugin controls: the object (and, for apply and create, the body
+    /// written) carries a controller ownerReference to a cached object of the plugin's for kind.
+    /// The default for owned kinds.
+    Controlled,
+}
+
+/// A label selector over Namespaces, checked when the config is read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct NamespaceSelector(String);
+
+impl NamespaceSelector {
+    /// The parsed selector.
+    pub fn selector(&self) -> kube::core::Selector {
+        crate::informer::parse_label_selector(&self.0).expect("checked when parsed")
+    }
+}
+
+impl TryFrom<String> for NamespaceSelector {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        crate::informer::parse_label_selector(&s).map_err(|e| e.to_string())?;
+        Ok(Self(s))
+    }
+}
+
+impl From<NamespaceSelector> for String {
+    fn from(s: NamespaceSelector) -> String {
+        s.0
+    }
+}
+
+impl schemars::JsonSchema for NamespaceSelector {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "NamespaceSelector".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A label selector over Namespaces, e.g. `team=a,tier!=prod`."
+        })
+    }
+}
+
+/// Namespaces a plugin is confined to: its cache shows, and its writes reach, only namespaced
+/// objects in them (and of Namespace objects, only them). A namespace is in scope when it is
+/// listed or its labels match the selector.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct NamespaceScope {
+    /// Namespaces by name.
+    pub names: BTreeSet<String>,
+    /// Namespaces whose labels match this selector.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selector: Option<NamespaceSelector>,
+}
+
 /// What the operator grants a plugin beyond the defaults.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct GrantConfig {
     /// Kinds the plugin may read besides its for/owns/watches kinds.
     pub read: BTreeSet<KindRef>,
-    /// Kinds the plugin may write besides its owned kinds.
+    /// Kinds the plugin may write anywhere: besides its owned kinds, and for owned kinds beyond
+    /// the objects it controls.
     pub write: BTreeSet<KindRef>,
+    /// Confine the plugin's reads and writes to these namespaces (unset: the whole cluster).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<NamespaceScope>,
 }
 
 /// A registration asked for access the operator did not grant.
@@ -128,13 +199,21 @@ pub struct NotGranted {
 pub struct Grants {
     read: BTreeSet<KindRef>,
     write: BTreeSet<KindRef>,
+    write_controlled: BTreeSet<KindRef>,
     write_status: BTreeSet<KindRef>,
+    /// The for kind: controller of the objects in `write_controlled`.
+    for_kind: Option<GroupVersionKind>,
+    namespaces: Option<NamespaceScope>,
 }
 
 impl Grants {
     /// The effective access of `registration` under `config`, or which grants are missing.
     pub fn resolve(registration: &Registration, config: &GrantConfig) -> Result<Self, NotGranted> {
-        let mut grants = Grants::default();
+        let mut grants = Grants {
+            for_kind: Some(registration.for_kind.clone()),
+            namespaces: config.namespaces.clone(),
+            ..Grants::default()
+        };
         let mut missing = Vec::new();
         let mut need =
             |set: &mut BTreeSet<KindRef>, kind: KindRef, by_default: bool, verb: &str, granted: &BTreeSet<KindRef>| {
@@ -149,7 +228,11 @@ impl Grants {
         need(&mut grants.write_status, for_kind, true, "write status of", &config.write);
         for kind in registration.owns.iter().map(KindRef::of) {
             need(&mut grants.read, kind.clone(), true, "read", &config.read);
-            need(&mut grants.write, kind, true, "write", &config.write);
+            if config.write.contains(&kind) {
+                grants.write.insert(kind);
+            } else {
+                need(&mut grants.write_controlled, kind, true, "write", &config.write);
+            }
         }
         for kind in registration.watches.iter().map(|w| KindRef::of(&w.kind)) {
             need(&mut grants.read, kind, true, "read", &config.read);
@@ -169,14 +252,36 @@ impl Grants {
         holds(&self.read, kind)
     }
 
-    /// Whether the plugin may create, apply, patch or delete objects of `kind`.
-    pub fn can_write(&self, kind: &GroupVersionKind) -> bool {
-        holds(&self.write, kind)
+    /// Which objects of `kind` the plugin may create, apply, patch or delete, if any.
+    pub fn write_scope(&self, kind: &GroupVersionKind) -> Option<WriteScope> {
+        if holds(&self.write, kind) {
+            Some(WriteScope::Anywhere)
+        } else if holds(&self.write_controlled, kind) {
+            Some(WriteScope::Controlled)
+        } else {
+            None
+        }
     }
 
-    /// Whether the plugin may write the status subresource of `kind`.
+    /// Whether the plugin may write some objects of `kind` (see [`write_scope`](Self::write_scope)).
+    pub fn can_write(&self, kind: &GroupVersionKind) -> bool {
+        self.write_scope(kind).is_some()
+    }
+
+    /// Whether the plugin may write the status subresource of any object of `kind`.
     pub fn can_write_status(&self, kind: &GroupVersionKind) -> bool {
         holds(&self.write_status, kind) || holds(&self.write, kind)
+    }
+
+    /// The plugin's for kind, whose cached objects control what it writes under
+    /// [`WriteScope::Controlled`]; `None` before registration.
+    pub fn for_kind(&self) -> Option<&GroupVersionKind> {
+        self.for_kind.as_ref()
+    }
+
+    /// The namespaces the plugin is confined to; `None`: the whole cluster.
+    pub fn namespaces(&self) -> Option<&NamespaceScope> {
+        self.namespaces.as_ref()
     }
 
     /// Kinds readable, for RBAC generation and diagnostics.
@@ -184,9 +289,14 @@ impl Grants {
         self.read.iter()
     }
 
-    /// Kinds writable, for RBAC generation and diagnostics.
+    /// Kinds writable anywhere, for RBAC generation and diagnostics.
     pub fn writable(&self) -> impl Iterator<Item = &KindRef> {
         self.write.iter()
+    }
+
+    /// Kinds writable where the plugin controls the object, for RBAC generation and diagnostics.
+    pub fn writable_controlled(&self) -> impl Iterator<Item = &KindRef> {
+        self.write_controlled.iter()
     }
 }
 
@@ -213,7 +323,8 @@ mod tests {
         let grants = Grants::resolve(&registration(), &GrantConfig::default()).unwrap();
         assert!(grants.can_read(&gvk("apps", "v1", "Deployment")));
         assert!(grants.can_read(&gvk("", "v1", "Namespace")));
-        assert!(grants.can_write(&gvk("", "v1", "ConfigMap")));
+        assert_eq!(grants.write_scope(&gvk("", "v1", "ConfigMap")), Some(WriteScope::Controlled));
+        assert!(!grants.can_write_status(&gvk("", "v1", "ConfigMap")), "status of owned objects needs a grant");
         assert!(grants.can_write_status(&gvk("apps", "v1", "Deployment")));
         assert!(!grants.can_write(&gvk("apps", "v1", "Deployment")), "status only");
         assert!(!grants.can_write(&gvk("", "v1", "Namespace")), "watched is not writable");
@@ -227,9 +338,21 @@ mod tests {
         reg.writes.push(gvk("", "v1", "Service"));
         let err = Grants::resolve(&reg, &GrantConfig::default()).unwrap_err();
         assert_eq!(err.missing, vec!["read Pod".to_owned(), "write Service".to_owned()]);
-        let config = GrantConfig { read: ["Pod".parse().unwrap()].into(), write: ["Service".parse().unwrap()].into() };
+        let config = GrantConfig {
+            read: ["Pod".parse().unwrap()].into(),
+            write: ["Service".parse().unwrap()].into(),
+            ..Default::default()
+        };
         let grants = Grants::resolve(&reg, &config).unwrap();
         assert!(grants.can_read(&gvk("", "v1", "Pod")) && grants.can_write(&gvk("", "v1", "Service")));
+    }
+
+    #[test]
+    fn an_explicit_write_grant_on_an_owned_kind_writes_it_anywhere() {
+        let config = GrantConfig { write: ["ConfigMap".parse().unwrap()].into(), ..Default::default() };
+        let grants = Grants::resolve(&registration(), &config).unwrap();
+        assert_eq!(grants.write_scope(&gvk("", "v1", "ConfigMap")), Some(WriteScope::Anywhere));
+        assert_eq!(grants.for_kind(), Some(&gvk("apps", "v1", "Deployment")));
     }
 
     #[test]
@@ -245,6 +368,18 @@ mod tests {
         let config = GrantConfig { read: ["Pod".parse().unwrap()].into(), ..Default::default() };
         let grants = Grants::resolve(&registration(), &config).unwrap();
         assert!(!grants.can_read(&gvk("", "v1", "Pod")));
+    }
+
+    #[test]
+    fn a_namespace_scope_parses_names_and_a_selector_and_rejects_a_bad_selector() {
+        let config: GrantConfig =
+            serde_yaml::from_str("namespaces: {names: [team-a], selector: 'team in (b,c)'}").unwrap();
+        let scope = Grants::resolve(&registration(), &config).unwrap().namespaces().cloned().unwrap();
+        assert_eq!(scope.names, ["team-a".to_owned()].into());
+        let labels = [("team".to_owned(), "b".to_owned())].into();
+        assert!(kube::core::SelectorExt::matches(&scope.selector.unwrap().selector(), &labels));
+        assert!(serde_yaml::from_str::<GrantConfig>("namespaces: {selector: 'a in'}").is_err());
+        assert!(serde_yaml::from_str::<GrantConfig>("namespaces: {name: [x]}").is_err(), "strict");
     }
 
     #[test]

@@ -156,6 +156,7 @@ impl Runtime {
                 name: name.into(),
                 manager: format!("kubewasm/{name}"),
                 grants,
+                protected: self.protected.clone(),
                 limits: config.limits.clone(),
                 settings: config.settings_json(),
                 cache: cache.clone(),

@@ -9,6 +9,7 @@
 
 pub mod bindings;
 pub mod config;
+pub mod control;
 mod dispatch;
 pub mod engine;
 pub mod grants;
@@ -17,6 +18,7 @@ pub mod limits;
 mod loader;
 pub mod metrics;
 pub mod pool;
+pub mod protected;
 pub mod registration;
 mod state;
 pub mod throttle;

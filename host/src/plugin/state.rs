@@ -19,6 +19,7 @@ use super::host::{ApiWriter, CacheReader, CallError};
 use super::limits::{LimitHit, Limiter, Limits};
 use super::metrics::PluginMetrics;
 use super::throttle::WriteLimiter;
+use super::protected::Protected;
 
 /// What every reconcile of one plugin version shares.
 pub(crate) struct PluginShared {
@@ -26,6 +27,8 @@ pub(crate) struct PluginShared {
     /// Field manager and event reporter: `kubewasm/<name>`.
     pub(crate) manager: String,
     pub(crate) grants: Grants,
+    /// Host objects no plugin may write.
+    pub(crate) protected: Protected,
     pub(crate) limits: Limits,
     /// The operator's settings as JSON.
     pub(crate) settings: Vec<u8>,

@@ -80,6 +80,12 @@ pub trait CacheReader: Send + Sync + 'static {
     ) -> Result<Vec<Vec<u8>>, CallError>;
     /// Cached objects of `kind` whose index `index` has `value`.
     fn by_index(&self, kind: &GroupVersionKind, index: &str, value: &str) -> Result<Vec<Vec<u8>>, CallError>;
+    /// Whether the plugin may see and write objects in `namespace` (`grants.namespaces`); reads
+    /// already leave out what it may not see.
+    fn in_scope(&self, namespace: &str) -> bool {
+        let _ = namespace;
+        true
+    }
 }
 
 /// Names one object of any kind.
