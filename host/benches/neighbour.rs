@@ -99,8 +99,8 @@ fn reconcile_p99(registry: &prometheus::Registry) -> f64 {
     histogram
         .get_bucket()
         .iter()
-        .find(|b| b.get_cumulative_count() >= want)
-        .map_or(f64::INFINITY, |b| b.get_upper_bound())
+        .find(|b| b.cumulative_count() >= want)
+        .map_or(f64::INFINITY, |b| b.upper_bound())
 }
 
 fn report(label: &str, took: &[Duration], reconcile_p99: f64) {

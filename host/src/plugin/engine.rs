@@ -141,6 +141,9 @@ impl RuntimeConfig {
     #[must_use]
     pub fn write_rate(mut self, rate: WriteRate) -> Self {
         self.write_rate = rate;
+        self
+    }
+
     /// Host objects no plugin may write (default: WasmPlugins; the host adds its module
     /// namespace and Lease to the same set).
     #[must_use]
@@ -228,6 +231,9 @@ impl Runtime {
             max_memory_bytes: config.max_memory_bytes,
             compiled: Arc::default(),
             compiled_reused: Arc::default(),
+            pool: Ledger::new(config.pool_instances),
+            max_concurrent_cap: config.max_concurrent_cap,
+            write_rate: config.write_rate,
             protected: config.protected,
         })
     }
@@ -251,10 +257,6 @@ impl Runtime {
     /// Loads that reused a component compiled in this process instead of compiling it again.
     pub fn compiled_reused(&self) -> usize {
         self.compiled_reused.load(Ordering::Relaxed)
-            pool: Ledger::new(config.pool_instances),
-            max_concurrent_cap: config.max_concurrent_cap,
-            write_rate: config.write_rate,
-        })
     }
 
     /// Instance-pool slots reserved by the loaded plugin versions.
