@@ -12,12 +12,14 @@ use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Readiness};
+use crate::breaker::{self, Breaker, BreakerMetrics, BreakerWriter};
 use crate::cli::RunArgs;
 use crate::controller::{self, ControllerMetrics};
 use crate::hotload::{Desired, DirectorySource, HotloadMetrics, Manager, Options, Origin, WasmPluginSource};
 pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::informer::SharedInformerFactory;
 use crate::leader::{self, LeaderGate};
+use crate::plugin::host::ApiWriter;
 use crate::plugin::metrics::PluginMetrics;
 use crate::plugin::{Runtime, RuntimeConfig};
 use crate::queue::QueueMetrics;
@@ -58,12 +60,28 @@ impl App {
         max_retries: Option<u32>,
         options: Options,
     ) -> anyhow::Result<Self> {
+        let writer = Arc::new(KubeWriter::new(client.clone()));
+        Self::with_writer(client, compile_cache, max_retries, options, writer)
+    }
+
+    /// Builds the shared parts on `client`, with plugins writing through `writer` (tests wrap
+    /// the [`KubeWriter`] to inject faults).
+    pub fn with_writer(
+        client: Client,
+        compile_cache: Option<&Path>,
+        max_retries: Option<u32>,
+        options: Options,
+        writer: Arc<dyn ApiWriter>,
+    ) -> anyhow::Result<Self> {
         let registry = Registry::new();
         let plugin_metrics = PluginMetrics::register(&registry)?;
         let mut runtime_config = RuntimeConfig::default().metrics(plugin_metrics);
         if let Some(dir) = compile_cache {
             runtime_config = runtime_config.cache_dir(dir);
         }
+        let breaker =
+            Breaker::kube(client.clone(), breaker::Config::default(), Some(BreakerMetrics::register(&registry)?));
+        let writer = Arc::new(BreakerWriter::new(writer, breaker.clone()));
         let ctx = controller::Context {
             factory: SharedInformerFactory::new(client.clone(), &registry)?,
             client: client.clone(),
@@ -72,8 +90,8 @@ impl App {
             readiness: Readiness::default(),
             max_retries,
             leader: LeaderGate::default(),
+            breaker,
         };
-        let writer = Arc::new(KubeWriter::new(client.clone()));
         let manager =
             Manager::new(ctx, Runtime::new(runtime_config)?, writer, options, HotloadMetrics::register(&registry)?);
         Ok(Self { manager, registry, client })

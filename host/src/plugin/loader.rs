@@ -152,6 +152,7 @@ impl Runtime {
             sha256,
             max_concurrent: 1,
             revision: 0,
+            rate_limiter: config.rate_limiter.clone(),
             idle: Default::default(),
         };
         let registration = dispatch::describe(&plugin).await.map_err(LoadError::Describe)?;
