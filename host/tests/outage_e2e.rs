@@ -31,6 +31,13 @@ const OUTAGE: Duration = Duration::from_secs(5);
 /// Give up on convergence after this long (client-go's limiter takes minutes here).
 const CONVERGE: Duration = Duration::from_secs(120);
 
+/// The tests of this binary measure times: one at a time, so they do not share the CPU.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Counts WARN and ERROR events of the host while `on`.
 #[derive(Default)]
 struct LoudLines {
@@ -97,18 +104,19 @@ fn metric(app: &App, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_backlog_cut_off_from_the_api_server_converges_soon_after_it_answers_again() {
+    let _serial = serial();
     let lines = loud_lines();
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let proxy = cp.fault_proxy();
     let host_client = proxy.client().await;
 
-    // Without an outage: how long the backlog takes.
+    // Without an outage: how long the backlog takes once the plugin serves.
     let ns = cp.namespace("no-outage").await;
     let label = format!("kubewasm.test/outage={ns}");
     create_config_maps(&client, &ns, &label).await;
-    let started = Instant::now();
     let app = start(&host_client, &label).await;
+    let started = Instant::now();
     eventually("the backlog stamped", CONVERGE, || async { (stamped(&client, &ns).await == KEYS).then_some(()) }).await;
     let baseline = started.elapsed();
     app.shut_down(Duration::from_secs(5)).await;
@@ -117,8 +125,8 @@ async fn a_backlog_cut_off_from_the_api_server_converges_soon_after_it_answers_a
     let ns = cp.namespace("outage").await;
     let label = format!("kubewasm.test/outage={ns}");
     create_config_maps(&client, &ns, &label).await;
-    let started = Instant::now();
     let app = start(&host_client, &label).await;
+    let started = Instant::now();
     eventually("a sixth of the backlog stamped", CONVERGE, || async {
         (stamped(&client, &ns).await >= KEYS / 6).then_some(())
     })
@@ -126,25 +134,29 @@ async fn a_backlog_cut_off_from_the_api_server_converges_soon_after_it_answers_a
     lines.on.store(true, Ordering::SeqCst);
     proxy.cut();
     let cut = Instant::now();
+    let remaining = KEYS - stamped(&client, &ns).await;
     eventually("the breaker open", OUTAGE, || async {
         (metric(&app, "kubewasm_apiserver_breaker_open") == 1.0).then_some(())
     })
     .await;
     tokio::time::sleep(OUTAGE.saturating_sub(cut.elapsed())).await;
     proxy.restore();
+    let restored = Instant::now();
     lines.on.store(false, Ordering::SeqCst);
     let loud = lines.count.load(Ordering::SeqCst);
     eventually("the backlog stamped", CONVERGE, || async { (stamped(&client, &ns).await == KEYS).then_some(()) }).await;
-    let with_outage = started.elapsed();
+    let (with_outage, after) = (started.elapsed(), restored.elapsed());
 
+    // The keys left at the cut should take about their share of the baseline once the API
+    // server is back; with client-go's limiter they took over twice that (module docs).
+    let share = baseline.mul_f64(remaining as f64 / KEYS as f64);
+    let bound = share.mul_f64(1.5) + Duration::from_secs(3);
     eprintln!(
-        "backlog of {KEYS}: {baseline:?} without an outage, {with_outage:?} with a {OUTAGE:?} outage; {loud} WARN/ERROR lines during it"
+        "backlog of {KEYS}: {baseline:?} without an outage; {with_outage:?} with a {OUTAGE:?} outage, of which \
+         {after:?} for the {remaining} keys left (their share of the baseline: {share:?}); \
+         {loud} WARN/ERROR lines during the outage"
     );
-    let bound = baseline * 2 + OUTAGE + Duration::from_secs(3);
-    assert!(
-        with_outage <= bound,
-        "converged in {with_outage:?}, more than {bound:?} (2 × {baseline:?} + the outage + 3 s)"
-    );
+    assert!(after <= bound, "the {remaining} keys left took {after:?} after the outage, more than {bound:?}");
     assert_eq!(metric(&app, "kubewasm_apiserver_breaker_opened_total"), 1.0, "one outage, one opening");
     assert_eq!(metric(&app, "kubewasm_apiserver_breaker_open"), 0.0, "closed again");
     assert!(loud <= 20, "{loud} WARN/ERROR lines during a {OUTAGE:?} outage");
@@ -153,6 +165,7 @@ async fn a_backlog_cut_off_from_the_api_server_converges_soon_after_it_answers_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_terminating_apiserver_that_keeps_its_watches_open_pauses_the_workers_until_it_is_back() {
+    let _serial = serial();
     if ControlPlane::shared().is_none() {
         return;
     }
