@@ -32,11 +32,7 @@ const OUTAGE: Duration = Duration::from_secs(5);
 const CONVERGE: Duration = Duration::from_secs(120);
 
 /// The tests of this binary measure times: one at a time, so they do not share the CPU.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Counts WARN and ERROR events of the host while `on`.
 #[derive(Default)]
@@ -104,7 +100,7 @@ fn metric(app: &App, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_backlog_cut_off_from_the_api_server_converges_soon_after_it_answers_again() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let lines = loud_lines();
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
@@ -165,7 +161,7 @@ async fn a_backlog_cut_off_from_the_api_server_converges_soon_after_it_answers_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_terminating_apiserver_that_keeps_its_watches_open_pauses_the_workers_until_it_is_back() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     if ControlPlane::shared().is_none() {
         return;
     }
