@@ -12,12 +12,14 @@ use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Readiness};
+use crate::breaker::{self, Breaker, BreakerMetrics, BreakerWriter};
 use crate::cli::RunArgs;
 use crate::controller::{self, ControllerMetrics};
 use crate::hotload::{Desired, DirectorySource, HotloadMetrics, Manager, Options, Origin, WasmPluginSource};
 pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::informer::SharedInformerFactory;
 use crate::leader::{self, LeaderGate};
+use crate::plugin::host::ApiWriter;
 use crate::plugin::metrics::PluginMetrics;
 use crate::plugin::throttle::WriteRate;
 use crate::plugin::protected::Protected;
@@ -38,6 +40,15 @@ pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow:
         None => kube::Config::infer().await?,
     };
     Ok(Client::try_from(config)?)
+}
+
+/// The engine settings of `App::new`/`with_options`: defaults, plus the compile cache if any.
+fn runtime_config(compile_cache: Option<&Path>) -> RuntimeConfig {
+    let config = RuntimeConfig::default();
+    match compile_cache {
+        Some(dir) => config.cache_dir(dir),
+        None => config,
+    }
 }
 
 /// The running host: shared parts plus the [`Manager`] of its plugins.
@@ -61,11 +72,7 @@ impl App {
         max_retries: Option<u32>,
         options: Options,
     ) -> anyhow::Result<Self> {
-        let mut runtime_config = RuntimeConfig::default();
-        if let Some(dir) = compile_cache {
-            runtime_config = runtime_config.cache_dir(dir);
-        }
-        Self::with_runtime(client, runtime_config, max_retries, options)
+        Self::with_runtime(client, runtime_config(compile_cache), max_retries, options)
     }
 
     /// Builds the shared parts on `client`, with the wasm engine configured by `runtime_config`
@@ -77,8 +84,38 @@ impl App {
         options: Options,
     ) -> anyhow::Result<Self> {
         let registry = Registry::new();
+        let writer = KubeWriter::new(client.clone());
+        registry.register(Box::new(writer.events_dropped()))?;
+        Self::assemble(client, runtime_config, max_retries, options, Arc::new(writer), registry)
+    }
+
+    /// Builds the shared parts on `client`, with plugins writing through `writer` (tests wrap
+    /// the [`KubeWriter`] to inject faults).
+    pub fn with_writer(
+        client: Client,
+        compile_cache: Option<&Path>,
+        max_retries: Option<u32>,
+        options: Options,
+        writer: Arc<dyn ApiWriter>,
+    ) -> anyhow::Result<Self> {
+        Self::assemble(client, runtime_config(compile_cache), max_retries, options, writer, Registry::new())
+    }
+
+    /// The one place the parts are put together: plugin writes go through the API-server
+    /// breaker, every metric into `registry`.
+    fn assemble(
+        client: Client,
+        runtime_config: RuntimeConfig,
+        max_retries: Option<u32>,
+        options: Options,
+        writer: Arc<dyn ApiWriter>,
+        registry: Registry,
+    ) -> anyhow::Result<Self> {
         let runtime_config = runtime_config.metrics(PluginMetrics::register(&registry)?);
         let protected = runtime_config.protected.clone();
+        let breaker =
+            Breaker::kube(client.clone(), breaker::Config::default(), Some(BreakerMetrics::register(&registry)?));
+        let writer = Arc::new(BreakerWriter::new(writer, breaker.clone()));
         let ctx = controller::Context {
             factory: SharedInformerFactory::new(client.clone(), &registry)?,
             client: client.clone(),
@@ -87,9 +124,8 @@ impl App {
             readiness: Readiness::default(),
             max_retries,
             leader: LeaderGate::default(),
+            breaker,
         };
-        let writer = Arc::new(KubeWriter::new(client.clone()));
-        registry.register(Box::new(writer.events_dropped()))?;
         let manager =
             Manager::new(ctx, Runtime::new(runtime_config)?, writer, options, HotloadMetrics::register(&registry)?);
         Ok(Self { manager, registry, client, protected })

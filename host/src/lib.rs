@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod breaker;
 pub mod cli;
 pub mod controller;
 pub mod event_sink;

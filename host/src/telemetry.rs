@@ -7,8 +7,17 @@ use tracing_subscriber::EnvFilter;
 use crate::cli::{LogArgs, LogFormat};
 
 /// Directives appended to the user's filter so compiler internals stay quiet unless asked for.
-const QUIET: &[&str] =
-    &["cranelift_codegen=warn", "wasmtime_cranelift=warn", "wasmtime=warn", "hyper=warn", "tower=warn"];
+/// kube's HTTP trace layer logs an ERROR for every failed request, which during an API-server
+/// outage doubled every failure the host reports itself (the breaker, the rate-limited per-key
+/// lines); `--log kube_client::client::builder=error` brings it back.
+const QUIET: &[&str] = &[
+    "cranelift_codegen=warn",
+    "wasmtime_cranelift=warn",
+    "wasmtime=warn",
+    "hyper=warn",
+    "tower=warn",
+    "kube_client::client::builder=off",
+];
 
 /// Installs the global subscriber. Fails if the filter does not parse.
 pub fn init(args: &LogArgs) -> Result<(), tracing_subscriber::filter::ParseError> {

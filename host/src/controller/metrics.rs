@@ -19,6 +19,7 @@ struct Families {
     max_concurrent: IntGaugeVec,
     active_workers: IntGaugeVec,
     dropped: IntCounterVec,
+    map_dropped: IntCounterVec,
 }
 
 /// Reconcile time buckets, as controller-runtime's `reconcile_time_seconds`.
@@ -61,7 +62,7 @@ impl ControllerMetrics {
             reconcile_time,
             reconcile_panics: counter(
                 "controller_runtime_reconcile_panics_total",
-                "Total number of reconciliation panics (plugin traps) per controller",
+                "Total number of reconciliation panics (plugin traps and host panics) per controller",
                 &["controller"],
             )?,
             max_concurrent: gauge(
@@ -75,6 +76,11 @@ impl ControllerMetrics {
             dropped: counter(
                 "kubewasm_controller_dropped_keys_total",
                 "Keys dropped after max retries per controller",
+                &["controller"],
+            )?,
+            map_dropped: counter(
+                "kubewasm_controller_map_dropped_total",
+                "Changes of watched objects dropped after map failed too often, per controller",
                 &["controller"],
             )?,
         })))
@@ -93,6 +99,7 @@ impl ControllerMetrics {
             max_concurrent: f.max_concurrent.with_label_values(&[name]),
             active_workers: f.active_workers.with_label_values(&[name]),
             dropped: f.dropped.with_label_values(&[name]),
+            map_dropped: f.map_dropped.with_label_values(&[name]),
         }
     }
 }
@@ -109,6 +116,7 @@ pub struct Handles {
     pub(crate) max_concurrent: IntGauge,
     pub(crate) active_workers: IntGauge,
     pub(crate) dropped: IntCounter,
+    pub(crate) map_dropped: IntCounter,
 }
 
 impl Handles {

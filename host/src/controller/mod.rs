@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::Readiness;
+use crate::breaker::Breaker;
 use crate::informer::{HandlerRegistration, Informer, SharedInformerFactory};
 use crate::leader::LeaderGate;
 use crate::plugin::Plugin;
@@ -111,6 +112,8 @@ pub struct Context {
     pub max_retries: Option<u32>,
     /// Workers start only once this opens (leader election); caches sync regardless.
     pub leader: LeaderGate,
+    /// The API-server breaker: workers pause while it is not closed.
+    pub breaker: Breaker,
 }
 
 /// One plugin's controller: its for trigger, queue and workers, which live as long as the
@@ -146,9 +149,10 @@ impl Controller {
             .map_err(|source| Error::Discovery { kind: KindRef::of(&for_kind), source })?;
         let owner = Owner { kind: KindRef::of(&for_kind), namespaced: caps.scope == Scope::Namespaced };
 
-        let queue = WorkQueue::new(queue::Config::default().name(name.clone()).metrics(ctx.queue_metrics.clone()));
-        let reconciler =
-            Arc::new(Reconciler::new(plugin.clone(), queue.clone(), ctx.metrics.controller(&name), ctx.max_retries));
+        let queue = queue::Config::default().name(name.clone()).metrics(ctx.queue_metrics.clone());
+        let queue = WorkQueue::new(queue.rate_limiter(plugin.rate_limiter().build()));
+        let reconciler = Reconciler::new(plugin.clone(), queue.clone(), ctx.metrics.controller(&name), ctx.max_retries);
+        let reconciler = Arc::new(reconciler.breaker(ctx.breaker.clone()));
         let wiring = Wiring::new(ctx, &plugin, cache, &reconciler, &owner, None).await?;
         let for_informer = wiring.informers().iter().find(|i| KindRef::of(i.gvk()) == owner.kind).cloned();
         let for_informer = for_informer.expect("the wiring reads the for kind");

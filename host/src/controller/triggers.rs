@@ -1,7 +1,7 @@
 //! Triggers: informer events → keys of the plugin's for kind (controller-runtime's For, Owns
 //! and Watches).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -67,20 +67,48 @@ impl ResourceEventHandler for OwnsTrigger {
 /// A watched object waiting to be mapped: which watch, and its cache key.
 type MapItem = (usize, Arc<str>);
 
+/// Most retries of a failed `map` of one object before it is dropped (with its old states and
+/// tombstone): 5, as client-go's `examples/workqueue` controller ("retries 5 times if something
+/// goes wrong"). Protects the mapper from retrying a state `map` can never handle forever.
+pub(crate) const MAX_MAP_RETRIES: u32 = 5;
+
+/// Most old states of one object kept until it is mapped: the first (what the last map saw)
+/// and the newest are always kept, states in between are dropped past this. Bounds memory when
+/// an object changes faster than `map` runs.
+pub(crate) const MAX_PENDING_STATES: usize = 8;
+
 /// Watches: changed objects go through the plugin's `map` export, which names the keys to
 /// reconcile. `map` is a wasm call, so handlers only enqueue the object's key on a deduplicating
-/// queue (memory bounded by object count); a mapper task calls the plugin with the latest state.
+/// queue (memory bounded by object count); a mapper task calls the plugin with the latest state
+/// and with every earlier state it has not mapped yet: an update's old object (as
+/// controller-runtime's `EnqueueRequestsFromMapFunc` maps both `ObjectOld` and `ObjectNew`, so a
+/// key only the old state pointed to is reconciled too) and a deleted object's last state.
 pub(crate) struct Mapper {
     queue: WorkQueue<MapItem>,
     watched: Vec<Informer>,
-    /// Last states of deleted objects, until mapped.
-    tombstones: Mutex<HashMap<MapItem, Arc<CachedObject>>>,
+    /// States to map besides the cached one (old states of updates, tombstones), until mapped.
+    pending: Mutex<HashMap<MapItem, Vec<Arc<CachedObject>>>>,
+}
+
+/// Appends `state` to `states` unless it is already there, within [`MAX_PENDING_STATES`].
+fn push_state(states: &mut Vec<Arc<CachedObject>>, state: Arc<CachedObject>) {
+    // A resync replays an unchanged object: same resourceVersion, nothing new to map.
+    let rv = state.meta().resource_version.as_deref();
+    let same =
+        |s: &Arc<CachedObject>| Arc::ptr_eq(s, &state) || (rv.is_some() && s.meta().resource_version.as_deref() == rv);
+    if states.iter().any(same) {
+        return;
+    }
+    if states.len() >= MAX_PENDING_STATES {
+        states.remove(1);
+    }
+    states.push(state);
 }
 
 impl Mapper {
     pub(crate) fn new(name: &str, watched: Vec<Informer>) -> Arc<Self> {
         let queue = WorkQueue::new(QueueConfig::default().name(format!("{name}-map")));
-        Arc::new(Self { queue, watched, tombstones: Mutex::default() })
+        Arc::new(Self { queue, watched, pending: Mutex::default() })
     }
 
     /// The handler for watch number `index`.
@@ -88,35 +116,69 @@ impl Mapper {
         WatchTrigger { mapper: self.clone(), index }
     }
 
+    fn remember(&self, item: &MapItem, state: Arc<CachedObject>) {
+        push_state(self.pending.lock().entry(item.clone()).or_default(), state);
+    }
+
+    /// Puts `earlier` back before the states recorded while they were being mapped.
+    fn restore(&self, item: &MapItem, earlier: Vec<Arc<CachedObject>>) {
+        let mut pending = self.pending.lock();
+        let slot = pending.entry(item.clone()).or_default();
+        let newer = std::mem::replace(slot, earlier);
+        for state in newer {
+            push_state(slot, state);
+        }
+        if slot.is_empty() {
+            pending.remove(item);
+        }
+    }
+
     /// Maps queued objects until the queue shuts down.
     pub(crate) async fn run(self: Arc<Self>, reconciler: Arc<Reconciler>) {
         while let Some(item) = self.queue.get().await {
-            let informer = &self.watched[item.0];
-            // A deleted object's tombstone stays until it has been mapped, so a failed map is
-            // retried with the same last state; success also clears a tombstone left behind by
-            // a delete-then-recreate.
-            let obj = informer.store().get_by_key(&item.1).or_else(|| self.tombstones.lock().get(&item).cloned());
-            if let Some(obj) = obj {
-                match reconciler.plugin().map(informer.gvk(), obj.json()).await {
-                    Ok(keys) => {
-                        self.tombstones.lock().remove(&item);
-                        self.queue.forget(&item);
-                        for key in &keys {
-                            match NamespacedKey::try_from(key) {
-                                Ok(key) => reconciler.queue().add(key),
-                                Err(err) => {
-                                    tracing::warn!(error = %err, object = %item.1, "map returned an invalid key; skipped")
-                                }
-                            }
-                        }
-                    }
-                    Err(err) => {
-                        tracing::warn!(error = %err, object = %item.1, "map failed; retrying with backoff");
-                        self.queue.add_rate_limited(item.clone());
-                    }
+            self.map_one(&item, &reconciler).await;
+            self.queue.done(&item);
+        }
+    }
+
+    /// Maps every pending state of `item` and its cached state; enqueues the union of their
+    /// keys. A failure retries them all with backoff, at most [`MAX_MAP_RETRIES`] times.
+    async fn map_one(&self, item: &MapItem, reconciler: &Reconciler) {
+        let informer = &self.watched[item.0];
+        let earlier = self.pending.lock().remove(item).unwrap_or_default();
+        let mut states = earlier.clone();
+        if let Some(current) = informer.store().get_by_key(&item.1) {
+            push_state(&mut states, current);
+        }
+        let plugin = reconciler.plugin();
+        let mut keys = BTreeSet::new();
+        let mut failed = None;
+        for state in &states {
+            match plugin.map(informer.gvk(), state.json()).await {
+                Ok(mapped) => keys.extend(mapped),
+                Err(err) => {
+                    failed = Some(err);
+                    break;
                 }
             }
-            self.queue.done(&item);
+        }
+        if let Some(err) = failed {
+            let failures = self.queue.num_requeues(item) + 1;
+            if failures <= MAX_MAP_RETRIES {
+                tracing::warn!(error = %err, object = %item.1, failures, "map failed; retrying with backoff");
+                self.restore(item, earlier);
+                self.queue.add_rate_limited(item.clone());
+                return;
+            }
+            tracing::warn!(error = %err, object = %item.1, failures, "map failed too often; dropping the object's changes");
+            reconciler.metrics().map_dropped.inc();
+        }
+        self.queue.forget(item);
+        for key in &keys {
+            match NamespacedKey::try_from(key) {
+                Ok(key) => reconciler.queue().add(key),
+                Err(err) => tracing::warn!(error = %err, object = %item.1, "map returned an invalid key; skipped"),
+            }
         }
     }
 
@@ -139,12 +201,42 @@ impl ResourceEventHandler for WatchTrigger {
     fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
         self.mapper.queue.add((self.index, obj.key().into()));
     }
-    fn on_update(&self, _: Arc<CachedObject>, new: Arc<CachedObject>) {
-        self.mapper.queue.add((self.index, new.key().into()));
+    fn on_update(&self, old: Arc<CachedObject>, new: Arc<CachedObject>) {
+        let item: MapItem = (self.index, new.key().into());
+        self.mapper.remember(&item, old);
+        self.mapper.queue.add(item);
     }
     fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
         let item: MapItem = (self.index, obj.key().into());
-        self.mapper.tombstones.lock().insert(item.clone(), obj);
+        self.mapper.remember(&item, obj);
         self.mapper.queue.add(item);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(rv: u32) -> Arc<CachedObject> {
+        let json = format!(r#"{{"metadata":{{"name":"a","namespace":"n","resourceVersion":"{rv}"}}}}"#);
+        Arc::new(CachedObject::from_json(json.into_bytes()).unwrap())
+    }
+
+    fn versions(states: &[Arc<CachedObject>]) -> Vec<&str> {
+        states.iter().map(|s| s.meta().resource_version.as_deref().unwrap()).collect()
+    }
+
+    #[test]
+    fn pending_states_skip_repeats_and_keep_the_first_and_the_newest_past_the_bound() {
+        let mut states = Vec::new();
+        push_state(&mut states, state(1));
+        push_state(&mut states, state(1));
+        assert_eq!(versions(&states), ["1"], "a resync of the same version adds nothing");
+        for rv in 2..=20 {
+            push_state(&mut states, state(rv));
+        }
+        assert_eq!(states.len(), MAX_PENDING_STATES);
+        assert_eq!(versions(&states)[0], "1", "the state the last map saw stays");
+        assert_eq!(versions(&states)[MAX_PENDING_STATES - 1], "20", "the newest stays");
     }
 }

@@ -1,15 +1,20 @@
 //! Workers: client-go's processNextItem / handleErr loop around a plugin's reconcile.
 
 use std::collections::HashSet;
+use std::num::NonZeroU32;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
+use futures::FutureExt as _;
 use parking_lot::{Mutex, RwLock};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::NamespacedKey;
 use super::metrics::Handles;
+use crate::breaker::Breaker;
 use crate::plugin::{Action, CallFailed, Plugin};
 use crate::queue::WorkQueue;
 
@@ -24,7 +29,42 @@ pub enum Outcome {
     Retried,
     /// Failed more than `max_retries` times in a row and was dropped.
     Dropped,
+    /// Failed during an API-server outage: re-added without charging its backoff.
+    Deferred,
 }
+
+/// Most per-key failure lines a controller logs a second; past it lines are counted and the
+/// next logged one says how many were suppressed. Protects the log pipeline when every key
+/// fails at once (an outage logged 1,100–2,500 lines a second before this; issue 16).
+pub const FAILURE_LINES_PER_SECOND: u32 = 10;
+
+/// Rate limit of the per-key failure lines: governor's bucket, and the lines it suppressed.
+struct FailureLog {
+    bucket: governor::DefaultDirectRateLimiter,
+    suppressed: AtomicU64,
+}
+
+impl Default for FailureLog {
+    fn default() -> Self {
+        let rate = NonZeroU32::new(FAILURE_LINES_PER_SECOND).expect("a positive constant");
+        Self { bucket: governor::RateLimiter::direct(governor::Quota::per_second(rate)), suppressed: AtomicU64::new(0) }
+    }
+}
+
+impl FailureLog {
+    /// `Some(lines suppressed since the last one)` if this line may be logged, else `None`.
+    fn admit(&self) -> Option<u64> {
+        if self.bucket.check().is_ok() {
+            Some(self.suppressed.swap(0, Ordering::Relaxed))
+        } else {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// How often a worker paused by the breaker checks whether its queue shut down.
+const SHUTDOWN_POLL: Duration = Duration::from_millis(250);
 
 /// The serving half of a controller: its queue, its current plugin version and its workers.
 pub struct Reconciler {
@@ -34,6 +74,8 @@ pub struct Reconciler {
     metrics: Handles,
     max_retries: Option<u32>,
     workers: Mutex<Workers>,
+    breaker: Option<Breaker>,
+    failure_log: FailureLog,
 }
 
 /// Worker bookkeeping. Worker `i` runs while `i < desired`; it checks between keys, under this
@@ -57,7 +99,24 @@ impl Reconciler {
     ) -> Self {
         metrics.max_concurrent.set(plugin.max_concurrent().into());
         let workers = Mutex::new(Workers { desired: plugin.max_concurrent(), ..Workers::default() });
-        Self { name: plugin.name().to_owned(), plugin: RwLock::new(plugin), queue, metrics, max_retries, workers }
+        Self {
+            name: plugin.name().to_owned(),
+            plugin: RwLock::new(plugin),
+            queue,
+            metrics,
+            max_retries,
+            workers,
+            breaker: None,
+            failure_log: FailureLog::default(),
+        }
+    }
+
+    /// Pauses dispatch while `breaker` is not closed, and re-adds keys that failed during an
+    /// outage without charging their backoff.
+    #[must_use]
+    pub fn breaker(mut self, breaker: Breaker) -> Self {
+        self.breaker = Some(breaker);
+        self
     }
 
     /// The plugin version serving now.
@@ -103,11 +162,31 @@ impl Reconciler {
                     return;
                 }
             }
-            if self.process_next_item().await.is_none() {
+            if !self.wait_for_breaker().await || self.process_next_item().await.is_none() {
                 self.workers.lock().alive.remove(&i);
                 return;
             }
         }
+    }
+
+    /// Waits while the breaker is not closed; `false` if the queue shut down meanwhile.
+    async fn wait_for_breaker(&self) -> bool {
+        let Some(breaker) = &self.breaker else { return true };
+        loop {
+            if self.queue.shutting_down() {
+                return false;
+            }
+            // A paused worker holds no key; it looks at the queue's shutdown now and then.
+            tokio::select! {
+                () = breaker.wait_closed() => return true,
+                () = tokio::time::sleep(SHUTDOWN_POLL) => {}
+            }
+        }
+    }
+
+    /// The controller's metric handles.
+    pub(crate) fn metrics(&self) -> &Handles {
+        &self.metrics
     }
 
     /// The controller's queue.
@@ -123,18 +202,32 @@ impl Reconciler {
         let revision = plugin.revision();
         let span = tracing::info_span!("reconcile", controller = %self.name, key = %key, attempt, revision);
         self.metrics.active_workers.inc();
+        let mark = self.breaker.as_ref().map(Breaker::mark).unwrap_or_default();
         let started = Instant::now();
-        let result = plugin.reconcile(&key.to_object_key(), attempt).instrument(span.clone()).await;
+        // A panic on the host side (a host-function bug) costs this reconcile only: the key is
+        // settled like a trap (counted as a panic, retried with backoff) and the worker lives on.
+        // Without this the task would die with the key marked processing and its slot taken.
+        let object_key = key.to_object_key();
+        let reconcile = plugin.reconcile(&object_key, attempt).instrument(span.clone());
+        let result = AssertUnwindSafe(reconcile).catch_unwind().await.unwrap_or_else(|panic| {
+            let message = panic_message(panic.as_ref());
+            span.in_scope(|| tracing::error!(panic = %message, "the host panicked during a reconcile"));
+            Err(CallFailed::Trap(format!("host panicked: {message}")))
+        });
         self.metrics.observe(started.elapsed());
         self.metrics.active_workers.dec();
-        let outcome = span.in_scope(|| self.handle_result(&key, result));
+        let outage = match (&self.breaker, &result) {
+            (Some(breaker), Err(_)) => breaker.outage_since(mark).await,
+            _ => false,
+        };
+        let outcome = span.in_scope(|| self.handle_result(&key, result, outage));
         // The reconcile is over before another worker may take the key.
         drop(span);
         self.queue.done(&key);
         Some(outcome)
     }
 
-    fn handle_result(&self, key: &NamespacedKey, result: Result<Action, CallFailed>) -> Outcome {
+    fn handle_result(&self, key: &NamespacedKey, result: Result<Action, CallFailed>, outage: bool) -> Outcome {
         match result {
             Ok(Action::Done) => {
                 self.metrics.success.inc();
@@ -153,14 +246,25 @@ impl Reconciler {
                 if err.is_panic() {
                     self.metrics.panics.inc();
                 }
+                if outage {
+                    // The breaker logged the outage once; the key waits for it, not for backoff.
+                    tracing::debug!(error = %err, "reconcile failed during an API-server outage; re-added");
+                    self.queue.add(key.clone());
+                    return Outcome::Deferred;
+                }
                 let failures = self.queue.num_requeues(key) + 1;
+                let logged = self.failure_log.admit();
                 if self.max_retries.is_some_and(|max| failures > max) {
-                    tracing::warn!(error = %err, failures, "dropping key after too many failures");
+                    if let Some(suppressed) = logged {
+                        tracing::warn!(error = %err, failures, suppressed, "dropping key after too many failures");
+                    }
                     self.metrics.dropped.inc();
                     self.queue.forget(key);
                     Outcome::Dropped
                 } else {
-                    tracing::warn!(error = %err, failures, "reconcile failed; retrying with backoff");
+                    if let Some(suppressed) = logged {
+                        tracing::warn!(error = %err, failures, suppressed, "reconcile failed; retrying with backoff");
+                    }
                     self.queue.add_rate_limited(key.clone());
                     Outcome::Retried
                 }
@@ -190,5 +294,36 @@ impl Reconciler {
     /// Workers running now.
     pub fn workers(&self) -> usize {
         self.workers.lock().alive.len()
+    }
+}
+
+/// The text of a panic payload (`panic!` with a literal or a formatted message).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_owned(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_lines_past_the_rate_are_counted_instead_of_logged() {
+        let log = FailureLog::default();
+        let tries = FAILURE_LINES_PER_SECOND * 5;
+        let admitted = (0..tries).filter(|_| log.admit().is_some()).count() as u32;
+        // governor refills one line every 100 ms: a slow machine may see one more.
+        assert!((FAILURE_LINES_PER_SECOND..=FAILURE_LINES_PER_SECOND + 1).contains(&admitted), "{admitted}");
+        assert_eq!(log.suppressed.load(Ordering::Relaxed), u64::from(tries - admitted));
+    }
+
+    #[test]
+    fn a_panic_message_is_read_from_either_payload_type() {
+        assert_eq!(panic_message(&"literal"), "literal");
+        assert_eq!(panic_message(&String::from("formatted 1")), "formatted 1");
+        assert_eq!(panic_message(&42_u8), "a panic without a message");
     }
 }

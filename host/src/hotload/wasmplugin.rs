@@ -148,6 +148,8 @@ impl WasmPluginSpec {
             limits: self.limits.clone(),
             settings: self.settings.clone(),
             max_concurrent: self.max_concurrent,
+            // Not in the CRD yet: WasmPlugins retry with client-go's defaults.
+            rate_limiter: Default::default(),
         }
     }
 }

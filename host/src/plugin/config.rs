@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::grants::GrantConfig;
 use super::limits::Limits;
+use crate::queue::rate_limiter::LimiterConfig;
 
 /// Operator configuration of one plugin.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -21,6 +22,9 @@ pub struct PluginConfig {
     pub settings: Option<Value>,
     /// Concurrent reconciles; overrides the plugin's own `max-concurrent`.
     pub max_concurrent: Option<u32>,
+    /// Retry backoff of the plugin's keys (client-go's defaults). Read when the plugin's
+    /// controller is made; a new version swapped in keeps its queue and limiter.
+    pub rate_limiter: LimiterConfig,
 }
 
 /// A configuration file that cannot be used.
@@ -64,6 +68,14 @@ mod tests {
         let err = PluginConfig::from_yaml("limitz: {}\n").unwrap_err();
         assert!(err.to_string().contains("unknown field `limitz`"), "{err}");
         assert!(PluginConfig::from_yaml("grants:\n  read: [apps/v1]\n").is_err());
+    }
+
+    #[test]
+    fn a_config_file_sets_the_retry_backoff() {
+        let c = PluginConfig::from_yaml("rateLimiter:\n  maxDelayMs: 30000\n  qps: 50\n").unwrap();
+        let expected = LimiterConfig { max_delay_ms: 30_000, qps: 50.0, ..LimiterConfig::default() };
+        assert_eq!(c.rate_limiter, expected);
+        assert!(PluginConfig::from_yaml("rateLimiter:\n  maxDelay: 30\n").is_err());
     }
 
     #[test]

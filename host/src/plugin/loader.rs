@@ -174,6 +174,7 @@ impl Runtime {
             sha256,
             max_concurrent: 1,
             revision: 0,
+            rate_limiter: config.rate_limiter.clone(),
             idle: Default::default(),
             // One instance for describe(); grown to the plugin's concurrency below.
             share: self.pool.reserve(name, weight, 1)?,

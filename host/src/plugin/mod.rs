@@ -51,6 +51,8 @@ pub struct Plugin {
     sha256: String,
     max_concurrent: u32,
     revision: u64,
+    /// Retry backoff of its keys, from the operator's config.
+    rate_limiter: crate::queue::rate_limiter::LimiterConfig,
     /// Instances kept for reuse (`limits.reuseInstances`); at most one per concurrent call.
     idle: parking_lot::Mutex<Vec<dispatch::Idle>>,
     /// This version's share of the instance pool; every instance holds one of its permits.
@@ -81,6 +83,11 @@ impl Plugin {
     /// How many keys may be reconciled at once (operator setting, else the plugin's, else 1).
     pub fn max_concurrent(&self) -> u32 {
         self.max_concurrent
+    }
+
+    /// The retry backoff the operator configured for its keys (client-go's defaults).
+    pub fn rate_limiter(&self) -> &crate::queue::rate_limiter::LimiterConfig {
+        &self.rate_limiter
     }
 
     /// Which version of this plugin the host has loaded: 1, 2, … in load order (like a

@@ -8,6 +8,7 @@
 use std::{collections::HashMap, hash::Hash, sync::Arc, time::Duration};
 
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 /// Decides how long a key waits before it is retried, and counts its retries.
@@ -56,6 +57,42 @@ where
     K: Clone + Eq + Hash + Send + Sync + 'static,
 {
     MaxOf::default().limiter(ItemExponentialFailure::default()).limiter(Bucket::default())
+}
+
+/// The parameters of [`default_controller`], settable per plugin (`rateLimiter:` in its
+/// config file; strict: unknown fields are errors). Every default is client-go's
+/// `DefaultControllerRateLimiter`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct LimiterConfig {
+    /// A key's delay after its first failure, in ms; doubles with each failure (default 5).
+    pub base_delay_ms: u64,
+    /// The longest delay of a key, in ms (default 1,000,000: 1000 s).
+    pub max_delay_ms: u64,
+    /// Retries a second across all keys of the controller (default 10).
+    pub qps: f64,
+    /// Retries that may go at once before `qps` applies (default 100).
+    pub burst: u32,
+}
+
+impl Default for LimiterConfig {
+    fn default() -> Self {
+        Self { base_delay_ms: 5, max_delay_ms: 1_000_000, qps: 10.0, burst: 100 }
+    }
+}
+
+impl LimiterConfig {
+    /// The larger of the per-key exponential backoff and the overall bucket, as
+    /// [`default_controller`] with these parameters.
+    pub fn build<K>(&self) -> MaxOf<K>
+    where
+        K: Clone + Eq + Hash + Send + Sync + 'static,
+    {
+        let exponential = ItemExponentialFailure::default()
+            .base(Duration::from_millis(self.base_delay_ms))
+            .max(Duration::from_millis(self.max_delay_ms));
+        MaxOf::default().limiter(exponential).limiter(Bucket::new(self.qps, self.burst))
+    }
 }
 
 /// Per-key exponential backoff: `base · 2^failures`, capped at `max`.
@@ -270,6 +307,23 @@ mod tests {
         assert_eq!(delays, [5 * MS, 10 * MS, 20 * MS, 40 * MS, 80 * MS, 100 * MS, 100 * MS]);
         assert_eq!(limiter.num_requeues(&"a"), 7);
         assert_eq!(limiter.when(&"b"), 5 * MS, "keys back off independently");
+    }
+
+    #[test]
+    fn a_limiter_config_sets_the_exponential_bounds_and_the_bucket() {
+        let config: LimiterConfig =
+            serde_yaml::from_str("baseDelayMs: 100\nmaxDelayMs: 300\nqps: 1\nburst: 3\n").unwrap();
+        let limiter = config.build();
+        let delays: Vec<_> = (0..3).map(|_| limiter.when(&"a")).collect();
+        assert_eq!(delays, [100 * MS, 200 * MS, 300 * MS], "doubling from the base to the cap");
+        assert!(limiter.when(&"b") >= 900 * MS, "past the burst of 3, retries wait for the 1 qps bucket");
+        assert_eq!(LimiterConfig::default().build::<&str>().when(&"c"), 5 * MS, "client-go's defaults");
+    }
+
+    #[test]
+    fn a_limiter_config_with_an_unknown_field_is_an_error() {
+        let err = serde_yaml::from_str::<LimiterConfig>("qpss: 1\n").unwrap_err();
+        assert!(err.to_string().contains("unknown field `qpss`"), "{err}");
     }
 
     #[test]

@@ -298,12 +298,28 @@ impl ControlPlane {
         }
     }
 
+    /// Sends the apiserver SIGTERM, as a rolling restart does: it fails `/readyz` and refuses
+    /// new requests at once but keeps open watches while it drains, then exits. See
+    /// [`apiserver_exited`](Self::apiserver_exited) and [`start_apiserver`](Self::start_apiserver).
+    pub fn terminate_apiserver(&mut self) -> anyhow::Result<()> {
+        match &self.apiserver {
+            Some(apiserver) => apiserver.terminate(),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the apiserver has exited (or was stopped).
+    pub fn apiserver_exited(&mut self) -> bool {
+        self.apiserver.as_mut().is_none_or(process::Supervised::exited)
+    }
+
     /// Starts the apiserver again with the same etcd, port, certificates and users, and waits
     /// until it is ready. No-op if it is running. Synchronous like [`ControlPlaneBuilder::start`].
     pub fn start_apiserver(&mut self) -> anyhow::Result<()> {
-        if self.apiserver.is_some() {
+        if !self.apiserver_exited() {
             return Ok(());
         }
+        self.apiserver = None;
         on_helper_runtime(|| self.launch_apiserver())
     }
 

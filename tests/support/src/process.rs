@@ -85,6 +85,20 @@ impl Supervised {
         log_tail(&self.log)
     }
 
+    /// Sends SIGTERM to the process (not its group): a graceful shutdown, as a rolling
+    /// restart's.
+    pub(crate) fn terminate(&self) -> anyhow::Result<()> {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args(["-TERM", &pid]).status().context("running kill")?;
+        anyhow::ensure!(status.success(), "kill -TERM {pid} failed: {status}");
+        Ok(())
+    }
+
+    /// Whether the process has exited.
+    pub(crate) fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Kills the whole process group and reaps the child and its watchdog.
     pub(crate) fn kill(mut self) {
         self.kill_group();

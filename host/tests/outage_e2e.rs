@@ -1,0 +1,203 @@
+//! API-server outages against a real kube-apiserver + etcd: the host's client goes through a
+//! [`FaultProxy`](kubewasm_testenv::FaultProxy) that the test cuts for 5 s in the middle of a
+//! backlog. The breaker pauses the workers instead of burning every key's backoff, so the
+//! backlog converges about as fast as without the outage, plus the outage itself.
+
+mod common;
+mod hotload_support;
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams};
+use kubewasm::app::App;
+use kubewasm::hotload::{Desired, Origin};
+use kubewasm::plugin::PluginConfig;
+use kubewasm_testenv::ControlPlane;
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, Layer};
+use tracing_subscriber::prelude::*;
+
+use common::{eventually, metric_value, plugin_wasm};
+use hotload_support::{stamp_of, stamper_config};
+
+/// ConfigMaps in each backlog.
+const KEYS: usize = 600;
+/// How long the API server is cut off.
+const OUTAGE: Duration = Duration::from_secs(5);
+/// Give up on convergence after this long (client-go's limiter takes minutes here).
+const CONVERGE: Duration = Duration::from_secs(120);
+
+/// The tests of this binary measure times: one at a time, so they do not share the CPU.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Counts WARN and ERROR events of the host while `on`.
+#[derive(Default)]
+struct LoudLines {
+    on: AtomicBool,
+    count: AtomicUsize,
+}
+
+impl<S: Subscriber> Layer<S> for &'static LoudLines {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        let (level, target) = (*event.metadata().level(), event.metadata().target());
+        // kube's HTTP trace layer is off in the host's default filter (telemetry::QUIET).
+        let quiet = target.starts_with("kube_client::client::builder");
+        if self.on.load(Ordering::SeqCst) && (level == Level::WARN || level == Level::ERROR) && !quiet {
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn loud_lines() -> &'static LoudLines {
+    static LINES: OnceLock<&'static LoudLines> = OnceLock::new();
+    LINES.get_or_init(|| {
+        let lines: &'static LoudLines = Box::leak(Box::default());
+        tracing_subscriber::registry().with(lines).init();
+        lines
+    })
+}
+
+async fn create_config_maps(client: &kube::Client, ns: &str, label: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let (key, value) = label.split_once('=').unwrap();
+    futures::stream::iter(0..KEYS)
+        .map(|i| {
+            let api = api.clone();
+            let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                "metadata": { "name": format!("cm-{i:04}"), "labels": { key: value } },
+            }))
+            .unwrap();
+            async move { api.create(&PostParams::default(), &cm).await.unwrap() }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+async fn stamped(client: &kube::Client, ns: &str) -> usize {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let list = api.list(&ListParams::default()).await.unwrap();
+    list.items.iter().filter(|cm| stamp_of(cm) == Some("v1")).count()
+}
+
+/// Starts the stamper on `ns`'s backlog, with the host's client going through `host_client`.
+async fn start(host_client: &kube::Client, label: &str) -> App {
+    let app = App::new(host_client.clone(), None, None).unwrap();
+    let config = PluginConfig::from_yaml(&stamper_config("v1", label, 4)).unwrap();
+    let wasm = plugin_wasm("fixture_stamper.wasm");
+    app.manager().apply(Desired { name: "stamper".into(), origin: Origin::Directory, wasm, config }).await.unwrap();
+    app
+}
+
+fn metric(app: &App, name: &str) -> f64 {
+    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    metric_value(&text, name, &[]).unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backlog_cut_off_from_the_api_server_converges_soon_after_it_answers_again() {
+    let _serial = SERIAL.lock().await;
+    let lines = loud_lines();
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let proxy = cp.fault_proxy();
+    let host_client = proxy.client().await;
+
+    // Without an outage: how long the backlog takes once the plugin serves.
+    let ns = cp.namespace("no-outage").await;
+    let label = format!("kubewasm.test/outage={ns}");
+    create_config_maps(&client, &ns, &label).await;
+    let app = start(&host_client, &label).await;
+    let started = Instant::now();
+    eventually("the backlog stamped", CONVERGE, || async { (stamped(&client, &ns).await == KEYS).then_some(()) }).await;
+    let baseline = started.elapsed();
+    app.shut_down(Duration::from_secs(5)).await;
+
+    // The same backlog, cut off for OUTAGE after a sixth of it is done.
+    let ns = cp.namespace("outage").await;
+    let label = format!("kubewasm.test/outage={ns}");
+    create_config_maps(&client, &ns, &label).await;
+    let app = start(&host_client, &label).await;
+    let started = Instant::now();
+    eventually("a sixth of the backlog stamped", CONVERGE, || async {
+        (stamped(&client, &ns).await >= KEYS / 6).then_some(())
+    })
+    .await;
+    lines.on.store(true, Ordering::SeqCst);
+    proxy.cut();
+    let cut = Instant::now();
+    let remaining = KEYS - stamped(&client, &ns).await;
+    eventually("the breaker open", OUTAGE, || async {
+        (metric(&app, "kubewasm_apiserver_breaker_open") == 1.0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(OUTAGE.saturating_sub(cut.elapsed())).await;
+    proxy.restore();
+    let restored = Instant::now();
+    lines.on.store(false, Ordering::SeqCst);
+    let loud = lines.count.load(Ordering::SeqCst);
+    eventually("the backlog stamped", CONVERGE, || async { (stamped(&client, &ns).await == KEYS).then_some(()) }).await;
+    let (with_outage, after) = (started.elapsed(), restored.elapsed());
+
+    // The keys left at the cut should take about their share of the baseline once the API
+    // server is back; with client-go's limiter they took over twice that (module docs).
+    let share = baseline.mul_f64(remaining as f64 / KEYS as f64);
+    let bound = share.mul_f64(1.5) + Duration::from_secs(3);
+    eprintln!(
+        "backlog of {KEYS}: {baseline:?} without an outage; {with_outage:?} with a {OUTAGE:?} outage, of which \
+         {after:?} for the {remaining} keys left (their share of the baseline: {share:?}); \
+         {loud} WARN/ERROR lines during the outage"
+    );
+    assert!(after <= bound, "the {remaining} keys left took {after:?} after the outage, more than {bound:?}");
+    assert_eq!(metric(&app, "kubewasm_apiserver_breaker_opened_total"), 1.0, "one outage, one opening");
+    assert_eq!(metric(&app, "kubewasm_apiserver_breaker_open"), 0.0, "closed again");
+    assert!(loud <= 20, "{loud} WARN/ERROR lines during a {OUTAGE:?} outage");
+    app.shut_down(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminating_apiserver_that_keeps_its_watches_open_pauses_the_workers_until_it_is_back() {
+    let _serial = SERIAL.lock().await;
+    if ControlPlane::shared().is_none() {
+        return;
+    }
+    let mut cp = ControlPlane::builder().start().unwrap();
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("sigterm").await;
+    let label = format!("kubewasm.test/outage={ns}");
+    create_config_maps(&client, &ns, &label).await;
+    let app = start(&client, &label).await;
+    eventually("a sixth of the backlog stamped", CONVERGE, || async {
+        (stamped(&client, &ns).await >= KEYS / 6).then_some(())
+    })
+    .await;
+
+    // Writes fail and /readyz fails while the old apiserver drains its watches.
+    cp.terminate_apiserver().unwrap();
+    eventually("the breaker open", CONVERGE, || async {
+        (metric(&app, "kubewasm_apiserver_breaker_open") == 1.0).then_some(())
+    })
+    .await;
+    let terminated = Instant::now();
+    let mut exited = false;
+    while !exited && terminated.elapsed() < CONVERGE {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        exited = cp.apiserver_exited();
+    }
+    assert!(exited, "the apiserver did not exit within {CONVERGE:?} of SIGTERM");
+    let drained = terminated.elapsed();
+    assert_eq!(metric(&app, "kubewasm_apiserver_breaker_open"), 1.0, "open until the apiserver answers");
+    cp.start_apiserver().unwrap();
+    let back = Instant::now();
+    eventually("the backlog stamped", CONVERGE, || async { (stamped(&client, &ns).await == KEYS).then_some(()) }).await;
+    let after = back.elapsed();
+    eprintln!("SIGTERM: the apiserver drained for {drained:?}; the backlog converged {after:?} after it was back");
+    assert!(after <= Duration::from_secs(30), "converged {after:?} after the apiserver was back");
+    assert_eq!(metric(&app, "kubewasm_apiserver_breaker_opened_total"), 1.0, "one outage, one opening");
+    assert_eq!(metric(&app, "kubewasm_apiserver_breaker_open"), 0.0, "closed again");
+    app.shut_down(Duration::from_secs(5)).await;
+}
