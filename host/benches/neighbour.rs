@@ -96,11 +96,7 @@ fn reconcile_p99(registry: &prometheus::Registry) -> f64 {
         .unwrap();
     let histogram = metric.get_histogram();
     let want = (histogram.get_sample_count() as f64 * 0.99).ceil() as u64;
-    histogram
-        .get_bucket()
-        .iter()
-        .find(|b| b.cumulative_count() >= want)
-        .map_or(f64::INFINITY, |b| b.upper_bound())
+    histogram.get_bucket().iter().find(|b| b.cumulative_count() >= want).map_or(f64::INFINITY, |b| b.upper_bound())
 }
 
 fn report(label: &str, took: &[Duration], reconcile_p99: f64) {

@@ -18,8 +18,8 @@ use super::grants::Grants;
 use super::host::{ApiWriter, CacheReader, CallError};
 use super::limits::{LimitHit, Limiter, Limits};
 use super::metrics::PluginMetrics;
-use super::throttle::WriteLimiter;
 use super::protected::Protected;
+use super::throttle::WriteLimiter;
 
 /// What every reconcile of one plugin version shares.
 pub(crate) struct PluginShared {
