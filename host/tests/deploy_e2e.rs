@@ -15,17 +15,10 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, PostParams};
 use kubewasm_testenv::ControlPlane;
 
-use common::audit::{AUDIT_POLICY, SA_USER, audit_events, code, describe};
-use common::examples::{self, CONVERGE, crd_established, deploy_dir, install_examples};
+use common::audit::{SA_USER, audit_events, code, describe, examples_cluster};
+use common::examples::{self, CONVERGE, deploy_dir, install_examples};
 use common::process::{HostProcess, kubewasm_run, service_account_token, token_kubeconfig};
-use common::{eventually, test_compile_cache};
-
-fn run_ok(mut command: Command) -> String {
-    let out = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{command:?} failed:\n{stdout}\n{stderr}");
-    stdout.into_owned()
-}
+use common::{eventually, run_ok, test_compile_cache};
 
 fn unique_id() -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
@@ -51,18 +44,8 @@ async fn both_kustomizations_pass_server_side_dry_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_request_and_one_rule_less_is_refused() {
     let work = tempfile::tempdir().unwrap();
-    let (policy, log) = (work.path().join("audit-policy.yaml"), work.path().join("audit.log"));
-    std::fs::write(&policy, AUDIT_POLICY).unwrap();
-    let cp = ControlPlane::builder()
-        .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
-        .apiserver_arg(format!("--audit-log-path={}", log.display()))
-        .start()
-        .expect("a control plane with an audit log (needs `make control-plane`)");
+    let (cp, log) = examples_cluster(work.path()).await;
     let admin = cp.admin_client().await;
-    let mut apply = cp.kubectl();
-    apply.args(["apply", "--server-side", "-k"]).arg(deploy_dir().join("overlays/examples"));
-    run_ok(apply);
-    crd_established(&admin, "configmapsyncs.examples.kubewasm.dev").await;
 
     let token = service_account_token(&admin, "kubewasm-system", "kubewasm").await;
     let kubeconfig = work.path().join("kubeconfig");

@@ -18,13 +18,11 @@ use std::time::Duration;
 use kubewasm_testenv::ControlPlane;
 use serde_json::Value;
 
-use common::audit::{AUDIT_POLICY, audit_events, code, describe};
-use common::examples::{self, CONVERGE, crd_established, deploy_dir};
-use common::image::{
-    FinalStage, Image, config_of, expected_tree, final_stage_text, repo_dir, rootfs_sh, run_ok, tree, unpack,
-};
+use common::audit::{audit_events, code, describe, examples_cluster};
+use common::examples::{self, CONVERGE, deploy_dir};
+use common::image::{FinalStage, Image, config_of, expected_tree, final_stage_text, repo_dir, rootfs_sh, tree, unpack};
 use common::process::{HostProcess, service_account_token};
-use common::{eventually, plugin_dir};
+use common::{eventually, plugin_dir, run_ok};
 
 /// Mounts the volumes, then runs the image's command in the root file system as its user:
 /// `$0` root, then `SOURCE MOUNT_POINT` pairs, `--`, uid, gid, working directory, command.
@@ -290,18 +288,8 @@ fn pod_command(
 async fn the_images_binary_runs_the_examples_overlay_from_its_read_only_root_as_65532_without_a_forbidden_request() {
     let Some(image) = Image::built(true) else { return };
     let work = tempfile::tempdir().unwrap();
-    let (policy, log) = (work.path().join("audit-policy.yaml"), work.path().join("audit.log"));
-    std::fs::write(&policy, AUDIT_POLICY).unwrap();
-    let cp = ControlPlane::builder()
-        .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
-        .apiserver_arg(format!("--audit-log-path={}", log.display()))
-        .start()
-        .expect("a control plane with an audit log (needs `make control-plane`)");
+    let (cp, log) = examples_cluster(work.path()).await;
     let admin = cp.admin_client().await;
-    let mut apply = cp.kubectl();
-    apply.args(["apply", "--server-side", "-k"]).arg(deploy_dir().join("overlays/examples"));
-    run_ok(apply);
-    crd_established(&admin, "configmapsyncs.examples.kubewasm.dev").await;
     let objects = rendered(&cp, "overlays/examples");
 
     // What the kubelet mounts for the Deployment's ServiceAccount: token, CA bundle, namespace.

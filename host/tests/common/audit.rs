@@ -1,6 +1,10 @@
 //! The API server's audit log, to see which requests a ServiceAccount made and which were refused.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use kubewasm_testenv::ControlPlane;
+
+use super::examples::{crd_established, deploy_dir};
 
 /// The user the examples overlay's ServiceAccount authenticates as.
 pub const SA_USER: &str = "system:serviceaccount:kubewasm-system:kubewasm";
@@ -35,4 +39,22 @@ pub fn describe(event: &serde_json::Value) -> String {
         field("/requestURI"),
         code(event)
     )
+}
+
+/// A control plane auditing [`SA_USER`] into `dir/audit.log`, with the examples overlay applied
+/// and its CRD established: where the deploy and image tests run the host as the overlay's
+/// ServiceAccount. Returns it and the log's path.
+pub async fn examples_cluster(dir: &Path) -> (ControlPlane, PathBuf) {
+    let (policy, log) = (dir.join("audit-policy.yaml"), dir.join("audit.log"));
+    std::fs::write(&policy, AUDIT_POLICY).unwrap();
+    let cp = ControlPlane::builder()
+        .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
+        .apiserver_arg(format!("--audit-log-path={}", log.display()))
+        .start()
+        .expect("a control plane with an audit log (needs `make control-plane`)");
+    let mut apply = cp.kubectl();
+    apply.args(["apply", "--server-side", "-k"]).arg(deploy_dir().join("overlays/examples"));
+    super::run_ok(apply);
+    crd_established(&cp.admin_client().await, "configmapsyncs.examples.kubewasm.dev").await;
+    (cp, log)
 }

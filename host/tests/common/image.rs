@@ -9,7 +9,7 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-use super::plugin_dir;
+use super::{plugin_dir, run_ok};
 
 /// The repository root.
 pub fn repo_dir() -> PathBuf {
@@ -23,14 +23,6 @@ fn in_ci() -> bool {
 /// Whether this process runs as root (the owner of /proc/self is the effective user).
 pub fn is_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// Runs `command`, panicking with its output unless it succeeds; returns stdout.
-pub fn run_ok(mut command: Command) -> String {
-    let out = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{command:?} failed:\n{stdout}\n{stderr}");
-    stdout.into_owned()
 }
 
 /// What `make image` wrote into `KUBEWASM_IMAGE_DIR` (default: `<target>/image`).

@@ -71,3 +71,11 @@ pub fn install_plugin(dir: &std::path::Path, name: &str, built: &str, config: &s
     std::fs::write(dir.join(format!("{name}.yaml")), config).unwrap();
     wasm
 }
+
+/// Runs `command`, panicking with its output unless it succeeds; returns stdout.
+pub fn run_ok(mut command: std::process::Command) -> String {
+    let out = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{command:?} failed:\n{stdout}\n{stderr}");
+    stdout.into_owned()
+}
