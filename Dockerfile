@@ -7,7 +7,7 @@
 # host/tests/image_e2e.rs checks the built image against this final stage.
 FROM docker.io/library/rust:1.95.0-bookworm AS builder
 RUN apt-get update \
- && apt-get install -y --no-install-recommends musl-tools ca-certificates \
+ && apt-get install -y --no-install-recommends musl-tools binutils ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -113,8 +113,8 @@ control-plane:
 ## which builds the Dockerfile's final stage with it.
 image-tools: toolchain
 	@command -v umoci >/dev/null && command -v skopeo >/dev/null && command -v musl-gcc >/dev/null \
-		&& command -v buildah >/dev/null && test -f /etc/ssl/certs/ca-certificates.crt \
-		|| { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq umoci skopeo musl-tools buildah ca-certificates; }
+		&& command -v buildah >/dev/null && command -v strip >/dev/null && test -f /etc/ssl/certs/ca-certificates.crt \
+		|| { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq umoci skopeo musl-tools buildah binutils ca-certificates; }
 	@rustup target list --installed | grep -qx $(MUSL_TARGET) || rustup target add $(MUSL_TARGET)
 
 ## The host's container image without a Docker engine or base-image pull: a static (musl)

@@ -14,6 +14,9 @@ rm -rf "$out"
 root=$out/root nonroot=$out/nonroot
 install -d -m 0755 "$root" "$root/etc" "$root/home" "$root/var" "$root/var/cache"
 install -D -m 0755 "$binary" "$root/usr/local/bin/kubewasm"
+# Without the release profile's line tables: 43 MB instead of 209 MB (15 MB instead of 49 MB
+# compressed); panics and backtraces still name functions (symbols stay).
+strip --strip-debug "$root/usr/local/bin/kubewasm"
 # The example plugins deploy/overlays/examples runs (KUBEWASM_PLUGINS=/opt/kubewasm/plugins);
 # their configs are not baked in: the overlay mounts them beside the components.
 for name in "${EXAMPLES[@]}"; do

@@ -59,13 +59,15 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
     let client = cp.admin_client().await;
     install_crd(&client).await;
     let ns = cp.namespace("wp").await;
+    // Modules in a namespace of their own: the host keeps plugins out of every ConfigMap there.
+    let modules = cp.namespace("wp-modules").await;
     let label = format!("kubewasm.test/wp={ns}");
-    put_module(&client, &ns, &plugin_wasm("fixture_stamper.wasm")).await;
+    put_module(&client, &modules, &plugin_wasm("fixture_stamper.wasm")).await;
 
     let app = App::new(client.clone(), None, None).unwrap();
     let stop = CancellationToken::new();
     // Each test's host serves only its own WasmPlugins (tests run in parallel).
-    let source = tokio::spawn(app.wasm_plugin_source(&ns).selector(&format!("test={ns}")).run(stop.clone()));
+    let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
 
     let name = format!("stamper-{ns}");
     let plugins: Api<WasmPlugin> = Api::all(client.clone());
@@ -121,7 +123,7 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
     .await;
 
     // A garbage module: rejected with the reason in the status; revision 2 keeps serving.
-    put_module(&client, &ns, b"definitely not a component").await;
+    put_module(&client, &modules, b"definitely not a component").await;
     status_says("Degraded: LoadFailed", |wp| {
         condition(wp, "Degraded").is_some_and(|c| {
             c.status == "True" && c.reason == "LoadFailed" && c.message.contains("not a WebAssembly binary")
@@ -183,13 +185,15 @@ async fn a_url_module_is_downloaded_once_and_a_wrong_digest_is_refused() {
     let client = cp.admin_client().await;
     install_crd(&client).await;
     let ns = cp.namespace("wpurl").await;
+    // Modules in a namespace of their own: the host keeps plugins out of every ConfigMap there.
+    let modules = cp.namespace("wpurl-modules").await;
     let label = format!("kubewasm.test/wpurl={ns}");
     let wasm = plugin_wasm("fixture_stamper.wasm");
     let (base, hits) = module_server(wasm.to_vec()).await;
 
     let app = App::new(client.clone(), None, None).unwrap();
     let stop = CancellationToken::new();
-    let source = tokio::spawn(app.wasm_plugin_source(&ns).selector(&format!("test={ns}")).run(stop.clone()));
+    let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
     let plugins: Api<WasmPlugin> = Api::all(client.clone());
     let create = |name: String, url: String, sha256: String| {
         let body = json!({
@@ -248,8 +252,10 @@ async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds
     let admin = cp.admin_client().await;
     install_crd(&admin).await;
     let ns = cp.namespace("wprbac").await;
+    // Modules in a namespace of their own: the host keeps plugins out of every ConfigMap there.
+    let modules = cp.namespace("wprbac-modules").await;
     let label = format!("kubewasm.test/wprbac={ns}");
-    put_module(&admin, &ns, &plugin_wasm("fixture_stamper.wasm")).await;
+    put_module(&admin, &modules, &plugin_wasm("fixture_stamper.wasm")).await;
     // The host runs as the restricted user: WasmPlugins and ConfigMaps, but no Secrets.
     let role: ClusterRole = serde_json::from_value(json!({
     "metadata": {"name": format!("kubewasm-e2e-{ns}")},
@@ -271,7 +277,7 @@ async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds
     let options = kubewasm::hotload::Options { sync_timeout: Duration::from_secs(5), ..Default::default() };
     let app = App::with_options(cp.restricted_client().await, None, None, options).unwrap();
     let stop = CancellationToken::new();
-    let source = tokio::spawn(app.wasm_plugin_source(&ns).selector(&format!("test={ns}")).run(stop.clone()));
+    let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
     let plugins: Api<WasmPlugin> = Api::all(admin.clone());
     let create = |name: String, grants: serde_json::Value, settings: serde_json::Value| {
         let body = json!({
