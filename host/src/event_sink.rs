@@ -203,7 +203,7 @@ fn new_event(queued: &Queued, count: i32, now: Timestamp) -> Event {
         type_: Some(if queued.event.warning { "Warning" } else { "Normal" }.to_owned()),
         reporting_controller: Some(queued.manager.clone()),
         reporting_instance: Some(std::env::var("POD_NAME").unwrap_or_else(|_| queued.manager.clone())),
-        series: (count > 1).then(|| EventSeries { count, last_observed_time: MicroTime(now) }),
+        series: (count > 1).then_some(EventSeries { count, last_observed_time: MicroTime(now) }),
         ..Default::default()
     }
 }

@@ -94,9 +94,8 @@ impl Wiring {
         let scope = plugin.grants().namespaces();
         if scope.is_some_and(|s| s.selector.is_some()) {
             let gvk = GroupVersionKind::gvk("", "v1", "Namespace");
-            if !informers.contains_key(&KindRef::of(&gvk)) {
-                let informer = ctx.factory.informer(&gvk, params(None)).await.map_err(informer_err(&gvk))?;
-                informers.insert(KindRef::of(&gvk), informer);
+            if let std::collections::btree_map::Entry::Vacant(slot) = informers.entry(KindRef::of(&gvk)) {
+                slot.insert(ctx.factory.informer(&gvk, params(None)).await.map_err(informer_err(&gvk))?);
             }
         }
         cache.replace(informers.values().cloned());

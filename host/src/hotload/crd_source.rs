@@ -452,7 +452,7 @@ impl CrdNotice {
     /// Whether a failed attempt (`absent`: the CRD is not installed; else the API server could
     /// not be asked) is news worth a line; records it.
     fn is_news(&mut self, absent: bool) -> bool {
-        std::mem::replace(&mut self.0, Some(absent)) != Some(absent)
+        self.0.replace(absent) != Some(absent)
     }
 
     /// Whether any failed attempt was logged.
