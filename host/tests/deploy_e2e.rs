@@ -67,9 +67,7 @@ async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_requ
     })
     .await;
     let id = unique_id();
-    examples::namespace_defaults_converges(&admin, &format!("nd-{id}")).await;
-    examples::config_reloader_converges(&admin, &format!("cr-{id}")).await;
-    examples::configmap_sync_converges(&admin, &id).await;
+    examples::all_converge(&admin, &id).await;
     host.signal("-TERM");
     let status = host.exited(Duration::from_secs(60)).await;
     assert!(status.success(), "kubewasm exited with {status}");

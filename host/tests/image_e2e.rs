@@ -319,9 +319,7 @@ async fn the_images_binary_runs_the_examples_overlay_from_its_read_only_root_as_
     })
     .await;
     let id = format!("{}-img", std::process::id());
-    examples::namespace_defaults_converges(&admin, &format!("nd-{id}")).await;
-    examples::config_reloader_converges(&admin, &format!("cr-{id}")).await;
-    examples::configmap_sync_converges(&admin, &id).await;
+    examples::all_converge(&admin, &id).await;
     host.signal("-TERM");
     let status = host.exited(Duration::from_secs(60)).await;
     assert!(status.success(), "kubewasm exited with {status}");

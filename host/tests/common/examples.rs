@@ -50,6 +50,14 @@ async fn create_namespace(client: &Client, name: &str, labels: serde_json::Value
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
 }
 
+/// All three example plugins converge on fresh objects named after `id` (the examples overlay
+/// running, by whatever binary).
+pub async fn all_converge(client: &Client, id: &str) {
+    namespace_defaults_converges(client, &format!("nd-{id}")).await;
+    config_reloader_converges(client, &format!("cr-{id}")).await;
+    configmap_sync_converges(client, id).await;
+}
+
 /// namespace-defaults: a new namespace gets its quota (from the overlay's config), its
 /// default-deny policy and an event; a deleted quota comes back; opting out removes both.
 pub async fn namespace_defaults_converges(client: &Client, ns: &str) {
