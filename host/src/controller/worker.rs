@@ -5,7 +5,7 @@ use std::num::NonZeroU32;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::FutureExt as _;
 use parking_lot::{Mutex, RwLock};
@@ -62,9 +62,6 @@ impl FailureLog {
         }
     }
 }
-
-/// How often a worker paused by the breaker checks whether its queue shut down.
-const SHUTDOWN_POLL: Duration = Duration::from_millis(250);
 
 /// The serving half of a controller: its queue, its current plugin version and its workers.
 pub struct Reconciler {
@@ -172,15 +169,11 @@ impl Reconciler {
     /// Waits while the breaker is not closed; `false` if the queue shut down meanwhile.
     async fn wait_for_breaker(&self) -> bool {
         let Some(breaker) = &self.breaker else { return true };
-        loop {
-            if self.queue.shutting_down() {
-                return false;
-            }
-            // A paused worker holds no key; it looks at the queue's shutdown now and then.
-            tokio::select! {
-                () = breaker.wait_closed() => return true,
-                () = tokio::time::sleep(SHUTDOWN_POLL) => {}
-            }
+        // A paused worker holds no key; the queue's shutdown ends the wait, and wins a tie.
+        tokio::select! {
+            biased;
+            () = self.queue.closed() => false,
+            () = breaker.wait_closed() => true,
         }
     }
 

@@ -137,6 +137,8 @@ struct Inner<K> {
     getters: Notify,
     /// Wakes `shut_down_with_drain` when the last processing key is done.
     drained: Notify,
+    /// Wakes [`WorkQueue::closed`] waiters on shutdown.
+    closed: Notify,
     /// Wakes the timer task: a new earliest deadline, shutdown, or the queue is dropped.
     timer: Arc<Notify>,
     timer_started: AtomicBool,
@@ -251,6 +253,7 @@ impl<K: Key> WorkQueue<K> {
                 }),
                 getters: Notify::new(),
                 drained: Notify::new(),
+                closed: Notify::new(),
                 timer: Arc::new(Notify::new()),
                 timer_started: AtomicBool::new(false),
                 hasher: RandomState::new(),
@@ -412,6 +415,20 @@ impl<K: Key> WorkQueue<K> {
         self.inner.state.lock().shutting_down
     }
 
+    /// Resolves once the queue has been shut down (at once if it already is): for a worker that
+    /// waits on something else than [`get`](Self::get) and must stop with the queue.
+    pub async fn closed(&self) {
+        loop {
+            let notified = self.inner.closed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.shutting_down() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Adds `key` once `delay` has passed; a zero delay adds it now. Never blocks: the key
     /// waits on a timer heap. If the key is already waiting, the earlier deadline wins.
     /// Ignored after shutdown.
@@ -515,6 +532,7 @@ impl<K: Key> Inner<K> {
         }
         self.getters.notify_waiters();
         self.drained.notify_waiters();
+        self.closed.notify_waiters();
         self.timer.notify_one();
     }
 }
@@ -761,6 +779,20 @@ mod tests {
         queue.done(&b);
         tokio::time::timeout(Duration::from_secs(1), drain).await.expect("drain returns once b is done").unwrap();
         assert_eq!(queue.get().await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closed_resolves_when_the_queue_shuts_down_and_at_once_after() {
+        let queue = queue();
+        let waiter = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.closed().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "an open queue is not closed");
+        queue.shut_down();
+        waiter.await.unwrap();
+        queue.closed().await;
     }
 
     #[tokio::test(start_paused = true)]
