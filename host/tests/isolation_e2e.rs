@@ -1,11 +1,14 @@
 //! Plugins cannot harm each other, against a real kube-apiserver + etcd: a plugin that owns
 //! ConfigMaps can neither rewrite another plugin's module ConfigMap (protected, whatever its
 //! grants) nor write ConfigMaps it does not control; the ones it controls it writes as before.
-//! Each refusal is an `AccessDenied` Event and a `forbidden` host-call metric.
+//! Each refusal is an `AccessDenied` Event and a `forbidden` host-call metric. A plugin confined
+//! to namespaces neither sees, writes nor is handed keys outside them.
 
 mod common;
 
 use std::time::Duration;
+
+use futures::FutureExt as _;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -264,5 +267,52 @@ async fn a_plugin_confined_to_namespaces_neither_sees_nor_writes_outside_them() 
     }
     let note = access_denied(&client, &inside, "by-name").await;
     assert!(note.contains("outside the namespaces"), "{note}");
+    assert!(app.shut_down(Duration::from_secs(15)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_plugin_is_never_handed_a_key_outside_its_namespaces() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let inside = cp.namespace("iso-keys-in").await;
+    let outside = cp.namespace("iso-keys-out").await;
+
+    // A follower: caches sync and triggers fill the queue, but no worker takes a key, so the
+    // test reads every key the triggers queued.
+    let (_leading, rx) = tokio::sync::watch::channel(false);
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = App::new(client.clone(), None, None).unwrap();
+    app.set_leader_gate(kubewasm::leader::LeaderGate::new(rx));
+    let grants = format!("grants: {{namespaces: {{names: [{inside}]}}}}\n");
+    app.add_plugin(&intruder(dir.path(), "confined", &grants, attempts(&inside, json!([])))).await.unwrap();
+    eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
+    let reconciler = app.manager().reconciler("confined").await.unwrap();
+
+    // In this order (a watch delivers in order): outside a trigger and an object it controls
+    // (For and Owns keys outside), then the same inside, whose keys mark the end.
+    let labels = json!({"kubewasm.test/intruder": inside});
+    let owned_by = |owner: &str| {
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": owner,
+        "uid": "00000000-0000-0000-0000-000000000001", "controller": true}])
+    };
+    for ns in [&outside, &inside] {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        create_config_map(&api, json!({"metadata": {"name": "trigger", "labels": labels}})).await;
+        let owned = json!({"metadata": {"name": "owned", "labels": labels, "ownerReferences": owned_by("owner")}});
+        create_config_map(&api, owned).await;
+    }
+    let mut keys = Vec::new();
+    let ends = [format!("{inside}/owned"), format!("{inside}/owner")];
+    eventually("the inside keys (For and Owns) queued", CONVERGE, || {
+        while !reconciler.queue().is_empty() {
+            let key = reconciler.queue().get().now_or_never().flatten().unwrap();
+            reconciler.queue().done(&key);
+            keys.push(key.as_str().to_owned());
+        }
+        let done = ends.iter().all(|end| keys.contains(end));
+        async move { done.then_some(()) }
+    })
+    .await;
+    assert!(keys.iter().all(|k| k.starts_with(&format!("{inside}/"))), "keys outside the scope: {keys:?}");
     assert!(app.shut_down(Duration::from_secs(15)).await);
 }

@@ -156,7 +156,7 @@ impl Controller {
         let wiring = Wiring::new(ctx, &plugin, cache, &reconciler, &owner, None).await?;
         let for_informer = wiring.informers().iter().find(|i| KindRef::of(i.gvk()) == owner.kind).cloned();
         let for_informer = for_informer.expect("the wiring reads the for kind");
-        let for_registration = for_informer.add_event_handler(ForTrigger(queue));
+        let for_registration = for_informer.add_event_handler(ForTrigger(reconciler.clone()));
         Ok(Self {
             name,
             reconciler,
@@ -233,11 +233,13 @@ impl Controller {
         }
         let wiring = Wiring::new(ctx, &plugin, cache, &self.reconciler, &self.owner, Some(&self.wiring)).await?;
         wiring.wait_for_sync(sync_timeout).await?;
+        // A new namespace scope changes which keys exist for the plugin: offer it all again.
+        let rescoped = plugin.grants().namespaces() != self.reconciler.plugin().grants().namespaces();
         let old = self.reconciler.swap(plugin);
         self.wiring = wiring;
-        if requeue_all {
+        if requeue_all || rescoped {
             for key in self.for_informer.store().list_keys() {
-                self.reconciler.queue().add(NamespacedKey::from(key.as_str()));
+                self.reconciler.enqueue(NamespacedKey::from(key.as_str()));
             }
         }
         Ok(old)

@@ -13,24 +13,24 @@ use crate::plugin::grants::KindRef;
 use crate::queue::{Config as QueueConfig, WorkQueue};
 
 /// For: every change to an object enqueues its own key.
-pub(crate) struct ForTrigger(pub(crate) WorkQueue<NamespacedKey>);
+pub(crate) struct ForTrigger(pub(crate) Arc<Reconciler>);
 
 impl ResourceEventHandler for ForTrigger {
     fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.add(NamespacedKey::of(&obj));
+        self.0.enqueue(NamespacedKey::of(&obj));
     }
     fn on_update(&self, _: Arc<CachedObject>, new: Arc<CachedObject>) {
-        self.0.add(NamespacedKey::of(&new));
+        self.0.enqueue(NamespacedKey::of(&new));
     }
     fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.add(NamespacedKey::of(&obj));
+        self.0.enqueue(NamespacedKey::of(&obj));
     }
 }
 
 /// Owns: a change to an object enqueues the key of its controller owner, if that owner is of
 /// the for kind (client-go's `handleObject`). An owner change enqueues both owners.
 pub(crate) struct OwnsTrigger {
-    pub(crate) queue: WorkQueue<NamespacedKey>,
+    pub(crate) reconciler: Arc<Reconciler>,
     pub(crate) owner: KindRef,
     /// Whether the for kind is namespaced (then the owner lives in the object's namespace).
     pub(crate) owner_namespaced: bool,
@@ -46,7 +46,7 @@ impl OwnsTrigger {
 
     fn enqueue(&self, obj: &CachedObject) {
         if let Some(key) = self.owner_key(obj) {
-            self.queue.add(key);
+            self.reconciler.enqueue(key);
         }
     }
 }
@@ -151,6 +151,8 @@ impl Mapper {
             push_state(&mut states, current);
         }
         let plugin = reconciler.plugin();
+        // A confined plugin maps only what it may see (old states and tombstones included).
+        states.retain(|s| plugin.sees(informer.gvk(), s.namespace(), s.name()));
         let mut keys = BTreeSet::new();
         let mut failed = None;
         for state in &states {
@@ -176,7 +178,7 @@ impl Mapper {
         self.queue.forget(item);
         for key in &keys {
             match NamespacedKey::try_from(key) {
-                Ok(key) => reconciler.queue().add(key),
+                Ok(key) => reconciler.enqueue(key),
                 Err(err) => tracing::warn!(error = %err, object = %item.1, "map returned an invalid key; skipped"),
             }
         }

@@ -104,14 +104,16 @@ impl Wiring {
             cache.confine(scope, namespaces.cloned());
         }
 
-        let queue = reconciler.queue();
         let mut owns = BTreeMap::new();
         for kind in &reg.owns {
             let kind = KindRef::of(kind);
             let kept = previous.and_then(|p| p.owns.get(&kind)).cloned();
             let registration = kept.unwrap_or_else(|| {
-                let trigger =
-                    OwnsTrigger { queue: queue.clone(), owner: owner.kind.clone(), owner_namespaced: owner.namespaced };
+                let trigger = OwnsTrigger {
+                    reconciler: reconciler.clone(),
+                    owner: owner.kind.clone(),
+                    owner_namespaced: owner.namespaced,
+                };
                 Arc::new(informers[&kind].add_event_handler(trigger))
             });
             owns.insert(kind, registration);

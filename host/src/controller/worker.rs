@@ -187,6 +187,15 @@ impl Reconciler {
         &self.queue
     }
 
+    /// Queues `key` of the for kind if the serving version may see it (its namespace scope);
+    /// every trigger enqueues through this, so a confined plugin never learns of other keys.
+    pub(crate) fn enqueue(&self, key: NamespacedKey) {
+        let plugin = self.plugin();
+        if plugin.sees(&plugin.registration().for_kind, key.namespace(), key.name()) {
+            self.queue.add(key);
+        }
+    }
+
     /// Takes one key, reconciles it, and settles it. `None` once the queue is shut down.
     pub async fn process_next_item(&self) -> Option<Outcome> {
         let key = self.queue.get().await?;

@@ -168,6 +168,11 @@ pub fn election(args: &crate::cli::RunArgs, client: Client, registry: &Registry)
 pub struct LeaderGate(Option<watch::Receiver<bool>>);
 
 impl LeaderGate {
+    /// A gate open while `leading` reads true (an election of one's own, or a test's).
+    pub fn new(leading: watch::Receiver<bool>) -> Self {
+        Self(Some(leading))
+    }
+
     /// Whether this replica may run workers now.
     pub fn is_leader(&self) -> bool {
         self.0.as_ref().is_none_or(|rx| *rx.borrow())

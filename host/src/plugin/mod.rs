@@ -96,6 +96,17 @@ impl Plugin {
         self.revision
     }
 
+    /// Whether an object lies inside the plugin's namespace scope (`grants.namespaces`):
+    /// namespaced objects by their namespace, Namespaces by name, other cluster-scoped objects
+    /// always. Keys and `map` inputs outside it never reach the plugin (nor does their name).
+    pub fn sees(&self, kind: &kube::core::GroupVersionKind, namespace: Option<&str>, name: &str) -> bool {
+        match namespace {
+            Some(ns) => self.shared.cache.in_scope(ns),
+            None if kind.group.is_empty() && kind.kind == "Namespace" => self.shared.cache.in_scope(name),
+            None => true,
+        }
+    }
+
     /// Sets the revision (before the plugin starts serving).
     pub fn with_revision(mut self, revision: u64) -> Self {
         self.revision = revision;
