@@ -36,9 +36,9 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 IMAGE := kubewasm:$(VERSION)
 export KUBEWASM_IMAGE_DIR ?= $(TARGET_DIR)/image
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper
+FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency
 
-.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins control-plane test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-workqueue image image-tools
+.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins control-plane test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -154,7 +154,7 @@ bench: plugins control-plane bench-peer
 	$(MAKE) bench-workqueue
 	$(CARGO) bench -p kubewasm --bench informer
 	$(CARGO) bench -p kubewasm --bench converge
-	$(MAKE) bench-converge bench-converge-ten bench-plugin-rss
+	$(MAKE) bench-converge bench-converge-ten bench-plugin-rss bench-latency
 
 ## WorkQueue beside client-go's, alternating passes (benches/workqueue.sh).
 bench-workqueue:
@@ -174,6 +174,10 @@ bench-converge-ten: rust-plugins control-plane bench-peer
 ## kubewasm's resident set with 1, 2, 5, 10 and 20 plugins: the cost of one more plugin.
 bench-plugin-rss: rust-plugins control-plane bench-peer
 	KUBEWASM_BENCH_PEER=$(PEER_BIN) $(CARGO) bench -p kubewasm --bench peer_converge -- --marginal 1,2,5,10,20 $(ARGS)
+
+## Event → reconcile latency beside controller-runtime: 500 updates/s to cached ConfigMaps.
+bench-latency: rust-plugins control-plane bench-peer
+	KUBEWASM_BENCH_PEER=$(PEER_BIN) $(CARGO) bench -p kubewasm --bench peer_converge -- --latency $(ARGS)
 
 ## Swap latency of a ~1 MiB (unoptimized) component, with and without the compile cache.
 bench-hotload: toolchain control-plane

@@ -38,18 +38,23 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
-/// A cache holding the namespace and its quota: a reconcile re-applies both defaults.
+/// A cache holding the namespace and its quota (which it controls, so the plugin may write it):
+/// a reconcile re-applies both defaults.
 fn cache() -> Arc<MemoryCache> {
     let cache = Arc::new(MemoryCache::default());
     cache.insert(&json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "bench", "uid": "0000-1111", "labels": {"team": "a"}}}));
     cache.insert(&json!({"apiVersion": "v1", "kind": "ResourceQuota",
-        "metadata": {"name": "default-quota", "namespace": "bench"}, "spec": {"hard": {"pods": "50"}}}));
+        "metadata": {"name": "default-quota", "namespace": "bench", "ownerReferences": [{"apiVersion": "v1",
+            "kind": "Namespace", "name": "bench", "uid": "0000-1111", "controller": true}]},
+        "spec": {"hard": {"pods": "50"}}}));
     cache
 }
 
 async fn load(runtime: &Runtime, file: &str, limits: Limits) -> Result<Plugin, String> {
-    let config = PluginConfig { limits, ..Default::default() };
+    // Writes go to an in-memory recorder, so no write rate limit: this measures the dispatch,
+    // not the token bucket that protects the API server (200 writes/s by default).
+    let config = PluginConfig { limits: limits.with_write_rate(0, 0), ..Default::default() };
     let writer = Arc::new(RecordingWriter::default());
     runtime.load("nd", common::plugin_wasm(file), config, cache(), writer).await.map_err(|e| e.to_string())
 }

@@ -136,6 +136,7 @@ func main() {
 	suffixFrom := flag.Int("suffix-from", -1, `name controller i "namespace-defaults-<suffix-from+i>" with children "default-quota-<n>", "default-deny-<n>"; -1: no suffix (only with --controllers=1)`)
 	metricsAddr := flag.String("metrics-addr", "0", `metrics endpoint address, "0" for none`)
 	healthAddr := flag.String("health-addr", "0", `/healthz and /readyz address, "0" for none`)
+	latencySelector := flag.String("latency-selector", "", "instead of namespace-defaults, the latency benchmark's controller over the ConfigMaps this label selector matches (latency.go)")
 	flag.Parse()
 	if *queue != "priority" && *queue != "fifo" {
 		fail(fmt.Errorf("--queue must be priority or fifo, not %q", *queue))
@@ -151,16 +152,26 @@ func main() {
 	if health == "0" {
 		health = ""
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	opts := ctrl.Options{
 		Metrics:                server.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress: health,
-	})
+	}
+	if *latencySelector != "" {
+		opts = latencyOptions(opts, *latencySelector)
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
 		fail(err)
 	}
 	if health != "" {
 		_ = mgr.AddHealthzCheck("ping", healthz.Ping)
 		_ = mgr.AddReadyzCheck("ping", healthz.Ping)
+	}
+	if *latencySelector != "" {
+		*controllers = 0
+		if err := addLatency(mgr, *queue); err != nil {
+			fail(err)
+		}
 	}
 	for i := range *controllers {
 		name, quota, policy := baseName, quotaName, policyName

@@ -4,13 +4,14 @@
 //!
 //! `make bench-converge` (one controller), `make bench-converge-ten` (`--plugins 10`) and
 //! `make bench-plugin-rss` (`--marginal 1,2,5,10,20`); `ARGS="--namespaces 50 --rounds 1"`
-//! passes arguments. `cargo bench -p kubewasm --bench peer_converge -- --help` lists them.
+//! passes arguments. `make bench-latency` (`--latency`): event → reconcile latency instead. `cargo bench -p kubewasm --bench peer_converge -- --help` lists them.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
 mod audit;
 mod children;
+mod latency;
 mod procs;
 mod report;
 mod round;
@@ -46,6 +47,19 @@ struct Args {
     /// plugins, for the resident set each added plugin costs.
     #[arg(long, env = "KUBEWASM_BENCH_MARGINAL", value_delimiter = ',')]
     marginal: Vec<usize>,
+    /// Instead of converging: the event → reconcile latency under a steady stream of updates
+    /// (kubewasm, cr-fifo, cr-priority unless `--variants` says otherwise).
+    #[arg(long)]
+    latency: bool,
+    /// Latency: ConfigMaps the controller caches (updates go round them).
+    #[arg(long, default_value_t = 500)]
+    latency_objects: usize,
+    /// Latency: updates per second.
+    #[arg(long, default_value_t = 500)]
+    latency_rate: u32,
+    /// Latency: seconds of updates per round.
+    #[arg(long, default_value_t = 20)]
+    latency_seconds: u32,
     /// Settled: no write by the controllers for this many seconds after converging.
     #[arg(long, env = "KUBEWASM_BENCH_QUIET_SECONDS", default_value_t = 5.0)]
     quiet_seconds: f64,
@@ -96,6 +110,26 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
 }
 
+/// The latency rounds, interleaved like the converge ones.
+fn run_latency(args: &Args, setup: &Setup, work: &std::path::Path) {
+    let variants = if args.variants.is_empty() {
+        vec![Variant::Kubewasm, Variant::CrFifo, Variant::CrPriority]
+    } else {
+        args.variants.clone()
+    };
+    let spec = latency::Spec { objects: args.latency_objects, rate: args.latency_rate, seconds: args.latency_seconds };
+    println!("| round | variant | updates | reconciles | p50 | p99 | max |\n|---|---|---|---|---|---|---|");
+    let mut results = Vec::new();
+    for r in 1..=args.rounds {
+        for &variant in &variants {
+            let outcome = latency::run(variant, &spec, setup, &work.join(format!("latency-{r}-{}", variant.name())));
+            latency::line(r, variant, &outcome);
+            results.push((variant, outcome));
+        }
+    }
+    latency::summary(&results);
+}
+
 fn main() {
     let mut args = Args::parse();
     if !args.bench {
@@ -109,6 +143,11 @@ fn main() {
         compile_cache: work.path().join("compile-cache"),
     };
     assert!(setup.peer.exists(), "{}: build it with `make bench-peer`", setup.peer.display());
+    report::machine();
+    if args.latency {
+        run_latency(&args, &setup, work.path());
+        return;
+    }
     let marginal = !args.marginal.is_empty();
     if args.variants.is_empty() {
         args.variants = if marginal { vec![Variant::Kubewasm] } else { Variant::defaults(args.plugins) };
@@ -119,7 +158,6 @@ fn main() {
         quiet: Duration::from_secs_f64(args.quiet_seconds),
         timeout: Duration::from_secs(args.timeout_seconds),
     };
-    report::machine();
     if args.variants.contains(&Variant::Kubewasm) {
         warm_compile_cache(&setup, work.path());
     }
