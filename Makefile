@@ -28,6 +28,8 @@ GO_COMPONENT := $(TARGET_DIR)/debug/kubewasm-go-component
 REACTOR_ADAPTER := $(JS_TOOL)/node_modules/@bytecodealliance/jco/lib/wasi_snapshot_preview1.reactor.wasm
 GO ?= go
 WIT := wit/controller@0.1.0
+# The Python and JavaScript SDKs are on contract 0.2 (Go stays on 0.1: the host serves both).
+WIT_02 := wit/controller@0.2.0
 # The host's container image (`make image`): a static binary for this machine's architecture,
 # named after the workspace version; the OCI layout and oci-archive land in KUBEWASM_IMAGE_DIR,
 # where the image test (host/tests/image_e2e.rs) reads them.
@@ -36,9 +38,9 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 IMAGE := kubewasm:$(VERSION)
 export KUBEWASM_IMAGE_DIR ?= $(TARGET_DIR)/image
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency
+FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy
 
-.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins control-plane test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools
+.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test control-plane test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -73,25 +75,28 @@ $(JS_TOOL)/.installed: | plugins/js/package.json plugins/js/package-lock.json
 	rm -rf $(JS_TOOL) && mkdir -p $(JS_TOOL) && cp plugins/js/package.json plugins/js/package-lock.json $(JS_TOOL)/
 	cd $(JS_TOOL) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
+$(PY_TOOL)/.pytest-installed: $(PY_TOOL)/.installed plugins/python/requirements-test.txt
+	$(PY_TOOL)/bin/pip install --quiet --disable-pip-version-check -r plugins/python/requirements-test.txt
+	touch $@
 $(GO_COMPONENT): tools/go-component/Cargo.toml $(wildcard tools/go-component/src/*.rs)
 	$(CARGO) build -p kubewasm-go-component
 
 # A plugin is rebuilt when its sources, its SDK, the WIT world or its toolchain change.
 .SECONDEXPANSION:
-$(KUBEWASM_PLUGIN_DIR)/%_py.wasm: $(PY_TOOL)/.installed $(WIT)/controller.wit \
+$(KUBEWASM_PLUGIN_DIR)/%_py.wasm: $(PY_TOOL)/.installed $(WIT_02)/controller.wit \
 		$$(wildcard plugins/sdk/python/kubewasm/*.py) $$(wildcard plugins/python/$$(subst _,-,$$*)/*.py)
 	@mkdir -p $(@D)
-	$(PY_TOOL)/bin/componentize-py -d $(WIT) -w controller componentize \
+	$(PY_TOOL)/bin/componentize-py -d $(WIT_02) -w controller componentize \
 		-p plugins/sdk/python -p plugins/python/$(subst _,-,$*) $* -o $@.tmp
 	mv $@.tmp $@
-$(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT)/controller.wit \
-		plugins/sdk/js/kubewasm.js $$(wildcard plugins/js/$$(subst _,-,$$*)/*.js)
+$(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT_02)/controller.wit \
+		$(wildcard plugins/sdk/js/*.js) $$(wildcard plugins/js/$$(subst _,-,$$*)/*.js)
 	@mkdir -p $(@D)/js-bundle
 	$(JS_TOOL)/node_modules/.bin/rolldown plugins/js/$(subst _,-,$*)/$(subst _,-,$*).js --format esm \
-		$(foreach i,types cache client events log config,--external kubewasm:controller/$(i)@0.1.0) \
+		$(foreach i,types cache client events log config,--external kubewasm:controller/$(i)@0.2.0) \
 		--file $(@D)/js-bundle/$*.js
 	# componentize-js resolves the source relative to the working directory.
-	cd $(@D)/js-bundle && $(JS_TOOL)/node_modules/.bin/componentize-js $*.js --wit $(CURDIR)/$(WIT) \
+	cd $(@D)/js-bundle && $(JS_TOOL)/node_modules/.bin/componentize-js $*.js --wit $(CURDIR)/$(WIT_02) \
 		-n controller --disable http fetch-event -o $@.tmp
 	mv $@.tmp $@
 # The core module (`c-shared`: a reactor whose _initialize starts Go's runtime), then the component.
@@ -103,6 +108,16 @@ $(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(GO_COMPONENT) $(JS_TOOL)/.installed $(WIT)/c
 		-o $(@D)/go-build/$*.core.wasm .
 	$(GO_COMPONENT) $(@D)/go-build/$*.core.wasm --wit $(WIT) --adapter $(REACTOR_ADAPTER) -o $@.tmp
 	mv $@.tmp $@
+
+## Unit tests of the Python and JavaScript SDKs' pure helpers (conditions, finalizers, errors),
+## without a component or a cluster: pytest over the bindings componentize-py generates (their
+## host functions replaced by fakes), node --test with the host imports resolved to fakes.
+sdk-test: $(PY_TOOL)/.pytest-installed
+	rm -rf $(TARGET_DIR)/py-bindings && $(PY_TOOL)/bin/componentize-py -d $(WIT_02) -w controller \
+		bindings $(TARGET_DIR)/py-bindings
+	cd plugins/sdk/python && KUBEWASM_PY_BINDINGS=$(TARGET_DIR)/py-bindings $(PY_TOOL)/bin/python -m pytest \
+		-q -p no:cacheprovider tests
+	cd plugins/sdk/js && node --import ./test/register.mjs --test test/*.test.mjs
 
 ## kube-apiserver, etcd and kubectl built from Go modules, cached by version.
 control-plane:
@@ -133,7 +148,7 @@ lint:
 ## Formatting, then every test of the native crates (the guest crates are exercised through
 ## the components `plugins` builds, the container image through image_e2e). Missing docs fail
 ## the build itself (workspace lints).
-test: toolchain plugins control-plane image
+test: toolchain plugins control-plane image sdk-test
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --no-fail-fast
 	$(CARGO) test --no-fail-fast -p kubewasm-go-component

@@ -24,7 +24,9 @@ use futures::future::BoxFuture;
 use prometheus::{IntCounter, IntGauge, Registry};
 use tokio::sync::watch;
 
-use crate::plugin::host::{ApiWriter, CallError, EventRecord, ObjectRef, Patch, TypedObject};
+use crate::plugin::host::{
+    ApiWriter, CallError, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
+};
 
 /// The breaker's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,17 +266,26 @@ impl ApiWriter for BreakerWriter {
     async fn apply(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
         self.seen(self.inner.apply(manager, object, force).await)
     }
-    async fn apply_status(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.apply_status(manager, object).await)
+    async fn apply_status(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+        self.seen(self.inner.apply_status(manager, object, force).await)
     }
-    async fn patch(&self, manager: &str, target: &ObjectRef, patch: &Patch) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.patch(manager, target, patch).await)
+    async fn patch(
+        &self,
+        manager: &str,
+        target: &ObjectRef,
+        patch: &Patch,
+        options: &PatchOptions,
+    ) -> Result<Vec<u8>, CallError> {
+        self.seen(self.inner.patch(manager, target, patch, options).await)
     }
     async fn create(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
         self.seen(self.inner.create(manager, object).await)
     }
-    async fn delete(&self, target: &ObjectRef) -> Result<(), CallError> {
-        self.seen(self.inner.delete(target).await)
+    async fn delete(&self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
+        self.seen(self.inner.delete(target, options).await)
+    }
+    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        self.seen(self.inner.get(target).await)
     }
     async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError> {
         self.seen(self.inner.publish_event(manager, event).await)

@@ -5,14 +5,21 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch as KubePatch, PatchParams, PostParams};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, Patch as KubePatch, PatchParams, PostParams, Preconditions as KubePreconditions,
+};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, ApiResource, Scope};
 use parking_lot::RwLock;
 use serde::Serialize;
 
 use crate::event_sink::EventSink;
-use crate::plugin::host::{ApiWriter, CallError, EventRecord, ObjectRef, Patch, TypedObject};
+use serde_json::Value;
+
+use crate::plugin::host::{
+    ApiWriter, CallError, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Preconditions, Propagation,
+    TypedObject,
+};
 
 /// Maps a kube error to the WIT error a plugin sees: 404 not-found, 409 conflict, 400/422
 /// invalid, 403 forbidden, 429/5xx and transport failures unavailable.
@@ -82,6 +89,59 @@ impl KubeWriter {
     }
 }
 
+impl KubeWriter {
+    /// `patch` with `pre` made part of it, so the API server checks them atomically with the
+    /// write (a PATCH request has no preconditions parameter, unlike DELETE): the
+    /// resourceVersion goes into the patched object, which the API server compares with the
+    /// stored one (409 on a mismatch, controller-runtime's `MergeFromWithOptimisticLock`). A
+    /// uid alone is checked on a fresh read whose resourceVersion then guards the patch; with a
+    /// resourceVersion the uid needs no check of its own, since a resourceVersion names one
+    /// write of one object.
+    async fn with_preconditions(
+        &self,
+        api: &Api<DynamicObject>,
+        target: &ObjectRef,
+        patch: &Patch,
+        pre: &Preconditions,
+    ) -> Result<Patch, CallError> {
+        let rv = match (&pre.resource_version, &pre.uid) {
+            (Some(rv), _) => rv.clone(),
+            (None, None) => return Ok(patch.clone()),
+            (None, Some(uid)) => {
+                let current = api.get_opt(&target.name).await.map_err(call_error)?.ok_or(CallError::NotFound)?;
+                let found = current.metadata.uid.unwrap_or_default();
+                if &found != uid {
+                    return Err(CallError::Conflict(format!(
+                        "precondition failed: uid in precondition: {uid}, uid in object meta: {found}"
+                    )));
+                }
+                current.metadata.resource_version.unwrap_or_default()
+            }
+        };
+        let merged = |v: &Value| -> Result<Value, CallError> {
+            let mut v = v.clone();
+            let object = v
+                .as_object_mut()
+                .ok_or_else(|| CallError::Invalid("a patch with preconditions must be a JSON object".into()))?;
+            let meta = object.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
+            let meta =
+                meta.as_object_mut().ok_or_else(|| CallError::Invalid("patch metadata is not an object".into()))?;
+            meta.insert("resourceVersion".into(), Value::String(rv.clone()));
+            Ok(v)
+        };
+        Ok(match patch {
+            Patch::Merge(v) => Patch::Merge(merged(v)?),
+            Patch::Strategic(v) => Patch::Strategic(merged(v)?),
+            Patch::Json(v) => {
+                let mut ops =
+                    v.as_array().cloned().ok_or_else(|| CallError::Invalid("a JSON patch is a list".into()))?;
+                ops.push(serde_json::json!({"op": "replace", "path": "/metadata/resourceVersion", "value": rv}));
+                Patch::Json(Value::Array(ops))
+            }
+        })
+    }
+}
+
 fn to_json<T: Serialize>(object: T) -> Result<Vec<u8>, CallError> {
     serde_json::to_vec(&object).map_err(|e| CallError::Other(e.to_string()))
 }
@@ -97,9 +157,10 @@ impl ApiWriter for KubeWriter {
         to_json(stored)
     }
 
-    async fn apply_status(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
+    async fn apply_status(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
         let api = self.api(&object.target).await?;
-        let params = PatchParams::apply(manager).force();
+        let mut params = PatchParams::apply(manager);
+        params.force = force;
         let stored = api
             .patch_status(&object.target.name, &params, &KubePatch::Apply(&object.body))
             .await
@@ -107,16 +168,27 @@ impl ApiWriter for KubeWriter {
         to_json(stored)
     }
 
-    async fn patch(&self, manager: &str, target: &ObjectRef, patch: &Patch) -> Result<Vec<u8>, CallError> {
+    async fn patch(
+        &self,
+        manager: &str,
+        target: &ObjectRef,
+        patch: &Patch,
+        options: &PatchOptions,
+    ) -> Result<Vec<u8>, CallError> {
         let api = self.api(target).await?;
+        let patch = self.with_preconditions(&api, target, patch, &options.preconditions).await?;
         let params = PatchParams { field_manager: Some(manager.to_owned()), ..Default::default() };
-        let stored = match patch {
-            Patch::Merge(v) => api.patch(&target.name, &params, &KubePatch::Merge(v)).await,
-            Patch::Strategic(v) => api.patch(&target.name, &params, &KubePatch::Strategic(v)).await,
-            Patch::Json(v) => {
+        let name = &target.name;
+        let stored = match (&patch, options.status) {
+            (Patch::Merge(v), false) => api.patch(name, &params, &KubePatch::Merge(v)).await,
+            (Patch::Merge(v), true) => api.patch_status(name, &params, &KubePatch::Merge(v)).await,
+            (Patch::Strategic(v), false) => api.patch(name, &params, &KubePatch::Strategic(v)).await,
+            (Patch::Strategic(v), true) => api.patch_status(name, &params, &KubePatch::Strategic(v)).await,
+            (Patch::Json(v), status) => {
                 let ops: json_patch::Patch = serde_json::from_value(v.clone())
                     .map_err(|e| CallError::Invalid(format!("not a JSON patch: {e}")))?;
-                api.patch(&target.name, &params, &KubePatch::<()>::Json(ops)).await
+                let ops = KubePatch::<()>::Json(ops);
+                if status { api.patch_status(name, &params, &ops).await } else { api.patch(name, &params, &ops).await }
             }
         }
         .map_err(call_error)?;
@@ -131,9 +203,27 @@ impl ApiWriter for KubeWriter {
         to_json(api.create(&params, &body).await.map_err(call_error)?)
     }
 
-    async fn delete(&self, target: &ObjectRef) -> Result<(), CallError> {
+    async fn delete(&self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
         let api = self.api(target).await?;
-        api.delete(&target.name, &DeleteParams::background()).await.map(|_| ()).map_err(call_error)
+        let mut params = match options.propagation {
+            Propagation::Background => DeleteParams::background(),
+            Propagation::Foreground => DeleteParams::foreground(),
+            Propagation::Orphan => DeleteParams::orphan(),
+        };
+        let pre = &options.preconditions;
+        if !pre.is_empty() {
+            params.preconditions =
+                Some(KubePreconditions { resource_version: pre.resource_version.clone(), uid: pre.uid.clone() });
+        }
+        api.delete(&target.name, &params).await.map(|_| ()).map_err(call_error)
+    }
+
+    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        let api = self.api(target).await?;
+        match api.get_opt(&target.name).await.map_err(call_error)? {
+            Some(object) => to_json(object).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Enqueues the event for the background sender (never waits on the API server).

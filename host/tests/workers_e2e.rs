@@ -15,7 +15,9 @@ use kube::api::{Api, PostParams};
 use kubewasm::app::App;
 use kubewasm::hotload::{Desired, Options, Origin};
 use kubewasm::plugin::PluginConfig;
-use kubewasm::plugin::host::{ApiWriter, CallError, EventRecord, ObjectRef, Patch, TypedObject};
+use kubewasm::plugin::host::{
+    ApiWriter, CallError, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
+};
 use kubewasm::writer::KubeWriter;
 use kubewasm_testenv::ControlPlane;
 
@@ -37,20 +39,29 @@ impl ApiWriter for PanicOnce {
     async fn apply(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
         self.inner.apply(manager, object, force).await
     }
-    async fn apply_status(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
-        self.inner.apply_status(manager, object).await
+    async fn apply_status(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+        self.inner.apply_status(manager, object, force).await
     }
-    async fn patch(&self, manager: &str, target: &ObjectRef, patch: &Patch) -> Result<Vec<u8>, CallError> {
+    async fn patch(
+        &self,
+        manager: &str,
+        target: &ObjectRef,
+        patch: &Patch,
+        options: &PatchOptions,
+    ) -> Result<Vec<u8>, CallError> {
         if target.name == self.victim && self.armed.swap(false, Ordering::SeqCst) {
             panic!("test: a host function panicked patching {}", target.name);
         }
-        self.inner.patch(manager, target, patch).await
+        self.inner.patch(manager, target, patch, options).await
     }
     async fn create(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
         self.inner.create(manager, object).await
     }
-    async fn delete(&self, target: &ObjectRef) -> Result<(), CallError> {
-        self.inner.delete(target).await
+    async fn delete(&self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
+        self.inner.delete(target, options).await
+    }
+    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        self.inner.get(target).await
     }
     async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError> {
         self.inner.publish_event(manager, event).await

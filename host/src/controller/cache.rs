@@ -16,7 +16,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::informer::{CONTROLLER_OWNER_INDEX, CachedObject, IndexFunc, Informer, LABEL_INDEX, NAMESPACE_INDEX};
 use crate::plugin::grants::{KindRef, NamespaceScope};
-use crate::plugin::host::{CacheReader, CallError};
+use crate::plugin::host::{CacheReader, CallError, FieldSelector, ListOptions, ObjectList, list_page};
 
 /// The store name of a custom index of one plugin version (`prefix` is
 /// [`PluginCache::index_prefix`]). Built-in index names pass through unchanged.
@@ -168,6 +168,26 @@ impl CacheReader for PluginCache {
             }
         };
         Ok(self.visible_only(kind, objects))
+    }
+
+    /// Pages over the parsed objects: field selection and ordering read the cached key, never
+    /// the JSON, and only the page's objects are copied.
+    fn list_page(&self, kind: &GroupVersionKind, options: &ListOptions) -> Result<ObjectList, CallError> {
+        let fields = options.field_selector.as_deref().map(FieldSelector::parse).transpose()?;
+        let informer = self.informer(kind)?;
+        let store = informer.store();
+        let objects = match (options.namespace.as_deref(), options.label_selector.as_deref()) {
+            (None, None) => store.list(),
+            (Some(ns), None) => store.by_index(NAMESPACE_INDEX, ns).map_err(|e| CallError::Other(e.to_string()))?,
+            (ns, Some(selector)) => {
+                store.list_selected(ns, selector).map_err(|e| CallError::Invalid(format!("label selector: {e}")))?
+            }
+        };
+        let keyed = objects.into_iter().map(|o| (o.key().to_owned(), o));
+        let keep = |o: &Arc<CachedObject>| {
+            fields.as_ref().is_none_or(|f| f.matches(o.namespace(), o.name())) && self.visible(kind, o)
+        };
+        Ok(list_page(keyed, options, keep, |o| o.json().to_vec()))
     }
 
     fn by_index(&self, kind: &GroupVersionKind, index: &str, value: &str) -> Result<Vec<Vec<u8>>, CallError> {

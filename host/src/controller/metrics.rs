@@ -14,6 +14,7 @@ pub struct ControllerMetrics(Arc<Families>);
 struct Families {
     reconcile_total: IntCounterVec,
     reconcile_errors: IntCounterVec,
+    terminal_errors: IntCounterVec,
     reconcile_time: HistogramVec,
     reconcile_panics: IntCounterVec,
     max_concurrent: IntGaugeVec,
@@ -59,6 +60,11 @@ impl ControllerMetrics {
                 "Total number of reconciliation errors per controller",
                 &["controller"],
             )?,
+            terminal_errors: counter(
+                "controller_runtime_terminal_reconcile_errors_total",
+                "Total number of terminal reconciliation errors per controller",
+                &["controller"],
+            )?,
             reconcile_time,
             reconcile_panics: counter(
                 "controller_runtime_reconcile_panics_total",
@@ -94,6 +100,7 @@ impl ControllerMetrics {
             error: f.reconcile_total.with_label_values(&[name, "error"]),
             requeue_after: f.reconcile_total.with_label_values(&[name, "requeue_after"]),
             errors: f.reconcile_errors.with_label_values(&[name]),
+            terminal: f.terminal_errors.with_label_values(&[name]),
             panics: f.reconcile_panics.with_label_values(&[name]),
             time: f.reconcile_time.with_label_values(&[name]),
             max_concurrent: f.max_concurrent.with_label_values(&[name]),
@@ -111,6 +118,7 @@ pub struct Handles {
     pub(crate) error: IntCounter,
     pub(crate) requeue_after: IntCounter,
     pub(crate) errors: IntCounter,
+    pub(crate) terminal: IntCounter,
     pub(crate) panics: IntCounter,
     pub(crate) time: Histogram,
     pub(crate) max_concurrent: IntGauge,

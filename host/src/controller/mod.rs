@@ -2,6 +2,7 @@
 //! workers hand them to the plugin once every cache it reads has synced.
 
 pub mod cache;
+mod filter;
 pub mod indexes;
 mod key;
 pub mod metrics;
@@ -132,9 +133,12 @@ pub struct Controller {
     stop: CancellationToken,
 }
 
+/// What identifies the for trigger: the kind and its 0.1 selector, or its 0.2 event filter
+/// (spelled out), since the trigger lives as long as the controller.
 fn for_watched(plugin: &Plugin) -> Watched {
     let reg = plugin.registration();
-    (KindRef::of(&reg.for_kind), reg.for_label_selector.clone())
+    let filter = (!reg.for_filter.is_empty()).then(|| format!("{:?}", reg.for_filter));
+    (KindRef::of(&reg.for_kind), reg.for_label_selector.clone().or(filter))
 }
 
 impl Controller {
@@ -156,7 +160,8 @@ impl Controller {
         let wiring = Wiring::new(ctx, &plugin, cache, &reconciler, &owner, None).await?;
         let for_informer = wiring.informers().iter().find(|i| KindRef::of(i.gvk()) == owner.kind).cloned();
         let for_informer = for_informer.expect("the wiring reads the for kind");
-        let for_registration = for_informer.add_event_handler(ForTrigger(reconciler.clone()));
+        let for_filter = Some(&plugin.registration().for_filter);
+        let for_registration = filter::add_filtered(&for_informer, for_filter, ForTrigger(reconciler.clone()));
         Ok(Self {
             name,
             reconciler,

@@ -8,14 +8,19 @@ use std::time::Duration;
 use kube::core::GroupVersionKind;
 use tokio::task::JoinHandle;
 
+use super::filter::add_filtered;
 use super::triggers::{Mapper, OwnsTrigger};
 use super::{Context, Error, PluginCache, Reconciler, indexes};
 use crate::informer::{HandlerRegistration, Informer, InformerParams};
 use crate::plugin::Plugin;
 use crate::plugin::grants::KindRef;
+use crate::plugin::registration::EventFilter;
 
 /// A kind and the label selector its informer is opened with.
 pub(crate) type Watched = (KindRef, Option<String>);
+
+/// A watch: its kind, the 0.1 selector its informer is opened with, its 0.2 event filter.
+type WatchUse = (KindRef, Option<String>, EventFilter);
 
 fn params(selector: Option<&str>) -> InformerParams {
     InformerParams::default().labels(selector.unwrap_or_default())
@@ -30,7 +35,7 @@ pub(crate) struct Owner {
 
 /// The Watches half: a mapper, its handlers and its task; shared by versions with equal watches.
 struct Watches {
-    spec: Vec<Watched>,
+    spec: Vec<WatchUse>,
     mapper: Arc<Mapper>,
     _registrations: Vec<HandlerRegistration>,
     task: JoinHandle<()>,
@@ -49,7 +54,7 @@ impl Drop for Watches {
 pub(crate) struct Wiring {
     pub(crate) cache: Arc<PluginCache>,
     informers: Vec<Informer>,
-    owns: BTreeMap<KindRef, Arc<HandlerRegistration>>,
+    owns: BTreeMap<KindRef, (EventFilter, Arc<HandlerRegistration>)>,
     watches: Option<Arc<Watches>>,
 }
 
@@ -105,29 +110,29 @@ impl Wiring {
         }
 
         let mut owns = BTreeMap::new();
-        for kind in &reg.owns {
+        for (i, kind) in reg.owns.iter().enumerate() {
             let kind = KindRef::of(kind);
-            let kept = previous.and_then(|p| p.owns.get(&kind)).cloned();
+            let filter = reg.owns_filters.get(i).cloned().unwrap_or_default();
+            let kept = previous.and_then(|p| p.owns.get(&kind)).filter(|(f, _)| *f == filter).map(|(_, r)| r.clone());
             let registration = kept.unwrap_or_else(|| {
-                let trigger = OwnsTrigger {
-                    reconciler: reconciler.clone(),
-                    owner: owner.kind.clone(),
-                    owner_namespaced: owner.namespaced,
-                };
-                Arc::new(informers[&kind].add_event_handler(trigger))
+                let trigger =
+                    OwnsTrigger { reconciler: reconciler.clone(), owner: owner.kind.clone(), owner_namespaced: owner.namespaced };
+                Arc::new(add_filtered(&informers[&kind], Some(&filter), trigger))
             });
-            owns.insert(kind, registration);
+            owns.insert(kind, (filter, registration));
         }
 
-        let spec: Vec<Watched> = reg.watches.iter().map(|w| (KindRef::of(&w.kind), w.label_selector.clone())).collect();
+        let spec: Vec<WatchUse> =
+            reg.watches.iter().map(|w| (KindRef::of(&w.kind), w.label_selector.clone(), w.filter.clone())).collect();
         let watches = match previous.and_then(|p| p.watches.as_ref()) {
             Some(kept) if kept.spec == spec => Some(kept.clone()),
             _ if spec.is_empty() => None,
             _ => {
-                let watched: Vec<Informer> = spec.iter().map(|(kind, _)| informers[kind].clone()).collect();
+                let watched: Vec<Informer> = spec.iter().map(|(kind, _, _)| informers[kind].clone()).collect();
                 let mapper = Mapper::new(plugin.name(), watched.clone());
-                let registrations =
-                    (0..spec.len()).map(|i| mapper.watched_informer(i).add_event_handler(mapper.trigger(i))).collect();
+                let registrations = (0..spec.len())
+                    .map(|i| add_filtered(mapper.watched_informer(i), Some(&spec[i].2), mapper.trigger(i)))
+                    .collect();
                 let (mapper_run, reconciler, leader) = (mapper.clone(), reconciler.clone(), ctx.leader.clone());
                 // Map only once every watched cache is complete: `map` may read them. `map` is
                 // plugin code and may write, so only the leader runs it.

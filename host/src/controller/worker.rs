@@ -31,6 +31,11 @@ pub enum Outcome {
     Dropped,
     /// Failed during an API-server outage: re-added without charging its backoff.
     Deferred,
+    /// Failed with a terminal error (contract 0.2): not retried, its backoff forgotten.
+    Terminal,
+    /// Failed asking to be retried after a delay (contract 0.2): re-added after it, its
+    /// backoff neither advanced nor forgotten.
+    RetryAfter,
 }
 
 /// Most per-key failure lines a controller logs a second; past it lines are counted and the
@@ -250,9 +255,30 @@ impl Reconciler {
                 }
                 if outage {
                     // The breaker logged the outage once; the key waits for it, not for backoff.
+                    // (Before the plugin's own retry policy: the outage is likely its cause.)
                     tracing::debug!(error = %err, "reconcile failed during an API-server outage; re-added");
                     self.queue.add(key.clone());
                     return Outcome::Deferred;
+                }
+                match &err {
+                    CallFailed::Terminal(message) => {
+                        // controller-runtime's TerminalError: counted, logged, not requeued. The
+                        // backoff is forgotten so the next change starts afresh.
+                        self.metrics.terminal.inc();
+                        if let Some(suppressed) = self.failure_log.admit() {
+                            tracing::warn!(error = %message, suppressed, "reconcile failed with a terminal error; not retrying");
+                        }
+                        self.queue.forget(key);
+                        return Outcome::Terminal;
+                    }
+                    CallFailed::RequeueAfter { after, reason } => {
+                        if let Some(suppressed) = self.failure_log.admit() {
+                            tracing::info!(reason = %reason, after = ?after, suppressed, "reconcile asked to retry after a delay");
+                        }
+                        self.queue.add_after(key.clone(), *after);
+                        return Outcome::RetryAfter;
+                    }
+                    _ => {}
                 }
                 let failures = self.queue.num_requeues(key) + 1;
                 let logged = self.failure_log.admit();

@@ -7,7 +7,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Plugin;
-use super::bindings::{self, Controller, types};
+use super::bindings::{Controller, v0_1, v0_2};
 use super::host::{EventRecord, MAX_NOTE, ObjectRef};
 use super::limits::LimitHit;
 use super::registration::Registration;
@@ -56,9 +56,21 @@ pub enum Action {
 /// Why a call into a plugin failed. Every variant costs only that call.
 #[derive(Debug, thiserror::Error)]
 pub enum CallFailed {
-    /// The plugin returned an error.
+    /// The plugin returned an error to retry with the key's backoff (0.1's only kind, 0.2's
+    /// `retryable`), or `map` failed.
     #[error("plugin returned an error: {0}")]
     Plugin(String),
+    /// The plugin returned a terminal error (0.2): not retried.
+    #[error("plugin returned a terminal error: {0}")]
+    Terminal(String),
+    /// The plugin failed and asked to be retried after `after` (0.2), not after its backoff.
+    #[error("plugin asked to retry after {after:?}: {reason}")]
+    RequeueAfter {
+        /// When to retry.
+        after: Duration,
+        /// Why, from the plugin.
+        reason: String,
+    },
     /// A sandbox limit stopped the plugin.
     #[error("{0}")]
     Limit(LimitHit),
@@ -75,6 +87,8 @@ impl CallFailed {
     pub fn metric_label(&self) -> &'static str {
         match self {
             CallFailed::Plugin(_) => "error",
+            CallFailed::Terminal(_) => "terminal",
+            CallFailed::RequeueAfter { .. } => "requeue_after",
             CallFailed::Limit(LimitHit::Deadline(_)) => "timeout",
             CallFailed::Limit(LimitHit::Memory { .. }) => "memory",
             CallFailed::Limit(LimitHit::HostCalls(_)) => "host_calls",
@@ -91,30 +105,61 @@ impl CallFailed {
 }
 
 impl Plugin {
-    /// Reconciles one key of the plugin's for kind in a fresh (or reusable) instance.
+    /// Reconciles one key of the plugin's for kind in a fresh (or reusable) instance. The
+    /// world was picked at load: this matches the instance once, on an enum.
     pub async fn reconcile(&self, key: &ObjectKey, attempt: u32) -> Result<Action, CallFailed> {
-        let request = bindings::Request {
-            kind: (&self.registration.for_kind).into(),
-            key: types::ObjectKey { namespace: key.namespace.clone(), name: key.name.clone() },
-            attempt,
+        let for_kind = &self.registration.for_kind;
+        let (namespace, name) = (key.namespace.clone(), key.name.clone());
+        let reconcile = async |inst: &Controller, store: &mut Store<PluginCtx>| match inst {
+            Controller::V0_1(inst) => {
+                let key = v0_1::types::ObjectKey { namespace, name };
+                let request = v0_1::Request { kind: for_kind.into(), key, attempt };
+                let result = inst.call_reconcile(store, &request).await?;
+                Ok(result
+                    .map(|a| match a {
+                        v0_1::Action::Done => Action::Done,
+                        v0_1::Action::RequeueAfter(ms) => Action::RequeueAfter(Duration::from_millis(ms)),
+                    })
+                    .map_err(CallFailed::Plugin))
+            }
+            Controller::V0_2(inst) => {
+                let key = v0_2::types::ObjectKey { namespace, name };
+                let request = v0_2::Request { kind: for_kind.into(), key, attempt };
+                let result = inst.call_reconcile(store, &request).await?;
+                Ok(result
+                    .map(|a| match a {
+                        v0_2::Action::Done => Action::Done,
+                        v0_2::Action::RequeueAfter(ms) => Action::RequeueAfter(Duration::from_millis(ms)),
+                    })
+                    .map_err(|e| match e {
+                        v0_2::ReconcileError::Retryable(m) => CallFailed::Plugin(m),
+                        v0_2::ReconcileError::Terminal(m) => CallFailed::Terminal(m),
+                        v0_2::ReconcileError::RequeueAfter(r) => {
+                            CallFailed::RequeueAfter { after: Duration::from_millis(r.after_ms), reason: r.reason }
+                        }
+                    }))
+            }
         };
-        let reconcile =
-            async |inst: &Controller, store: &mut Store<PluginCtx>| inst.call_reconcile(store, &request).await;
         // An instance whose reconcile returned an error is not reused: its state may be why.
-        let result = self.call(Some(key), Reuse::If(|r: &Result<_, String>| r.is_ok()), reconcile).await?;
-        match result {
-            Ok(bindings::Action::Done) => Ok(Action::Done),
-            Ok(bindings::Action::RequeueAfter(ms)) => Ok(Action::RequeueAfter(Duration::from_millis(ms))),
-            Err(message) => Err(CallFailed::Plugin(message)),
-        }
+        self.call(Some(key), Reuse::If(|r: &Result<_, CallFailed>| r.is_ok()), reconcile).await?
     }
 
     /// The keys of the for kind that a change to `object` (JSON) of a watched `kind` maps to.
+    /// A 0.2 plugin's error is [`CallFailed::Plugin`], retried like a trap by the mapper.
     pub async fn map(&self, kind: &kube::core::GroupVersionKind, object: &[u8]) -> Result<Vec<ObjectKey>, CallFailed> {
-        let kind = kind.into();
-        let map = async |inst: &Controller, store: &mut Store<PluginCtx>| inst.call_map(store, &kind, object).await;
-        let keys = self.call(None, Reuse::If(|_: &Vec<_>| true), map).await?;
-        Ok(keys.into_iter().map(|k| ObjectKey { namespace: k.namespace, name: k.name }).collect())
+        let map = async |inst: &Controller, store: &mut Store<PluginCtx>| match inst {
+            Controller::V0_1(inst) => {
+                let keys = inst.call_map(store, &kind.into(), object).await?;
+                Ok(Ok(keys.into_iter().map(|k| ObjectKey { namespace: k.namespace, name: k.name }).collect()))
+            }
+            Controller::V0_2(inst) => {
+                let keys = inst.call_map(store, &kind.into(), object).await?;
+                Ok(keys
+                    .map(|keys| keys.into_iter().map(|k| ObjectKey { namespace: k.namespace, name: k.name }).collect())
+                    .map_err(|e| CallFailed::Plugin(format!("map failed: {}", super::host::CallError::from(e)))))
+            }
+        };
+        self.call(None, Reuse::If(|r: &Result<Vec<_>, CallFailed>| r.is_ok()), map).await?
     }
 
     /// Runs `f` on an instance under the deadline, memory and host-call limits. Calls the
@@ -249,7 +294,9 @@ pub(crate) async fn instantiate(
 
 /// Calls `describe` on a fresh instance.
 pub(crate) async fn describe(plugin: &Plugin) -> Result<Registration, CallFailed> {
-    let describe = async |inst: &Controller, store: &mut Store<PluginCtx>| inst.call_describe(store).await;
-    let raw = plugin.call(None, Reuse::<fn(&_) -> bool>::Never, describe).await?;
-    Ok(raw.into())
+    let describe = async |inst: &Controller, store: &mut Store<PluginCtx>| match inst {
+        Controller::V0_1(inst) => inst.call_describe(store).await.map(Registration::from),
+        Controller::V0_2(inst) => inst.call_describe(store).await.map(Registration::from),
+    };
+    plugin.call(None, Reuse::<fn(&_) -> bool>::Never, describe).await
 }

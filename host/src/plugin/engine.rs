@@ -10,7 +10,7 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::{Controller, ControllerPre};
+use super::bindings::{self, ControllerPre};
 use super::metrics::PluginMetrics;
 use super::pool::Ledger;
 use super::protected::Protected;
@@ -171,7 +171,7 @@ pub struct Runtime {
     /// Pre-linked components by sha256, while a loaded version holds them: a new version with
     /// the same bytes (a config change, another plugin from the same file) skips the compile,
     /// which takes 20-30 s for a Python or JavaScript component even with the disk cache off.
-    compiled: Arc<parking_lot::Mutex<HashMap<String, Weak<ControllerPre<PluginCtx>>>>>,
+    compiled: Arc<parking_lot::Mutex<HashMap<String, Weak<ControllerPre>>>>,
     compiled_reused: Arc<AtomicUsize>,
     pub(crate) pool: Ledger,
     pub(crate) max_concurrent_cap: u32,
@@ -211,7 +211,7 @@ impl Runtime {
         let engine = Engine::new(&wasm).map_err(Error::Engine)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(Error::Engine)?;
-        Controller::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s).map_err(Error::Engine)?;
+        bindings::add_to_linker(&mut linker).map_err(Error::Engine)?;
         let weak = engine.weak();
         std::thread::Builder::new()
             .name("kubewasm-epoch".into())
@@ -239,7 +239,7 @@ impl Runtime {
     }
 
     /// The pre-linked component with this sha256, if a loaded version still holds it.
-    pub(crate) fn compiled(&self, sha256: &str) -> Option<Arc<ControllerPre<PluginCtx>>> {
+    pub(crate) fn compiled(&self, sha256: &str) -> Option<Arc<ControllerPre>> {
         let found = self.compiled.lock().get(sha256).and_then(Weak::upgrade);
         if found.is_some() {
             self.compiled_reused.fetch_add(1, Ordering::Relaxed);
@@ -248,7 +248,7 @@ impl Runtime {
     }
 
     /// Remembers a pre-linked component for as long as a loaded version holds it.
-    pub(crate) fn remember_compiled(&self, sha256: &str, pre: &Arc<ControllerPre<PluginCtx>>) {
+    pub(crate) fn remember_compiled(&self, sha256: &str, pre: &Arc<ControllerPre>) {
         let mut compiled = self.compiled.lock();
         compiled.retain(|_, held| held.strong_count() > 0);
         compiled.insert(sha256.to_owned(), Arc::downgrade(pre));

@@ -313,7 +313,11 @@ mod tests {
         Registration {
             for_kind: gvk("apps", "v1", "Deployment"),
             owns: vec![gvk("", "v1", "ConfigMap")],
-            watches: vec![WatchSpec { kind: gvk("", "v1", "Namespace"), label_selector: None }],
+            watches: vec![WatchSpec {
+                kind: gvk("", "v1", "Namespace"),
+                label_selector: None,
+                filter: Default::default(),
+            }],
             ..Registration::new(gvk("apps", "v1", "Deployment"))
         }
     }

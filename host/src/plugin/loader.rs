@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::Plugin;
-use super::bindings::ControllerPre;
+use super::bindings::{Contract, ControllerPre};
 use super::config::PluginConfig;
 use super::dispatch::{self, CallFailed};
 use super::engine::Runtime;
@@ -15,8 +15,12 @@ use super::registration::{InvalidRegistration, Registration};
 use super::state::PluginShared;
 use super::throttle::{WriteLimiter, WriteRate};
 
-/// The world every plugin must implement.
-pub const WORLD: &str = "kubewasm:controller/controller@0.1.0";
+/// The newest world a plugin may implement; the host also serves every older one in
+/// [`WORLDS`].
+pub const WORLD: &str = "kubewasm:controller/controller@0.2.0";
+
+/// Every world the host serves, oldest first.
+pub const WORLDS: &[&str] = &["kubewasm:controller/controller@0.1.0", WORLD];
 
 /// Why a plugin version was rejected. The previous version, if any, keeps serving.
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +37,7 @@ pub enum LoadError {
     #[error("cannot compile the component: {0:#}")]
     Compile(#[source] wasmtime::Error),
     /// It does not implement the controller world, or imports what the host does not provide.
-    #[error("the component does not fit world `{WORLD}`: {0:#}")]
+    #[error("the component does not fit world `{WORLD}` nor `{old}`: {0:#}", old = WORLDS[0])]
     WrongWorld(#[source] wasmtime::Error),
     /// `describe()` failed.
     #[error("describe() failed: {0}")]
@@ -134,8 +138,9 @@ impl Runtime {
                 let runtime = self.clone();
                 let pre = tokio::task::spawn_blocking(move || -> Result<_, LoadError> {
                     let component = runtime.compile(&wasm).map_err(LoadError::Compile)?;
+                    let contract = Contract::of(&component, &runtime.engine);
                     let pre = runtime.linker.instantiate_pre(&component).map_err(LoadError::WrongWorld)?;
-                    ControllerPre::new(pre).map_err(LoadError::WrongWorld)
+                    ControllerPre::new(contract, pre).map_err(LoadError::WrongWorld)
                 })
                 .await
                 .map_err(|e| LoadError::Compile(wasmtime::Error::msg(e.to_string())))??;

@@ -45,7 +45,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// One loaded, serving version of a plugin.
 pub struct Plugin {
     runtime: Runtime,
-    pre: Arc<ControllerPre<PluginCtx>>,
+    pre: Arc<ControllerPre>,
     shared: Arc<PluginShared>,
     registration: Registration,
     sha256: String,

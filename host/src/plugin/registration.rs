@@ -2,15 +2,56 @@
 
 use kube::core::GroupVersionKind;
 
-use super::bindings;
+use super::bindings::{v0_1, v0_2};
+
+/// Which updates of an object trigger (contract 0.2's `predicates`): an update passes if any
+/// set flag's change happened; with none set, every update passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Predicates {
+    /// `metadata.generation` changed.
+    pub generation_changed: bool,
+    /// `metadata.labels` changed.
+    pub labels_changed: bool,
+    /// `metadata.annotations` changed.
+    pub annotations_changed: bool,
+}
+
+impl Predicates {
+    /// Whether no predicate is set (every update passes).
+    pub fn is_empty(&self) -> bool {
+        !(self.generation_changed || self.labels_changed || self.annotations_changed)
+    }
+}
+
+/// Which events of one use of a kind trigger (contract 0.2's `event-filter`), applied in the
+/// trigger only: the cache and other uses of the kind see every object.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventFilter {
+    /// Only objects in this namespace.
+    pub namespace: Option<String>,
+    /// Only objects whose labels match.
+    pub label_selector: Option<String>,
+    /// Which updates trigger.
+    pub predicates: Predicates,
+}
+
+impl EventFilter {
+    /// Whether it lets every event through (then no filter is installed).
+    pub fn is_empty(&self) -> bool {
+        self.namespace.is_none() && self.label_selector.is_none() && self.predicates.is_empty()
+    }
+}
 
 /// A kind watched through the plugin's `map` export.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchSpec {
     /// Kind to watch.
     pub kind: GroupVersionKind,
-    /// Only objects matching this label selector.
+    /// Contract 0.1: only objects matching this label selector, for every use of the kind (it
+    /// selects the kind's informer). Always `None` for 0.2, whose selectors are in `filter`.
     pub label_selector: Option<String>,
+    /// Which changes are mapped (0.2).
+    pub filter: EventFilter,
 }
 
 /// How the values of a custom index are computed.
@@ -38,10 +79,15 @@ pub struct IndexSpec {
 pub struct Registration {
     /// The kind reconciled; each object is one key.
     pub for_kind: GroupVersionKind,
-    /// Only objects of `for_kind` matching this label selector.
+    /// Contract 0.1: only objects of `for_kind` matching this label selector, for every use of
+    /// the kind (it selects the kind's informer). Always `None` for 0.2.
     pub for_label_selector: Option<String>,
+    /// Which changes of `for_kind` objects enqueue their key (0.2).
+    pub for_filter: EventFilter,
     /// Kinds created and controlled by the plugin.
     pub owns: Vec<GroupVersionKind>,
+    /// The filter of each owned kind, in the order of `owns` (0.2; empty filters for 0.1).
+    pub owns_filters: Vec<EventFilter>,
     /// Other kinds whose changes map to keys.
     pub watches: Vec<WatchSpec>,
     /// Further kinds read from the cache.
@@ -65,7 +111,9 @@ impl Registration {
         Self {
             for_kind,
             for_label_selector: None,
+            for_filter: EventFilter::default(),
             owns: Vec::new(),
+            owns_filters: Vec::new(),
             watches: Vec::new(),
             reads: Vec::new(),
             writes: Vec::new(),
@@ -113,6 +161,14 @@ impl Registration {
                 )));
             }
         }
+        let filters =
+            std::iter::once(&self.for_filter).chain(&self.owns_filters).chain(self.watches.iter().map(|w| &w.filter));
+        for filter in filters {
+            if let Some(selector) = &filter.label_selector {
+                crate::informer::parse_label_selector(selector)
+                    .map_err(|e| InvalidRegistration(format!("label selector `{selector}`: {e}")))?;
+            }
+        }
         if self.max_concurrent == Some(0) {
             return Err(InvalidRegistration("max-concurrent must be at least 1".into()));
         }
@@ -130,16 +186,22 @@ pub const MAX_INDEXES: usize = 8;
 /// Index functions built into the host that plugins can name in `index-source.builtin`.
 pub const BUILTIN_INDEXES: &[&str] = &["pod-template-configmaps"];
 
-impl From<bindings::Registration> for Registration {
-    fn from(r: bindings::Registration) -> Self {
+impl From<v0_1::Registration> for Registration {
+    fn from(r: v0_1::Registration) -> Self {
         Self {
             for_kind: r.for_kind.into(),
             for_label_selector: r.for_label_selector,
+            for_filter: EventFilter::default(),
+            owns_filters: vec![EventFilter::default(); r.owns.len()],
             owns: r.owns.into_iter().map(Into::into).collect(),
             watches: r
                 .watches
                 .into_iter()
-                .map(|w| WatchSpec { kind: w.kind.into(), label_selector: w.label_selector })
+                .map(|w| WatchSpec {
+                    kind: w.kind.into(),
+                    label_selector: w.label_selector,
+                    filter: EventFilter::default(),
+                })
                 .collect(),
             reads: r.reads.into_iter().map(Into::into).collect(),
             writes: r.writes.into_iter().map(Into::into).collect(),
@@ -150,8 +212,56 @@ impl From<bindings::Registration> for Registration {
                     kind: i.kind.into(),
                     name: i.name,
                     source: match i.source {
-                        bindings::IndexSource::Field(f) => IndexSource::Field(f),
-                        bindings::IndexSource::Builtin(b) => IndexSource::Builtin(b),
+                        v0_1::IndexSource::Field(f) => IndexSource::Field(f),
+                        v0_1::IndexSource::Builtin(b) => IndexSource::Builtin(b),
+                    },
+                })
+                .collect(),
+            max_concurrent: r.max_concurrent,
+        }
+    }
+}
+
+impl From<v0_2::EventFilter> for EventFilter {
+    fn from(f: v0_2::EventFilter) -> Self {
+        let p = f.predicates;
+        Self {
+            namespace: f.namespace,
+            label_selector: f.label_selector,
+            predicates: Predicates {
+                generation_changed: p.contains(v0_2::Predicates::GENERATION_CHANGED),
+                labels_changed: p.contains(v0_2::Predicates::LABELS_CHANGED),
+                annotations_changed: p.contains(v0_2::Predicates::ANNOTATIONS_CHANGED),
+            },
+        }
+    }
+}
+
+/// Contract 0.2: selectors are event filters; no informer is selected.
+impl From<v0_2::Registration> for Registration {
+    fn from(r: v0_2::Registration) -> Self {
+        Self {
+            for_kind: r.for_kind.into(),
+            for_label_selector: None,
+            for_filter: r.for_filter.into(),
+            owns_filters: r.owns.iter().map(|o| o.filter.clone().into()).collect(),
+            owns: r.owns.into_iter().map(|o| o.kind.into()).collect(),
+            watches: r
+                .watches
+                .into_iter()
+                .map(|w| WatchSpec { kind: w.kind.into(), label_selector: None, filter: w.filter.into() })
+                .collect(),
+            reads: r.reads.into_iter().map(Into::into).collect(),
+            writes: r.writes.into_iter().map(Into::into).collect(),
+            indexes: r
+                .indexes
+                .into_iter()
+                .map(|i| IndexSpec {
+                    kind: i.kind.into(),
+                    name: i.name,
+                    source: match i.source {
+                        v0_2::IndexSource::Field(f) => IndexSource::Field(f),
+                        v0_2::IndexSource::Builtin(b) => IndexSource::Builtin(b),
                     },
                 })
                 .collect(),

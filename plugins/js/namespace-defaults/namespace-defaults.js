@@ -10,7 +10,8 @@
 // When a Namespace opts out, defaults this plugin created there are removed.
 
 import {
-  Kind, Registration, cache, client, controllerReference, events, isControlledBy, reconciler, settings,
+  Kind, Registration, cache, client, controllerReference, events, isControlledBy, preconditionsOf, reconciler,
+  settings,
 } from '../../sdk/js/kubewasm.js';
 
 const NAMESPACE = new Kind('v1', 'Namespace');
@@ -46,6 +47,14 @@ export const networkPolicy = (conf, ns) => ({
   spec: { podSelector: {}, policyTypes: ['Ingress', 'Egress'] },
 });
 
+/** Deletes `child` (as read from the cache) if `ns` controls it, and only if it is still that
+ * object (uid precondition): never a same-named object created since. */
+function deleteControlled(kind, child, ns) {
+  if (!isControlledBy(child, ns)) return;
+  const preconditions = preconditionsOf(child, { resourceVersion: false });
+  client.delete(kind, child.metadata.name, child.metadata.namespace, { preconditions });
+}
+
 export const { describe, reconcile, map } = reconciler(
   new Registration(NAMESPACE).owns(RESOURCE_QUOTA).owns(NETWORK_POLICY),
   (request) => {
@@ -56,9 +65,8 @@ export const { describe, reconcile, map } = reconciler(
     const optedOut = conf.optOutLabel in (ns.metadata.labels ?? {});
     const existing = cache.get(RESOURCE_QUOTA, conf.quotaName, name);
     if (optedOut) {
-      if (isControlledBy(existing, ns)) client.delete(RESOURCE_QUOTA, conf.quotaName, name);
-      const policy = cache.get(NETWORK_POLICY, conf.networkPolicyName, name);
-      if (isControlledBy(policy, ns)) client.delete(NETWORK_POLICY, conf.networkPolicyName, name);
+      deleteControlled(RESOURCE_QUOTA, existing, ns);
+      deleteControlled(NETWORK_POLICY, cache.get(NETWORK_POLICY, conf.networkPolicyName, name), ns);
       return;
     }
     client.apply(quota(conf, ns));

@@ -12,7 +12,7 @@ Settings (all optional)::
 When a Namespace opts out, defaults this plugin created there are removed.
 """
 
-from kubewasm import Kind, Registration, cache, client, controller_reference, events
+from kubewasm import Kind, Preconditions, Registration, cache, client, controller_reference, events
 from kubewasm import is_controlled_by, reconciler, settings
 
 NAMESPACE = Kind("v1", "Namespace")
@@ -52,6 +52,15 @@ def network_policy(conf: dict, ns: dict) -> dict:
             "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}
 
 
+def delete_controlled(kind: Kind, child, ns: dict) -> None:
+    """Deletes ``child`` (as read from the cache) if ``ns`` controls it, and only if it is still
+    that object (uid precondition): never a same-named object created since."""
+    if is_controlled_by(child, ns):
+        meta = child["metadata"]
+        client.delete(kind, meta["name"], meta["namespace"],
+                      preconditions=Preconditions.of(child, resource_version=False))
+
+
 @reconciler(Registration(NAMESPACE).owns(RESOURCE_QUOTA).owns(NETWORK_POLICY))
 def reconcile(request):
     conf = settings(DEFAULTS)
@@ -62,11 +71,8 @@ def reconcile(request):
     opted_out = conf["optOutLabel"] in (ns["metadata"].get("labels") or {})
     existing = cache.get(RESOURCE_QUOTA, conf["quotaName"], name)
     if opted_out:
-        if is_controlled_by(existing, ns):
-            client.delete(RESOURCE_QUOTA, conf["quotaName"], name)
-        policy = cache.get(NETWORK_POLICY, conf["networkPolicyName"], name)
-        if is_controlled_by(policy, ns):
-            client.delete(NETWORK_POLICY, conf["networkPolicyName"], name)
+        delete_controlled(RESOURCE_QUOTA, existing, ns)
+        delete_controlled(NETWORK_POLICY, cache.get(NETWORK_POLICY, conf["networkPolicyName"], name), ns)
         return
     client.apply(quota(conf, ns))
     client.apply(network_policy(conf, ns))

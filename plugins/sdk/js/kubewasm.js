@@ -8,18 +8,22 @@
 //     new Registration(NAMESPACE).owns(new Kind('v1', 'ConfigMap')),
 //     (request) => { const ns = cache.get(NAMESPACE, request.name); ... });
 //
-// built with `jco componentize --bundle --wit wit/controller@0.1.0 --world-name controller`
+// bundled by rolldown and built with `componentize-js --wit wit/controller@0.2.0 -n controller`
 // (`make plugins` does it). Objects are plain objects of the Kubernetes JSON; cache reads are
 // local, writes go to the API server with field manager `kubewasm/<plugin>`. A failing host call
-// throws a `HostError` (its `reason` says why); anything thrown out of the reconcile function
-// becomes the reconcile's error and the key is retried with backoff. Every reconcile runs in a
-// fresh instance: keep no state in module variables.
+// throws a `HostError` (its `reason` says why). What the reconcile function throws says how the
+// key is retried: a `TerminalError` never (until the object changes), a `RequeueAfterError` after
+// a given delay, anything else with backoff. Every reconcile runs in a fresh instance: keep no
+// state in module variables. Helpers: `finalize` (cleanup before deletion, with preconditions),
+// `setStatusCondition` and friends (`meta.SetStatusCondition` semantics), `isControlledBy`.
 
-import * as hostCache from 'kubewasm:controller/cache@0.1.0';
-import * as hostClient from 'kubewasm:controller/client@0.1.0';
-import * as hostConfig from 'kubewasm:controller/config@0.1.0';
-import * as hostEvents from 'kubewasm:controller/events@0.1.0';
-import * as hostLog from 'kubewasm:controller/log@0.1.0';
+import * as hostCache from 'kubewasm:controller/cache@0.2.0';
+import * as hostClient from 'kubewasm:controller/client@0.2.0';
+import * as hostConfig from 'kubewasm:controller/config@0.2.0';
+import * as hostEvents from 'kubewasm:controller/events@0.2.0';
+import * as hostLog from 'kubewasm:controller/log@0.2.0';
+
+export * from './conditions.js';
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -58,7 +62,45 @@ export class HostError extends Error {
     super(message ? `${reason}: ${message}` : reason);
     this.name = 'HostError';
     this.reason = reason;
+    this.detail = message;
   }
+}
+
+/** Thrown from the reconcile function: the object itself is wrong (an invalid spec) and retrying
+ * cannot help, so the key is not retried until the object changes (controller-runtime's
+ * `reconcile.TerminalError`; counted in `controller_runtime_terminal_reconcile_errors_total`). */
+export class TerminalError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'TerminalError';
+  }
+}
+
+/** Thrown from the reconcile function: it failed, try again after exactly `ms` milliseconds (not
+ * the key's backoff, which does not advance), logging `reason` (e.g. `waiting for Secret db`). */
+export class RequeueAfterError extends Error {
+  constructor(ms, reason) {
+    super(reason);
+    this.name = 'RequeueAfterError';
+    this.ms = ms;
+    this.reason = reason;
+  }
+}
+
+const millis = (ms) => BigInt(Math.max(0, Math.round(ms)));
+const describeError = (e) => (e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+
+/** The WIT `reconcile-error` for what the reconcile function threw. */
+export function reconcileError(e) {
+  if (e instanceof TerminalError) return { tag: 'terminal', val: e.message };
+  if (e instanceof RequeueAfterError) return { tag: 'requeue-after', val: { afterMs: millis(e.ms), reason: e.reason } };
+  return { tag: 'retryable', val: describeError(e) };
+}
+
+/** The WIT `types.error` for what the map function threw. */
+export function hostErrorOf(e) {
+  if (e instanceof HostError) return e.reason === 'not-found' ? { tag: 'not-found' } : { tag: e.reason, val: e.detail ?? '' };
+  return { tag: 'other', val: describeError(e) };
 }
 
 function call(fn, ...args) {
@@ -73,20 +115,40 @@ function call(fn, ...args) {
   }
 }
 
-/** What the plugin reconciles, owns, watches, reads and writes; the setters chain. */
+const PREDICATES = ['generationChanged', 'labelsChanged', 'annotationsChanged'];
+
+/** A WIT `event-filter`: which events of one use of a kind (the for kind, one owned kind, one
+ * watch) trigger; it filters that use only, never the cache. `{ namespace, labelSelector,
+ * generationChanged, labelsChanged, annotationsChanged }`, all optional: adds and deletes always
+ * pass, and with predicates set an update passes if any of them changed (controller-runtime's
+ * `GenerationChangedPredicate`, `LabelChangedPredicate`, `AnnotationChangedPredicate`). */
+export function eventFilter({ namespace, labelSelector, ...predicates } = {}) {
+  const unknown = Object.keys(predicates).filter((k) => !PREDICATES.includes(k));
+  if (unknown.length) throw new Error(`unknown event filter fields: ${unknown.join(', ')}`);
+  return {
+    namespace: namespace ?? undefined, labelSelector: labelSelector ?? undefined,
+    predicates: Object.fromEntries(PREDICATES.map((p) => [p, Boolean(predicates[p])])),
+  };
+}
+
+/** What the plugin reconciles, owns, watches, reads and writes; the setters chain. `selector`
+ * (a label selector) or `filter` (see `eventFilter`) say which changes of the for kind trigger. */
 export class Registration {
-  constructor(forKind, selector) {
+  constructor(forKind, selector, filter) {
     this.raw = {
-      forKind: forKind.gvk, forLabelSelector: selector, owns: [], watches: [], reads: [],
-      writes: [], indexes: [], maxConcurrent: undefined,
+      forKind: forKind.gvk, forFilter: eventFilter(filter ?? { labelSelector: selector }), owns: [], watches: [],
+      reads: [], writes: [], indexes: [], maxConcurrent: undefined,
     };
   }
 
   /** Creates and controls objects of `kind` (a change enqueues the owner's key). */
-  owns(kind) { this.raw.owns.push(kind.gvk); return this; }
+  owns(kind, filter = {}) { this.raw.owns.push({ kind: kind.gvk, filter: eventFilter(filter) }); return this; }
 
   /** Watches `kind`; changes map to keys through the `map` function. */
-  watches(kind, selector) { this.raw.watches.push({ kind: kind.gvk, labelSelector: selector }); return this; }
+  watches(kind, selector, filter) {
+    this.raw.watches.push({ kind: kind.gvk, filter: eventFilter(filter ?? { labelSelector: selector }) });
+    return this;
+  }
 
   /** Also reads `kind` from the cache (needs a grant). */
   reads(kind) { this.raw.reads.push(kind.gvk); return this; }
@@ -105,13 +167,16 @@ export class Registration {
   maxConcurrent(n) { this.raw.maxConcurrent = n; return this; }
 }
 
-/** Reconcile again after `ms` milliseconds (return it from the reconcile function). */
+/** Succeeded; reconcile again after `ms` milliseconds (return it from the reconcile function; a
+ * periodic re-check, the key's backoff is reset). For a failure retried after a delay, throw a
+ * `RequeueAfterError`. */
 export const requeueAfter = (ms) => ({ requeueAfterMs: ms });
 
 /**
  * The plugin's exports: `describe`, `reconcile` and `map`. `reconcile(request)` gets
  * `{ kind, namespace, name, attempt }` and returns nothing (done) or `requeueAfter(ms)`;
- * `mapFn(kind, object)`, for plugins that watch other kinds, returns `{ namespace, name }` keys.
+ * `mapFn(kind, object)`, for plugins that watch other kinds, returns `{ namespace, name }` keys
+ * (what it throws retries the change with backoff).
  */
 export function reconciler(registration, reconcileFn, mapFn = () => []) {
   return {
@@ -125,16 +190,21 @@ export function reconciler(registration, reconcileFn, mapFn = () => []) {
       try {
         action = reconcileFn(req);
       } catch (e) {
-        // The thrown string is the WIT `err` of `result<action, string>`.
-        throw e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+        // A thrown non-Error value is the WIT `err` of `result<action, reconcile-error>`.
+        throw reconcileError(e);
       }
-      if (action && action.requeueAfterMs !== undefined) {
-        return { tag: 'requeue-after', val: BigInt(Math.max(0, Math.round(action.requeueAfterMs))) };
-      }
+      if (action && action.requeueAfterMs !== undefined) return { tag: 'requeue-after', val: millis(action.requeueAfterMs) };
       return { tag: 'done' };
     },
-    map: (kind, object) => mapFn(Kind.fromGvk(kind), fromBytes(object))
-      .map(({ namespace, name }) => ({ namespace: namespace ?? undefined, name })),
+    map: (kind, object) => {
+      let keys;
+      try {
+        keys = mapFn(Kind.fromGvk(kind), fromBytes(object));
+      } catch (e) {
+        throw hostErrorOf(e);
+      }
+      return keys.map(({ namespace, name }) => ({ namespace: namespace ?? undefined, name }));
+    },
   };
 }
 
@@ -151,9 +221,29 @@ export const cache = {
     const bytes = call(hostCache.get, kind.gvk, namespace, name);
     return bytes === undefined || bytes === null ? undefined : withKind(kind, fromBytes(bytes));
   },
-  /** Cached objects of `kind`, optionally in one namespace and matching a label selector. */
-  list(kind, namespace, selector) {
-    return call(hostCache.list, kind.gvk, namespace, selector).map((b) => withKind(kind, fromBytes(b)));
+  /** One page of the cached objects of `kind` (namespace/name order): `{ items, continueToken }`
+   * (`continueToken` undefined on the last). Options: `namespace`, `labelSelector`,
+   * `fieldSelector` (`metadata.name` / `metadata.namespace`), `limit`, `continueToken`. */
+  listPage(kind, { namespace, labelSelector, fieldSelector, limit, continueToken } = {}) {
+    const page = call(hostCache.list, kind.gvk, {
+      namespace, labelSelector, fieldSelector, limit, continueToken,
+    });
+    return { items: page.items.map((b) => withKind(kind, fromBytes(b))), continueToken: page.continueToken ?? undefined };
+  },
+  /** Every matching cached object of `kind`, read `pageSize` at a time (a generator), so the
+   * plugin holds one page at once rather than the whole kind. */
+  * iterate(kind, { pageSize = 100, ...options } = {}) {
+    let continueToken;
+    do {
+      const page = cache.listPage(kind, { ...options, limit: pageSize, continueToken });
+      yield* page.items;
+      continueToken = page.continueToken;
+    } while (continueToken !== undefined);
+  },
+  /** Cached objects of `kind`, optionally in one namespace and matching a label selector (and
+   * `{ fieldSelector }`), in one page. */
+  list(kind, namespace, selector, { fieldSelector } = {}) {
+    return cache.listPage(kind, { namespace, labelSelector: selector, fieldSelector }).items;
   },
   /** Cached objects of `kind` whose index `index` has `value`. */
   byIndex(kind, index, value) {
@@ -161,24 +251,51 @@ export const cache = {
   },
 };
 
-/** Writes through the host: server-side apply with field manager `kubewasm/<plugin>`. */
+/** Preconditions for a patch or delete from `object` as read: its uid and, unless
+ * `resourceVersion` is false, its resourceVersion. The write then acts on that very object and no
+ * newer one; a failure is a `conflict` HostError. */
+export function preconditionsOf(object, { resourceVersion = true } = {}) {
+  const meta = object?.metadata ?? {};
+  return { resourceVersion: resourceVersion ? meta.resourceVersion : undefined, uid: meta.uid };
+}
+
+const wirePreconditions = ({ resourceVersion, uid } = {}) => ({
+  resourceVersion: resourceVersion ?? undefined, uid: uid ?? undefined,
+});
+
+/** Writes through the host (field manager `kubewasm/<plugin>`) and uncached reads. Options of
+ * `patch`, `patchStatus`: `namespace`, `patchType` (`merge` default, `json`, `strategic`),
+ * `preconditions` (`{ resourceVersion, uid }`, see `preconditionsOf`). */
 export const client = {
   /** Server-side applies `object`; returns the stored object. */
   apply: (object, { force = false } = {}) => fromBytes(call(hostClient.apply, toBytes(object), force)),
-  /** Server-side applies the status of `object`. */
-  applyStatus: (object) => fromBytes(call(hostClient.applyStatus, toBytes(object))),
+  /** Server-side applies the status of `object`; `force` takes over status fields other
+   * managers own (a `conflict` HostError otherwise). */
+  applyStatus: (object, { force = false } = {}) => fromBytes(call(hostClient.applyStatus, toBytes(object), force)),
   /** Creates `object`; a `conflict` HostError if it exists. */
   create: (object) => fromBytes(call(hostClient.create, toBytes(object))),
-  /** Patches an object: `patchType` is `merge` (default), `json` or `strategic`. */
-  patch: (kind, name, body, { namespace, patchType = 'merge' } = {}) =>
-    fromBytes(call(hostClient.patch, kind.gvk, namespace, name, patchType, toBytes(body))),
-  /** Deletes an object; one that is already gone is not an error. */
-  delete(kind, name, namespace) {
+  /** Patches an object, if it meets `preconditions`; returns the stored object. */
+  patch: (kind, name, body, { namespace, patchType = 'merge', preconditions } = {}) => fromBytes(
+    call(hostClient.patch, kind.gvk, namespace, name, patchType, toBytes(body), wirePreconditions(preconditions))),
+  /** Patches the status subresource of an object (controller-runtime's `Status().Patch`). */
+  patchStatus: (kind, name, body, { namespace, patchType = 'merge', preconditions } = {}) => fromBytes(
+    call(hostClient.patchStatus, kind.gvk, namespace, name, patchType, toBytes(body), wirePreconditions(preconditions))),
+  /** Deletes an object if it meets `preconditions`; one that is already gone is not an error.
+   * `propagationPolicy`: `background` (default), `foreground` or `orphan`. */
+  delete(kind, name, namespace, { preconditions, propagationPolicy } = {}) {
     try {
-      call(hostClient.delete, kind.gvk, namespace, name);
+      call(hostClient.delete, kind.gvk, namespace, name, {
+        preconditions: wirePreconditions(preconditions), propagationPolicy,
+      });
     } catch (e) {
       if (!(e instanceof HostError && e.reason === 'not-found')) throw e;
     }
+  },
+  /** The object read from the API server, past the cache (for reads that must see a write the
+   * cache may not have caught up with), or `undefined`. Costs an API call. */
+  get(kind, name, namespace) {
+    const bytes = call(hostClient.get, kind.gvk, namespace, name);
+    return bytes === undefined || bytes === null ? undefined : withKind(kind, fromBytes(bytes));
   },
 };
 
@@ -224,4 +341,59 @@ export function controllerReference(owner) {
 export function isControlledBy(object, owner) {
   const uid = owner?.metadata?.uid;
   return (object?.metadata?.ownerReferences ?? []).some((r) => r.controller === true && r.uid === uid);
+}
+
+// Finalizers (controller-runtime's `controllerutil` finalizer helpers, kube-rs' `finalizer`).
+// Every write is a merge patch of the whole `metadata.finalizers` list (a merge patch replaces
+// lists) with the object's resourceVersion and uid as preconditions: a write decided on a cached
+// copy never drops a finalizer another controller added meanwhile, nor touches a new object of
+// the same name. A failed precondition throws a `conflict` HostError: let it fail the reconcile.
+
+/** The finalizers of `object`. */
+export const finalizersOf = (object) => [...(object?.metadata?.finalizers ?? [])];
+
+/** Whether `object` carries `finalizer`. */
+export const hasFinalizer = (object, finalizer) => finalizersOf(object).includes(finalizer);
+
+/** Whether `object` is being deleted (has a `deletionTimestamp`). */
+export const isDeleting = (object) => Boolean(object?.metadata?.deletionTimestamp);
+
+function writeFinalizers(kind, object, finalizers) {
+  const { name = '', namespace } = object.metadata ?? {};
+  return client.patch(kind, name, { metadata: { finalizers } }, { namespace, preconditions: preconditionsOf(object) });
+}
+
+/** Adds `finalizer` to `object` (of `kind`, as read) unless it has it; returns the object as
+ * stored. A `conflict` HostError if the object changed since it was read. */
+export function addFinalizer(kind, object, finalizer) {
+  const list = finalizersOf(object);
+  return list.includes(finalizer) ? object : writeFinalizers(kind, object, [...list, finalizer]);
+}
+
+/** Removes `finalizer` from `object` (of `kind`, as read) if it has it; returns the object as
+ * stored, or `undefined` if that removal let it go. A `conflict` HostError if it changed since. */
+export function removeFinalizer(kind, object, finalizer) {
+  const list = finalizersOf(object);
+  if (!list.includes(finalizer)) return object;
+  try {
+    return writeFinalizers(kind, object, list.filter((f) => f !== finalizer));
+  } catch (e) {
+    if (e instanceof HostError && e.reason === 'not-found') return undefined;
+    throw e;
+  }
+}
+
+/**
+ * Runs `apply(object)` with `finalizer` in place, or `cleanup(object)` when the object is being
+ * deleted. A live object without the finalizer gets it first (`apply` sees the stored object);
+ * an object being deleted that carries it gets `cleanup`, and the finalizer is removed once
+ * `cleanup` returned (a throw keeps it, so the cleanup is retried); one being deleted without it
+ * is left alone. Returns what `apply` or `cleanup` returned (e.g. `requeueAfter(ms)`).
+ */
+export function finalize(kind, object, finalizer, { apply, cleanup }) {
+  if (!isDeleting(object)) return apply(addFinalizer(kind, object, finalizer));
+  if (!hasFinalizer(object, finalizer)) return undefined;
+  const result = cleanup(object);
+  removeFinalizer(kind, object, finalizer);
+  return result;
 }

@@ -3,6 +3,8 @@
 use kube::core::GroupVersionKind;
 
 use super::CallError;
+use super::ListOptions;
+use crate::plugin::bindings::v0_2::{cache as c2, types as t2};
 use crate::plugin::bindings::{cache, types};
 use crate::plugin::state::PluginCtx;
 
@@ -23,19 +25,40 @@ impl PluginCtx {
         Err(CallError::Forbidden(message))
     }
 
-    /// Counts the call and converts its result to the WIT error.
-    pub(crate) fn finish<T>(&self, function: &'static str, result: Result<T, CallError>) -> Result<T, types::Error> {
+    /// Counts the call and converts its result to the WIT error (of either contract version).
+    pub(crate) fn finish<T, E: From<CallError>>(
+        &self,
+        function: &'static str,
+        result: Result<T, CallError>,
+    ) -> Result<T, E> {
         let label = result.as_ref().map_or_else(CallError::metric_label, |_| "ok");
         self.count(function, label);
         result.map_err(Into::into)
+    }
+
+    fn cache_get(
+        &mut self,
+        kind: GroupVersionKind,
+        namespace: Option<String>,
+        name: String,
+    ) -> Result<Option<Vec<u8>>, CallError> {
+        self.check_read(&kind).and_then(|()| self.shared.cache.get(&kind, namespace.as_deref(), &name))
+    }
+
+    fn cache_by_index(
+        &mut self,
+        kind: GroupVersionKind,
+        index: String,
+        value: String,
+    ) -> Result<Vec<Vec<u8>>, CallError> {
+        self.check_read(&kind).and_then(|()| self.shared.cache.by_index(&kind, &index, &value))
     }
 }
 
 impl cache::Host for PluginCtx {
     async fn get(&mut self, kind: types::Gvk, namespace: Option<String>, name: String) -> CallResult<Option<Vec<u8>>> {
         self.charge()?;
-        let kind = kind.into();
-        let result = self.check_read(&kind).and_then(|()| self.shared.cache.get(&kind, namespace.as_deref(), &name));
+        let result = self.cache_get(kind.into(), namespace, name);
         Ok(self.finish("cache.get", result))
     }
 
@@ -55,10 +78,45 @@ impl cache::Host for PluginCtx {
 
     async fn by_index(&mut self, kind: types::Gvk, index: String, value: String) -> CallResult<Vec<Vec<u8>>> {
         self.charge()?;
-        let kind = kind.into();
-        let result = self.check_read(&kind).and_then(|()| self.shared.cache.by_index(&kind, &index, &value));
+        let result = self.cache_by_index(kind.into(), index, value);
         Ok(self.finish("cache.by-index", result))
     }
 }
 
 impl types::Host for PluginCtx {}
+
+type CallResult2<T> = wasmtime::Result<Result<T, t2::Error>>;
+
+/// Contract 0.2: `list` pages and takes a field selector; `get` and `by-index` as in 0.1.
+impl c2::Host for PluginCtx {
+    async fn get(&mut self, kind: t2::Gvk, namespace: Option<String>, name: String) -> CallResult2<Option<Vec<u8>>> {
+        self.charge()?;
+        let result = self.cache_get(kind.into(), namespace, name);
+        Ok(self.finish("cache.get", result))
+    }
+
+    async fn list(&mut self, kind: t2::Gvk, options: c2::ListOptions) -> CallResult2<c2::ObjectList> {
+        self.charge()?;
+        let kind = kind.into();
+        let options = ListOptions {
+            namespace: options.namespace,
+            label_selector: options.label_selector,
+            field_selector: options.field_selector,
+            limit: options.limit,
+            continue_token: options.continue_token,
+        };
+        let result = self
+            .check_read(&kind)
+            .and_then(|()| self.shared.cache.list_page(&kind, &options))
+            .map(|page| c2::ObjectList { items: page.items, continue_token: page.continue_token });
+        Ok(self.finish("cache.list", result))
+    }
+
+    async fn by_index(&mut self, kind: t2::Gvk, index: String, value: String) -> CallResult2<Vec<Vec<u8>>> {
+        self.charge()?;
+        let result = self.cache_by_index(kind.into(), index, value);
+        Ok(self.finish("cache.by-index", result))
+    }
+}
+
+impl t2::Host for PluginCtx {}

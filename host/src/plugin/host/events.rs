@@ -1,6 +1,7 @@
 //! `kubewasm:controller/events`: Kubernetes Events reported as `kubewasm/<plugin>`.
 
 use super::{CallError, EventRecord, ObjectRef};
+use crate::plugin::bindings::v0_2::{events as e2, types as t2};
 use crate::plugin::bindings::{events, types};
 use crate::plugin::state::PluginCtx;
 
@@ -15,6 +16,25 @@ fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
+impl PluginCtx {
+    /// `events.publish` of either contract version.
+    async fn publish_as(
+        &mut self,
+        regarding: ObjectRef,
+        warning: bool,
+        reason: String,
+        note: String,
+    ) -> Result<(), CallError> {
+        self.throttle_write().await?;
+        if reason.is_empty() || reason.len() > MAX_REASON {
+            return Err(CallError::Invalid(format!("event reason must be 1..={MAX_REASON} characters")));
+        }
+        self.check_read(&regarding.kind)?;
+        let event = EventRecord { regarding, warning, reason, note: truncate(note, MAX_NOTE) };
+        self.shared.writer.publish_event(&self.shared.manager, &event).await
+    }
+}
+
 impl events::Host for PluginCtx {
     async fn publish(
         &mut self,
@@ -24,28 +44,27 @@ impl events::Host for PluginCtx {
         note: String,
     ) -> wasmtime::Result<Result<(), types::Error>> {
         self.charge()?;
-        if let Err(e) = self.throttle_write().await {
-            return Ok(self.finish("events.publish", Err(e)));
-        }
         let regarding =
             ObjectRef { kind: regarding.kind.into(), namespace: regarding.key.namespace, name: regarding.key.name };
-        let valid = if reason.is_empty() || reason.len() > MAX_REASON {
-            Err(CallError::Invalid(format!("event reason must be 1..={MAX_REASON} characters")))
-        } else {
-            self.check_read(&regarding.kind)
-        };
-        let result = match valid {
-            Ok(()) => {
-                let event = EventRecord {
-                    regarding,
-                    warning: matches!(event_type, events::EventType::Warning),
-                    reason,
-                    note: truncate(note, MAX_NOTE),
-                };
-                self.shared.writer.publish_event(&self.shared.manager, &event).await
-            }
-            Err(e) => Err(e),
-        };
+        let warning = matches!(event_type, events::EventType::Warning);
+        let result = self.publish_as(regarding, warning, reason, note).await;
+        Ok(self.finish("events.publish", result))
+    }
+}
+
+impl e2::Host for PluginCtx {
+    async fn publish(
+        &mut self,
+        regarding: t2::ObjectRef,
+        event_type: e2::EventType,
+        reason: String,
+        note: String,
+    ) -> wasmtime::Result<Result<(), t2::Error>> {
+        self.charge()?;
+        let regarding =
+            ObjectRef { kind: regarding.kind.into(), namespace: regarding.key.namespace, name: regarding.key.name };
+        let warning = matches!(event_type, e2::EventType::Warning);
+        let result = self.publish_as(regarding, warning, reason, note).await;
         Ok(self.finish("events.publish", result))
     }
 }

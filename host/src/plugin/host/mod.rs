@@ -7,6 +7,8 @@ mod client;
 mod config;
 mod events;
 pub use events::{MAX_NOTE, MAX_REASON};
+mod list;
+pub use list::{FieldSelector, ListOptions, ObjectList, page as list_page, sort_key};
 mod log;
 pub mod testing;
 
@@ -14,7 +16,7 @@ use async_trait::async_trait;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-use super::bindings::types;
+use super::bindings::{types, v0_2};
 
 /// Why a cache read or API write failed; mirrors the WIT `error` variant.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -66,6 +68,34 @@ impl From<CallError> for types::Error {
     }
 }
 
+impl From<CallError> for v0_2::types::Error {
+    fn from(e: CallError) -> Self {
+        use v0_2::types::Error as E;
+        match e {
+            CallError::NotFound => E::NotFound,
+            CallError::Forbidden(m) => E::Forbidden(m),
+            CallError::Conflict(m) => E::Conflict(m),
+            CallError::Invalid(m) => E::Invalid(m),
+            CallError::Unavailable(m) => E::Unavailable(m),
+            CallError::Other(m) => E::Other(m),
+        }
+    }
+}
+
+impl From<v0_2::types::Error> for CallError {
+    fn from(e: v0_2::types::Error) -> Self {
+        use v0_2::types::Error as E;
+        match e {
+            E::NotFound => CallError::NotFound,
+            E::Forbidden(m) => CallError::Forbidden(m),
+            E::Conflict(m) => CallError::Conflict(m),
+            E::Invalid(m) => CallError::Invalid(m),
+            E::Unavailable(m) => CallError::Unavailable(m),
+            E::Other(m) => CallError::Other(m),
+        }
+    }
+}
+
 /// Reads the informer cache; implemented by the informer store, and by
 /// [`testing::MemoryCache`] in tests. Reads are local and synchronous.
 pub trait CacheReader: Send + Sync + 'static {
@@ -78,6 +108,23 @@ pub trait CacheReader: Send + Sync + 'static {
         namespace: Option<&str>,
         label_selector: Option<&str>,
     ) -> Result<Vec<Vec<u8>>, CallError>;
+    /// One page of the cached objects of `kind` matching `options` (contract 0.2). The default
+    /// pages over [`list`](Self::list), reading each object's namespace and name from its JSON;
+    /// the informer cache overrides it with its parsed objects.
+    fn list_page(&self, kind: &GroupVersionKind, options: &ListOptions) -> Result<ObjectList, CallError> {
+        let fields = options.field_selector.as_deref().map(FieldSelector::parse).transpose()?;
+        let objects = self.list(kind, options.namespace.as_deref(), options.label_selector.as_deref())?;
+        let keyed = objects.into_iter().map(|json| {
+            let meta: Value = serde_json::from_slice(&json).unwrap_or(Value::Null);
+            let field = |f: &str| meta.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).map(str::to_owned);
+            let (namespace, name) = (field("namespace"), field("name").unwrap_or_default());
+            (sort_key(namespace.as_deref(), &name), (namespace, name, json))
+        });
+        let keep = |(ns, name, _): &(Option<String>, String, Vec<u8>)| {
+            fields.as_ref().is_none_or(|f| f.matches(ns.as_deref(), name))
+        };
+        Ok(list_page(keyed, options, keep, |(_, _, json)| json))
+    }
     /// Cached objects of `kind` whose index `index` has `value`.
     fn by_index(&self, kind: &GroupVersionKind, index: &str, value: &str) -> Result<Vec<Vec<u8>>, CallError>;
     /// Whether the plugin may see and write objects in `namespace` (`grants.namespaces`); reads
@@ -143,6 +190,52 @@ pub enum Patch {
     Strategic(Value),
 }
 
+/// Conditions the API server checks atomically with a patch or delete (metav1.Preconditions).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    /// The object's resourceVersion must be this.
+    pub resource_version: Option<String>,
+    /// The object's uid must be this.
+    pub uid: Option<String>,
+}
+
+impl Preconditions {
+    /// Whether there is nothing to check.
+    pub fn is_empty(&self) -> bool {
+        self.resource_version.is_none() && self.uid.is_none()
+    }
+}
+
+/// How a patch is sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PatchOptions {
+    /// Patch the status subresource instead of the object.
+    pub status: bool,
+    /// Conditions the object must meet.
+    pub preconditions: Preconditions,
+}
+
+/// What happens to an object's dependents when it is deleted (metav1.DeletionPropagation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// Delete at once; the garbage collector deletes dependents afterwards (0.1's only policy).
+    #[default]
+    Background,
+    /// Delete once dependents that block owner deletion are gone.
+    Foreground,
+    /// Keep dependents, removing their ownerReferences.
+    Orphan,
+}
+
+/// How a delete is sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeleteOptions {
+    /// Conditions the object must meet.
+    pub preconditions: Preconditions,
+    /// What happens to dependents.
+    pub propagation: Propagation,
+}
+
 /// An event a plugin publishes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventRecord {
@@ -163,14 +256,22 @@ pub struct EventRecord {
 pub trait ApiWriter: Send + Sync + 'static {
     /// Server-side apply; returns the stored object's JSON.
     async fn apply(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError>;
-    /// Server-side apply of the status subresource.
-    async fn apply_status(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError>;
-    /// Patches an object.
-    async fn patch(&self, manager: &str, target: &ObjectRef, patch: &Patch) -> Result<Vec<u8>, CallError>;
+    /// Server-side apply of the status subresource; `force` takes over conflicting fields.
+    async fn apply_status(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError>;
+    /// Patches an object (or its status), if it meets the preconditions.
+    async fn patch(
+        &self,
+        manager: &str,
+        target: &ObjectRef,
+        patch: &Patch,
+        options: &PatchOptions,
+    ) -> Result<Vec<u8>, CallError>;
     /// Creates an object.
     async fn create(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError>;
-    /// Deletes an object with background propagation.
-    async fn delete(&self, target: &ObjectRef) -> Result<(), CallError>;
+    /// Deletes an object as `options` say.
+    async fn delete(&self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError>;
+    /// Reads an object from the API server, bypassing the cache; `None` if it does not exist.
+    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError>;
     /// Publishes an event reported by `manager`.
     async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError>;
 }

@@ -11,7 +11,9 @@ use kube::core::GroupVersionKind;
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use super::{ApiWriter, CacheReader, CallError, EventRecord, ObjectRef, Patch, TypedObject};
+use super::{
+    ApiWriter, CacheReader, CallError, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
+};
 
 type Key = (String, String, Option<String>, String);
 
@@ -131,12 +133,18 @@ impl ApiWriter for RecordingWriter {
         Ok(object.body.to_string().into_bytes())
     }
 
-    async fn apply_status(&self, _manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
+    async fn apply_status(&self, _manager: &str, object: &TypedObject, _force: bool) -> Result<Vec<u8>, CallError> {
         self.record(WriteCall::ApplyStatus(object.clone()))?;
         Ok(object.body.to_string().into_bytes())
     }
 
-    async fn patch(&self, _manager: &str, target: &ObjectRef, patch: &Patch) -> Result<Vec<u8>, CallError> {
+    async fn patch(
+        &self,
+        _manager: &str,
+        target: &ObjectRef,
+        patch: &Patch,
+        _options: &PatchOptions,
+    ) -> Result<Vec<u8>, CallError> {
         self.record(WriteCall::Patch(target.clone(), patch.clone()))?;
         Ok(b"{}".to_vec())
     }
@@ -146,8 +154,13 @@ impl ApiWriter for RecordingWriter {
         Ok(object.body.to_string().into_bytes())
     }
 
-    async fn delete(&self, target: &ObjectRef) -> Result<(), CallError> {
+    async fn delete(&self, target: &ObjectRef, _options: &DeleteOptions) -> Result<(), CallError> {
         self.record(WriteCall::Delete(target.clone()))
+    }
+
+    /// Reads nothing: the recording writer has no objects.
+    async fn get(&self, _target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        Ok(None)
     }
 
     async fn publish_event(&self, _manager: &str, event: &EventRecord) -> Result<(), CallError> {

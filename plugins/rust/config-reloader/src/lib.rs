@@ -50,6 +50,11 @@ pub fn config_hash(configmaps: &[(String, Option<ConfigMap>)]) -> String {
     hex::encode(&hash.finalize()[..16])
 }
 
+/// Whether a Deployment asked for reloads (`kubewasm.dev/reload=true`, the for selector).
+fn opted_in(d: &Deployment) -> bool {
+    d.metadata.labels.as_ref().and_then(|l| l.get("kubewasm.dev/reload")).is_some_and(|v| v == "true")
+}
+
 struct ConfigReloader;
 
 impl Reconciler for ConfigReloader {
@@ -64,6 +69,9 @@ impl Reconciler for ConfigReloader {
     fn reconcile(request: Request) -> Result<Action> {
         let ns = request.namespace.as_deref();
         let Some(deployment) = cache::get::<Deployment>(ns, &request.name)? else { return Ok(Action::Done) };
+        if !opted_in(&deployment) {
+            return Ok(Action::Done);
+        }
         let template = &deployment.spec.template;
         let Some(pod) = template.spec.as_ref() else { return Ok(Action::Done) };
         let mut configmaps = Vec::new();
@@ -82,14 +90,16 @@ impl Reconciler for ConfigReloader {
         Ok(Action::Done)
     }
 
-    fn map(_: Gvk, object: &[u8]) -> Vec<ObjectKey> {
-        let Ok(cm) = serde_json::from_slice::<ConfigMap>(object) else { return Vec::new() };
-        let (Some(ns), Some(name)) = (cm.metadata.namespace, cm.metadata.name) else { return Vec::new() };
-        let users = cache::by_index::<Deployment>(INDEX, &format!("{ns}/{name}")).unwrap_or_default();
-        users
+    fn map(_: Gvk, object: &[u8]) -> Result<Vec<ObjectKey>> {
+        let cm = serde_json::from_slice::<ConfigMap>(object)?;
+        let (Some(ns), Some(name)) = (cm.metadata.namespace, cm.metadata.name) else { return Ok(Vec::new()) };
+        // The cache holds every Deployment (0.2 selectors filter triggers only): keep the opted-in.
+        let users = cache::by_index::<Deployment>(INDEX, &format!("{ns}/{name}"))?;
+        Ok(users
             .into_iter()
+            .filter(opted_in)
             .filter_map(|d| Some(ObjectKey { namespace: d.metadata.namespace, name: d.metadata.name? }))
-            .collect()
+            .collect())
     }
 }
 

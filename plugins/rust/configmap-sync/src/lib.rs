@@ -3,10 +3,16 @@
 //! namespace matching `spec.namespaceSelector`, follows namespaces that appear later and source
 //! changes, reports `status.syncedCount` and a `Ready` condition, and removes its copies through
 //! a finalizer when deleted. Needs a grant to write `ConfigMapSync.examples.kubewasm.dev` (for
-//! the finalizer).
+//! the finalizer). The finalizer is added and removed with the object's resourceVersion and uid
+//! as preconditions (`kubewasm_sdk::finalizer`), and copies are deleted only if they are still
+//! the objects read (uid precondition).
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kubewasm_sdk::{Action, Error, Gvk, ObjectKey, Reconciler, Registration, Request, Result, cache, client};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kubewasm_sdk::finalizer::{self, Event};
+use kubewasm_sdk::{
+    Action, Error, Gvk, ObjectKey, Reconciler, Registration, Request, Result, cache, client, conditions, gvk,
+};
 use serde_json::{Value, json};
 
 /// Finalizer that removes the copies before the ConfigMapSync goes.
@@ -22,31 +28,39 @@ fn text<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
 }
 
-fn finalizers(sync: &Value) -> Vec<String> {
-    let list = sync.pointer("/metadata/finalizers").and_then(Value::as_array);
-    list.into_iter().flatten().filter_map(|f| f.as_str().map(str::to_owned)).collect()
-}
-
-fn set_finalizers(name: &str, list: Vec<String>) -> Result<()> {
-    let patch = json!({"metadata": {"finalizers": list}});
-    client::patch_json(&sync_kind(), None, name, client::PatchType::Merge, &patch).map(drop)
-}
-
 fn copies(name: &str) -> Result<Vec<ConfigMap>> {
     cache::list::<ConfigMap>(None, Some(&format!("{SYNC_LABEL}={name}")))
 }
 
+/// Deletes `copy` if it is still the object read (its uid): never a ConfigMap recreated since.
+fn delete_copy(copy: &ConfigMap) -> Result<()> {
+    let meta = &copy.metadata;
+    let preconditions = client::Preconditions { resource_version: None, uid: meta.uid.clone() };
+    let options = client::DeleteOptions { preconditions, propagation_policy: None };
+    client::delete_with(
+        &gvk::<ConfigMap>(),
+        meta.namespace.as_deref(),
+        meta.name.as_deref().unwrap_or_default(),
+        &options,
+    )
+}
+
 fn status(sync: &Value, synced: usize, ready: bool, reason: &str, message: &str) -> Result<()> {
     let name = text(sync, "/metadata/name").unwrap_or_default();
+    let mut conds: Vec<Condition> =
+        sync.pointer("/status/conditions").map(|c| serde_json::from_value(c.clone())).transpose()?.unwrap_or_default();
+    let generation = sync.pointer("/metadata/generation").and_then(Value::as_i64);
+    let changed = conditions::set(&mut conds, conditions::new("Ready", ready, reason, message, generation));
+    let synced_before = sync.pointer("/status/syncedCount").and_then(Value::as_u64);
+    let observed = sync.pointer("/status/observedGeneration").and_then(Value::as_i64);
+    if !changed && synced_before == Some(synced as u64) && observed == generation {
+        return Ok(());
+    }
     let body = json!({
         "apiVersion": "examples.kubewasm.dev/v1alpha1", "kind": "ConfigMapSync", "metadata": {"name": name},
-        "status": {
-            "observedGeneration": sync.pointer("/metadata/generation"),
-            "syncedCount": synced,
-            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": reason, "message": message}],
-        },
+        "status": {"observedGeneration": generation, "syncedCount": synced, "conditions": conds},
     });
-    client::apply_status_json(&body).map(drop)
+    client::apply_status_json(&body, false).map(drop)
 }
 
 struct ConfigMapSync;
@@ -63,80 +77,70 @@ impl Reconciler for ConfigMapSync {
     fn reconcile(request: Request) -> Result<Action> {
         let name = request.name.as_str();
         let Some(sync) = cache::get_json(&sync_kind(), None, name)? else { return Ok(Action::Done) };
-        let mut fins = finalizers(&sync);
-        if sync.pointer("/metadata/deletionTimestamp").is_some() {
-            if fins.iter().any(|f| f == FINALIZER) {
-                for copy in copies(name)? {
-                    client::delete::<ConfigMap>(
-                        copy.metadata.namespace.as_deref(),
-                        copy.metadata.name.as_deref().unwrap_or_default(),
-                    )?;
-                }
-                fins.retain(|f| f != FINALIZER);
-                set_finalizers(name, fins)?;
+        finalizer::finalize(&sync_kind(), &sync, FINALIZER, |event| match event {
+            Event::Cleanup(_) => {
+                copies(name)?.iter().try_for_each(delete_copy)?;
+                Ok(Action::Done)
             }
-            return Ok(Action::Done);
-        }
-        if !fins.iter().any(|f| f == FINALIZER) {
-            fins.push(FINALIZER.into());
-            set_finalizers(name, fins)?;
-        }
-
-        let (Some(src_ns), Some(src_name)) = (text(&sync, "/spec/source/namespace"), text(&sync, "/spec/source/name"))
-        else {
-            status(&sync, 0, false, "InvalidSpec", "spec.source needs namespace and name")?;
-            return Ok(Action::Done);
-        };
-        let selector = text(&sync, "/spec/namespaceSelector").unwrap_or_default();
-        let Some(source) = cache::get::<ConfigMap>(Some(src_ns), src_name)? else {
-            status(&sync, 0, false, "SourceNotFound", &format!("ConfigMap {src_ns}/{src_name} does not exist"))?;
-            return Ok(Action::Done);
-        };
-        let targets: Vec<String> = cache::list::<Namespace>(None, Some(selector))
-            .map_err(|e| Error::msg(format!("namespaceSelector `{selector}`: {e}")))?
-            .into_iter()
-            .filter(|ns| ns.metadata.deletion_timestamp.is_none())
-            .filter_map(|ns| ns.metadata.name)
-            .filter(|ns| ns != src_ns)
-            .collect();
-        let owner = json!([{"apiVersion": "examples.kubewasm.dev/v1alpha1", "kind": "ConfigMapSync", "name": name,
-                            "uid": text(&sync, "/metadata/uid"), "controller": true, "blockOwnerDeletion": true}]);
-        for ns in &targets {
-            let copy = json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": src_name, "namespace": ns, "labels": {SYNC_LABEL: name}, "ownerReferences": owner},
-                "data": source.data, "binaryData": source.binary_data,
-            });
-            client::apply_json(&copy, true)?;
-        }
-        for stale in copies(name)? {
-            if !stale.metadata.namespace.as_ref().is_some_and(|ns| targets.contains(ns)) {
-                client::delete::<ConfigMap>(
-                    stale.metadata.namespace.as_deref(),
-                    stale.metadata.name.as_deref().unwrap_or_default(),
-                )?;
-            }
-        }
-        let message = format!("{src_ns}/{src_name} copied to {} namespaces", targets.len());
-        status(&sync, targets.len(), true, "Synced", &message)?;
-        Ok(Action::Done)
+            Event::Apply(sync) => sync_copies(name, sync),
+        })
     }
 
-    fn map(kind: Gvk, object: &[u8]) -> Vec<ObjectKey> {
-        let syncs: Vec<Value> = cache::list_as(&sync_kind(), None, None).unwrap_or_default();
+    fn map(kind: Gvk, object: &[u8]) -> Result<Vec<ObjectKey>> {
+        let syncs: Vec<Value> = cache::list_as(&sync_kind(), None, None)?;
         let key = |s: &Value| text(s, "/metadata/name").map(|n| ObjectKey { namespace: None, name: n.to_owned() });
         if kind.kind == "Namespace" {
-            return syncs.iter().filter_map(key).collect();
+            return Ok(syncs.iter().filter_map(key).collect());
         }
         // A ConfigMap: the syncs whose source it is.
-        let Ok(cm) = serde_json::from_slice::<Value>(object) else { return Vec::new() };
+        let cm = serde_json::from_slice::<Value>(object)?;
         let (ns, name) = (text(&cm, "/metadata/namespace"), text(&cm, "/metadata/name"));
-        syncs
+        Ok(syncs
             .iter()
             .filter(|s| text(s, "/spec/source/namespace") == ns && text(s, "/spec/source/name") == name)
             .filter_map(key)
-            .collect()
+            .collect())
     }
+}
+
+/// Copies the source into every selected namespace, deletes copies no longer wanted, reports.
+fn sync_copies(name: &str, sync: &Value) -> Result<Action> {
+    let (Some(src_ns), Some(src_name)) = (text(sync, "/spec/source/namespace"), text(sync, "/spec/source/name")) else {
+        let message = "spec.source needs namespace and name";
+        status(sync, 0, false, "InvalidSpec", message)?;
+        // Only an edit of the spec fixes this, and an edit triggers a reconcile: do not retry.
+        return Err(Error::terminal(message));
+    };
+    let selector = text(sync, "/spec/namespaceSelector").unwrap_or_default();
+    let Some(source) = cache::get::<ConfigMap>(Some(src_ns), src_name)? else {
+        status(sync, 0, false, "SourceNotFound", &format!("ConfigMap {src_ns}/{src_name} does not exist"))?;
+        return Ok(Action::Done);
+    };
+    let targets: Vec<String> = cache::list::<Namespace>(None, Some(selector))
+        .map_err(|e| Error::msg(format!("namespaceSelector `{selector}`: {e}")))?
+        .into_iter()
+        .filter(|ns| ns.metadata.deletion_timestamp.is_none())
+        .filter_map(|ns| ns.metadata.name)
+        .filter(|ns| ns != src_ns)
+        .collect();
+    let owner = json!([{"apiVersion": "examples.kubewasm.dev/v1alpha1", "kind": "ConfigMapSync", "name": name,
+                        "uid": text(sync, "/metadata/uid"), "controller": true, "blockOwnerDeletion": true}]);
+    for ns in &targets {
+        let copy = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": src_name, "namespace": ns, "labels": {SYNC_LABEL: name}, "ownerReferences": owner},
+            "data": source.data, "binaryData": source.binary_data,
+        });
+        client::apply_json(&copy, true)?;
+    }
+    for stale in copies(name)? {
+        if !stale.metadata.namespace.as_ref().is_some_and(|ns| targets.contains(ns)) {
+            delete_copy(&stale)?;
+        }
+    }
+    let message = format!("{src_ns}/{src_name} copied to {} namespaces", targets.len());
+    status(sync, targets.len(), true, "Synced", &message)?;
+    Ok(Action::Done)
 }
 
 kubewasm_sdk::export_reconciler!(ConfigMapSync);

@@ -84,9 +84,18 @@ pub fn network_policy(settings: &Settings, ns: &Namespace) -> NetworkPolicy {
     }
 }
 
-fn owned_by(meta: &ObjectMeta, ns: &Namespace) -> bool {
-    let uid = ns.metadata.uid.as_deref();
-    meta.owner_references.iter().flatten().any(|r| r.controller == Some(true) && Some(r.uid.as_str()) == uid)
+/// Deletes `child` (as read from the cache) if this namespace controls it, and only if it is
+/// still that object (uid precondition): never a same-named object created since.
+fn delete_controlled<K>(child: Option<&K>, ns: &Namespace) -> Result<()>
+where
+    K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta>,
+{
+    let Some(child) = child.filter(|c| kubewasm_sdk::is_controlled_by(*c, ns)) else { return Ok(()) };
+    let meta = child.metadata();
+    let preconditions = client::Preconditions { resource_version: None, uid: meta.uid.clone() };
+    let options = client::DeleteOptions { preconditions, propagation_policy: None };
+    let name = meta.name.as_deref().unwrap_or_default();
+    client::delete_with(&kubewasm_sdk::gvk::<K>(), meta.namespace.as_deref(), name, &options)
 }
 
 struct NamespaceDefaults;
@@ -108,13 +117,9 @@ impl Reconciler for NamespaceDefaults {
         let opted_out = ns.metadata.labels.as_ref().is_some_and(|l| l.contains_key(&settings.opt_out_label));
         let existing = cache::get::<ResourceQuota>(Some(name), &settings.quota_name)?;
         if opted_out {
-            if existing.as_ref().is_some_and(|q| owned_by(&q.metadata, &ns)) {
-                client::delete::<ResourceQuota>(Some(name), &settings.quota_name)?;
-            }
+            delete_controlled(existing.as_ref(), &ns)?;
             let policy = cache::get::<NetworkPolicy>(Some(name), &settings.network_policy_name)?;
-            if policy.as_ref().is_some_and(|p| owned_by(&p.metadata, &ns)) {
-                client::delete::<NetworkPolicy>(Some(name), &settings.network_policy_name)?;
-            }
+            delete_controlled(policy.as_ref(), &ns)?;
             return Ok(Action::Done);
         }
         client::apply(&quota(&settings, &ns))?;

@@ -15,12 +15,16 @@ A plugin is one module with one decorated function::
                       "metadata": {"name": "hello", "namespace": request.name,
                                    "ownerReferences": [controller_reference(ns)]}})
 
-built with ``componentize-py -d wit/controller@0.1.0 -w controller componentize -p
+built with ``componentize-py -d wit/controller@0.2.0 -w controller componentize -p
 plugins/sdk/python -p <plugin dir> <module>`` (``make plugins`` does it). Objects are plain
 dicts of the Kubernetes JSON; cache reads are local, writes go to the API server with field
-manager ``kubewasm/<plugin>``. A failing host call raises a :class:`HostError` subclass; any
-exception out of ``reconcile`` becomes the reconcile's error and the key is retried with
-backoff. Every reconcile runs in a fresh instance: keep no state in module globals.
+manager ``kubewasm/<plugin>``. A failing host call raises a :class:`HostError` subclass. What
+``reconcile`` raises says how the key is retried: :class:`TerminalError` never (until the object
+changes), :class:`RequeueAfterError` after a given delay, anything else with backoff. Every
+reconcile runs in a fresh instance: keep no state in module globals.
+
+Helpers: :mod:`kubewasm.finalizers` (cleanup before deletion, with preconditions),
+:mod:`kubewasm.conditions` (``meta.SetStatusCondition`` semantics), :func:`is_controlled_by`.
 """
 
 import json
@@ -34,8 +38,9 @@ from wit_world.imports import config as _config
 from wit_world.imports import types as _types
 
 __all__ = [
-    "Kind", "Registration", "Request", "Done", "RequeueAfter", "reconciler", "settings",
-    "controller_reference", "is_controlled_by", "object_ref", "HostError", "NotFound", "Forbidden", "Conflict",
+    "Kind", "Registration", "EventFilter", "Request", "Done", "RequeueAfter", "reconciler",
+    "settings", "controller_reference", "is_controlled_by", "object_ref", "Preconditions",
+    "TerminalError", "RequeueAfterError", "HostError", "NotFound", "Forbidden", "Conflict",
     "Invalid", "Unavailable", "Other",
 ]
 
@@ -106,6 +111,32 @@ _ERRORS = {
 }
 
 
+def _wit_error(exc: Exception) -> _types.Error:
+    """The WIT ``types.error`` for an exception out of ``map``."""
+    if isinstance(exc, NotFound):
+        return _types.Error_NotFound()
+    for wit, cls in _ERRORS.items():
+        if type(exc) is cls:
+            return wit(str(exc))
+    return _types.Error_Other(f"{type(exc).__name__}: {exc}")
+
+
+class TerminalError(Exception):
+    """Raised from ``reconcile``: the object itself is wrong (an invalid spec) and retrying
+    cannot help, so the key is not retried until the object changes (controller-runtime's
+    ``reconcile.TerminalError``; counted in ``controller_runtime_terminal_reconcile_errors_total``)."""
+
+
+class RequeueAfterError(Exception):
+    """Raised from ``reconcile``: it failed, try again after exactly ``seconds`` (not the key's
+    backoff, which does not advance), logging ``reason`` (e.g. ``waiting for Secret db``)."""
+
+    def __init__(self, seconds: float, reason: str):
+        super().__init__(reason)
+        self.seconds = seconds
+        self.reason = reason
+
+
 def _host_error(err: Err) -> HostError:
     value = err.value
     if isinstance(value, _types.Error_NotFound):
@@ -124,23 +155,53 @@ def _call(fn: Callable, *args):
 # ---------------------------------------------------------------------------- registration
 
 
+@dataclass(frozen=True)
+class EventFilter:
+    """Which events of one use of a kind (the for kind, one owned kind, one watch) trigger; it
+    filters that use only, never the cache. Adds and deletes always pass the predicates; with
+    predicates set, an update passes if any of them changed (controller-runtime's
+    ``GenerationChangedPredicate``, ``LabelChangedPredicate``, ``AnnotationChangedPredicate``)."""
+
+    namespace: Optional[str] = None
+    label_selector: Optional[str] = None
+    generation_changed: bool = False
+    labels_changed: bool = False
+    annotations_changed: bool = False
+
+    def _wit(self) -> "wit_world.EventFilter":
+        flags = wit_world.Predicates(0)
+        if self.generation_changed:
+            flags |= wit_world.Predicates.GENERATION_CHANGED
+        if self.labels_changed:
+            flags |= wit_world.Predicates.LABELS_CHANGED
+        if self.annotations_changed:
+            flags |= wit_world.Predicates.ANNOTATIONS_CHANGED
+        return wit_world.EventFilter(namespace=self.namespace, label_selector=self.label_selector,
+                                     predicates=flags)
+
+
 class Registration:
     """What the plugin reconciles, owns, watches, reads and writes. Chain the setters:
-    ``Registration(Kind("v1", "Namespace")).owns(Kind("v1", "ResourceQuota"))``."""
+    ``Registration(Kind("v1", "Namespace")).owns(Kind("v1", "ResourceQuota"))``. ``selector``
+    (a label selector) or ``filter`` say which changes of the for kind trigger."""
 
-    def __init__(self, for_kind: Kind, selector: Optional[str] = None):
+    def __init__(self, for_kind: Kind, selector: Optional[str] = None,
+                 filter: Optional[EventFilter] = None):
+        for_filter = filter or EventFilter(label_selector=selector)
         self._raw = wit_world.Registration(
-            for_kind=for_kind._gvk(), for_label_selector=selector, owns=[], watches=[], reads=[],
+            for_kind=for_kind._gvk(), for_filter=for_filter._wit(), owns=[], watches=[], reads=[],
             writes=[], indexes=[], max_concurrent=None)
 
-    def owns(self, kind: Kind) -> "Registration":
+    def owns(self, kind: Kind, filter: Optional[EventFilter] = None) -> "Registration":
         """Creates and controls objects of ``kind`` (a change enqueues the owner's key)."""
-        self._raw.owns.append(kind._gvk())
+        self._raw.owns.append(wit_world.Owned(kind=kind._gvk(), filter=(filter or EventFilter())._wit()))
         return self
 
-    def watches(self, kind: Kind, selector: Optional[str] = None) -> "Registration":
+    def watches(self, kind: Kind, selector: Optional[str] = None,
+                filter: Optional[EventFilter] = None) -> "Registration":
         """Watches ``kind``; changes map to keys through the ``map`` function."""
-        self._raw.watches.append(wit_world.Watch(kind=kind._gvk(), label_selector=selector))
+        event_filter = filter or EventFilter(label_selector=selector)
+        self._raw.watches.append(wit_world.Watch(kind=kind._gvk(), filter=event_filter._wit()))
         return self
 
     def reads(self, kind: Kind) -> "Registration":
@@ -187,7 +248,8 @@ class Done:
 
 @dataclass(frozen=True)
 class RequeueAfter:
-    """Reconcile this key again after ``seconds``."""
+    """Succeeded; reconcile this key again after ``seconds`` (a periodic re-check; the key's
+    backoff is reset). For a failure retried after a delay, raise :class:`RequeueAfterError`."""
 
     seconds: float
 
@@ -196,8 +258,9 @@ def reconciler(registration: Registration, map: Optional[Callable[[Kind, dict], 
     """Makes the decorated ``reconcile(request)`` the plugin's entry point.
 
     ``map(kind, obj)``, for plugins that watch other kinds, returns ``(namespace, name)`` keys
-    of the for kind to reconcile. The decorator defines the ``WitWorld`` class that
-    componentize-py exports in the decorated function's module.
+    of the for kind to reconcile; an exception out of it retries the change with backoff. The
+    decorator defines the ``WitWorld`` class that componentize-py exports in the decorated
+    function's module.
     """
 
     def decorate(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
@@ -207,28 +270,46 @@ def reconciler(registration: Registration, map: Optional[Callable[[Kind, dict], 
     return decorate
 
 
+def _kind(gvk: _types.Gvk) -> Kind:
+    return Kind(f"{gvk.group}/{gvk.version}" if gvk.group else gvk.version, gvk.kind)
+
+
+def _millis(seconds: float) -> int:
+    return max(0, int(round(seconds * 1000)))
+
+
+def _reconcile_error(exc: Exception) -> "wit_world.ReconcileError":
+    """The WIT reconcile error for an exception out of ``reconcile``."""
+    if isinstance(exc, TerminalError):
+        return wit_world.ReconcileError_Terminal(str(exc))
+    if isinstance(exc, RequeueAfterError):
+        return wit_world.ReconcileError_RequeueAfter(
+            wit_world.Requeue(after_ms=_millis(exc.seconds), reason=exc.reason))
+    return wit_world.ReconcileError_Retryable(f"{type(exc).__name__}: {exc}")
+
+
 def _guest(registration: Registration, reconcile: Callable, map_fn: Optional[Callable]) -> type:
     class WitWorld(wit_world.WitWorld):
         def describe(self) -> wit_world.Registration:
             return registration._raw
 
         def reconcile(self, request: wit_world.Request) -> wit_world.Action:
-            gvk = request.kind
-            kind = Kind(f"{gvk.group}/{gvk.version}" if gvk.group else gvk.version, gvk.kind)
-            req = Request(kind, request.key.namespace, request.key.name, request.attempt)
+            req = Request(_kind(request.kind), request.key.namespace, request.key.name, request.attempt)
             try:
                 action = reconcile(req)
-            except Exception as exc:  # any failure is this reconcile's error, retried with backoff
-                raise Err(f"{type(exc).__name__}: {exc}") from None
+            except Exception as exc:  # the exception's class says how the key is retried
+                raise Err(_reconcile_error(exc)) from None
             if isinstance(action, RequeueAfter):
-                return wit_world.Action_RequeueAfter(max(0, int(action.seconds * 1000)))
+                return wit_world.Action_RequeueAfter(_millis(action.seconds))
             return wit_world.Action_Done()
 
         def map(self, kind: _types.Gvk, obj: bytes) -> List[_types.ObjectKey]:
             if map_fn is None:
                 return []
-            api_version = f"{kind.group}/{kind.version}" if kind.group else kind.version
-            keys = map_fn(Kind(api_version, kind.kind), json.loads(obj))
+            try:
+                keys = map_fn(_kind(kind), json.loads(obj))
+            except Exception as exc:  # retried with backoff by the host
+                raise Err(_wit_error(exc)) from None
             return [_types.ObjectKey(namespace=ns, name=name) for ns, name in keys]
 
     return WitWorld
@@ -271,3 +352,19 @@ def object_ref(obj: dict) -> _types.ObjectRef:
     key = _types.ObjectKey(namespace=meta.get("namespace"), name=meta.get("name", ""))
     return _types.ObjectRef(kind=Kind.of(obj)._gvk(), key=key)
 
+
+
+@dataclass(frozen=True)
+class Preconditions:
+    """Conditions an object must meet for a patch or delete to happen, checked by the API server
+    with the write; a failure raises :class:`Conflict`. :meth:`of` makes them from an object as
+    read, so the write acts on that very object and no newer one."""
+
+    resource_version: Optional[str] = None
+    uid: Optional[str] = None
+
+    @staticmethod
+    def of(obj: dict, resource_version: bool = True) -> "Preconditions":
+        """The uid (and, unless ``resource_version`` is false, the resourceVersion) of ``obj``."""
+        meta = obj.get("metadata", {})
+        return Preconditions(meta.get("resourceVersion") if resource_version else None, meta.get("uid"))

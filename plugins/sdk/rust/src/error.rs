@@ -1,5 +1,9 @@
-//! The SDK's error: a host-call failure, a JSON problem, or the plugin's own message.
+//! The SDK's error: a host-call failure, a JSON problem, or the plugin's own message, and what
+//! the host does with a reconcile that returns it.
 
+use std::time::Duration;
+
+use crate::bindings::ReconcileError;
 use crate::bindings::kubewasm::controller::types::Error as HostError;
 
 /// What can go wrong in a plugin.
@@ -21,6 +25,16 @@ pub enum Error {
     Json(String),
     /// The plugin's own message.
     Message(String),
+    /// Do not retry: only a change to the object can fix this (controller-runtime's
+    /// `reconcile.TerminalError`). Counted in `controller_runtime_terminal_reconcile_errors_total`.
+    Terminal(String),
+    /// Retry after exactly `after`, not after the key's backoff.
+    RequeueAfter {
+        /// When to retry.
+        after: Duration,
+        /// Why (logged by the host).
+        reason: String,
+    },
 }
 
 /// Result with the SDK's [`Error`].
@@ -30,6 +44,46 @@ impl Error {
     /// The plugin's own error message.
     pub fn msg(message: impl Into<String>) -> Self {
         Error::Message(message.into())
+    }
+
+    /// A terminal error: the key is not retried until its object changes.
+    pub fn terminal(message: impl Into<String>) -> Self {
+        Error::Terminal(message.into())
+    }
+
+    /// A failure to retry after `after` rather than after the key's backoff.
+    pub fn requeue_after(after: Duration, reason: impl Into<String>) -> Self {
+        Error::RequeueAfter { after, reason: reason.into() }
+    }
+
+    /// Whether the host said the object changed under a write (HTTP 409, or a failed
+    /// precondition): re-read and try again.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Conflict(_))
+    }
+
+    /// What the host does with a reconcile that failed with this error.
+    pub(crate) fn into_reconcile_error(self) -> ReconcileError {
+        match self {
+            Error::Terminal(m) => ReconcileError::Terminal(m),
+            Error::RequeueAfter { after, reason } => ReconcileError::RequeueAfter(crate::bindings::Requeue {
+                after_ms: crate::__private::millis(after),
+                reason,
+            }),
+            other => ReconcileError::Retryable(other.to_string()),
+        }
+    }
+
+    /// The host error a failed `map` returns.
+    pub(crate) fn into_host_error(self) -> HostError {
+        match self {
+            Error::NotFound => HostError::NotFound,
+            Error::Forbidden(m) => HostError::Forbidden(m),
+            Error::Conflict(m) => HostError::Conflict(m),
+            Error::Invalid(m) => HostError::Invalid(m),
+            Error::Unavailable(m) => HostError::Unavailable(m),
+            other => HostError::Other(other.to_string()),
+        }
     }
 }
 
@@ -62,6 +116,8 @@ impl core::fmt::Display for Error {
             Error::Unavailable(m) => write!(f, "unavailable: {m}"),
             Error::Other(m) | Error::Message(m) => f.write_str(m),
             Error::Json(m) => write!(f, "json: {m}"),
+            Error::Terminal(m) => write!(f, "terminal: {m}"),
+            Error::RequeueAfter { after, reason } => write!(f, "retry after {after:?}: {reason}"),
         }
     }
 }

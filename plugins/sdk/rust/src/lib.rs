@@ -1,10 +1,12 @@
-//! Write kubewasm reconcile plugins in Rust.
+//! Write kubewasm reconcile plugins in Rust (contract `kubewasm:controller@0.2.0`).
 //!
 //! A plugin is a type implementing [`Reconciler`], exported with [`export_reconciler!`] and built
 //! with `cargo build --target wasm32-wasip2`. It reads the host's informer cache with
 //! [`cache`], writes with [`client`], reports with [`events`] and [`log`], and gets the operator's
 //! settings with [`settings`]. Objects are k8s-openapi types, or `serde_json::Value` for kinds
-//! without one (CRDs).
+//! without one (CRDs). Controller helpers: [`finalizer`] (add/remove around a cleanup, with
+//! preconditions), [`conditions`] (`meta.SetStatusCondition` semantics), [`is_controlled_by`],
+//! and [`Error::terminal`] / [`Error::requeue_after`] for errors that must not back off.
 //!
 //! ```ignore
 //! use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
@@ -32,7 +34,7 @@
 pub mod bindings {
     wit_bindgen::generate!({
         world: "controller",
-        path: "../../../wit/controller@0.1.0",
+        path: "../../../wit/controller@0.2.0",
         pub_export_macro: true,
         export_macro_name: "__export_controller",
         default_bindings_module: "kubewasm_sdk::bindings",
@@ -41,8 +43,10 @@ pub mod bindings {
 
 pub mod cache;
 pub mod client;
+pub mod conditions;
 mod error;
 pub mod events;
+pub mod finalizer;
 pub mod log;
 mod registration;
 
@@ -53,7 +57,7 @@ use serde::de::DeserializeOwned;
 
 pub use bindings::kubewasm::controller::types::{Gvk, ObjectKey, ObjectRef};
 pub use error::{Error, Result};
-pub use registration::{IndexSource, Registration};
+pub use registration::{EventFilter, IndexSource, Predicates, Registration};
 
 /// The kind of a k8s-openapi type.
 pub fn gvk<K: k8s_openapi::Resource>() -> Gvk {
@@ -84,12 +88,14 @@ pub enum Action {
 pub trait Reconciler {
     /// What the plugin reconciles, owns, watches, reads and writes. Called once at load.
     fn describe() -> Registration;
-    /// Reconciles one key; an `Err` is retried with backoff.
+    /// Reconciles one key. An `Err` is retried with backoff, unless it is
+    /// [`Error::terminal`] (not retried) or [`Error::requeue_after`] (retried after its delay).
     fn reconcile(request: Request) -> Result<Action>;
-    /// For a change to `object` of a watched `kind`, the keys to reconcile. Default: none.
-    fn map(kind: Gvk, object: &[u8]) -> Vec<ObjectKey> {
+    /// For a change to `object` of a watched `kind`, the keys to reconcile. Default: none. An
+    /// `Err` retries the change with backoff (a few times, then it is dropped and counted).
+    fn map(kind: Gvk, object: &[u8]) -> Result<Vec<ObjectKey>> {
         let _ = (kind, object);
-        Vec::new()
+        Ok(Vec::new())
     }
 }
 
@@ -118,6 +124,29 @@ where
     }
 }
 
+/// Whether `object` is controlled by `owner`: it has an ownerReference with `controller: true`
+/// and `owner`'s uid (apimachinery's `metav1.IsControlledBy`). The uid, not the name, so an
+/// object left by a deleted owner of the same name is not taken over.
+pub fn is_controlled_by<K, O>(object: &K, owner: &O) -> bool
+where
+    K: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    O: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+{
+    let Some(uid) = owner.metadata().uid.as_deref() else { return false };
+    let refs = object.metadata().owner_references.iter().flatten();
+    refs.filter(|r| r.controller == Some(true)).any(|r| r.uid == uid)
+}
+
+/// [`is_controlled_by`] for untyped JSON objects (e.g. CRDs without a Rust type).
+pub fn is_controlled_by_json(object: &serde_json::Value, owner: &serde_json::Value) -> bool {
+    let Some(uid) = owner.pointer("/metadata/uid").and_then(serde_json::Value::as_str) else { return false };
+    let refs = object.pointer("/metadata/ownerReferences").and_then(serde_json::Value::as_array);
+    refs.into_iter().flatten().any(|r| {
+        r.get("controller").and_then(serde_json::Value::as_bool) == Some(true)
+            && r.get("uid").and_then(serde_json::Value::as_str) == Some(uid)
+    })
+}
+
 /// A reference to `object` for [`events`].
 pub fn object_ref<K>(object: &K) -> ObjectRef
 where
@@ -138,13 +167,26 @@ pub mod __private {
         R::describe().into()
     }
 
-    pub fn reconcile<R: Reconciler>(r: bindings::Request) -> core::result::Result<bindings::Action, String> {
+    pub fn reconcile<R: Reconciler>(
+        r: bindings::Request,
+    ) -> core::result::Result<bindings::Action, bindings::ReconcileError> {
         let request = Request { namespace: r.key.namespace, name: r.key.name, attempt: r.attempt };
         match R::reconcile(request) {
             Ok(Action::Done) => Ok(bindings::Action::Done),
-            Ok(Action::RequeueAfter(d)) => Ok(bindings::Action::RequeueAfter(d.as_millis() as u64)),
-            Err(e) => Err(e.to_string()),
+            Ok(Action::RequeueAfter(d)) => Ok(bindings::Action::RequeueAfter(millis(d))),
+            Err(e) => Err(e.into_reconcile_error()),
         }
+    }
+
+    pub fn map<R: Reconciler>(
+        kind: Gvk,
+        object: &[u8],
+    ) -> core::result::Result<Vec<ObjectKey>, bindings::kubewasm::controller::types::Error> {
+        R::map(kind, object).map_err(Error::into_host_error)
+    }
+
+    pub(crate) fn millis(d: Duration) -> u64 {
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
     }
 }
 
@@ -160,11 +202,17 @@ macro_rules! export_reconciler {
             }
             fn reconcile(
                 request: $crate::bindings::Request,
-            ) -> ::core::result::Result<$crate::bindings::Action, ::std::string::String> {
+            ) -> ::core::result::Result<$crate::bindings::Action, $crate::bindings::ReconcileError> {
                 $crate::__private::reconcile::<$reconciler>(request)
             }
-            fn map(kind: $crate::Gvk, object: ::std::vec::Vec<u8>) -> ::std::vec::Vec<$crate::ObjectKey> {
-                <$reconciler as $crate::Reconciler>::map(kind, &object)
+            fn map(
+                kind: $crate::Gvk,
+                object: ::std::vec::Vec<u8>,
+            ) -> ::core::result::Result<
+                ::std::vec::Vec<$crate::ObjectKey>,
+                $crate::bindings::kubewasm::controller::types::Error,
+            > {
+                $crate::__private::map::<$reconciler>(kind, &object)
             }
         }
         $crate::bindings::__export_controller!(__KubewasmGuest with_types_in $crate::bindings);

@@ -1,7 +1,37 @@
 //! A builder for what a plugin registers.
 
-use crate::bindings::{self, Index, Watch};
+use crate::bindings::{self, Index, Owned, Watch};
+pub use crate::bindings::{EventFilter, Predicates};
 use crate::{Gvk, gvk};
+
+impl EventFilter {
+    /// Every event of the kind.
+    pub fn all() -> Self {
+        EventFilter { namespace: None, label_selector: None, predicates: Predicates::empty() }
+    }
+
+    /// Only objects in `namespace`.
+    #[must_use]
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Only objects whose labels match `selector`.
+    #[must_use]
+    pub fn labels(mut self, selector: &str) -> Self {
+        self.label_selector = Some(selector.into());
+        self
+    }
+
+    /// Only updates where one of `predicates` changed (adds and deletes always pass), e.g.
+    /// `Predicates::GENERATION_CHANGED | Predicates::LABELS_CHANGED`.
+    #[must_use]
+    pub fn predicates(mut self, predicates: Predicates) -> Self {
+        self.predicates = predicates;
+        self
+    }
+}
 
 /// How a custom index's values are computed.
 #[derive(Clone, Debug)]
@@ -28,7 +58,7 @@ impl Registration {
     pub fn reconciles_kind(kind: Gvk) -> Self {
         Self(bindings::Registration {
             for_kind: kind,
-            for_label_selector: None,
+            for_filter: EventFilter::all(),
             owns: Vec::new(),
             watches: Vec::new(),
             reads: Vec::new(),
@@ -38,26 +68,38 @@ impl Registration {
         })
     }
 
-    /// Only objects of the for kind matching `selector`.
+    /// Only objects of the for kind matching `selector` trigger (the cache still holds all).
     pub fn selector(mut self, selector: &str) -> Self {
-        self.0.for_label_selector = Some(selector.into());
+        self.0.for_filter.label_selector = Some(selector.into());
+        self
+    }
+
+    /// Which changes of the for kind's objects trigger.
+    pub fn for_filter(mut self, filter: EventFilter) -> Self {
+        self.0.for_filter = filter;
         self
     }
 
     /// Creates and controls objects of `K`.
-    pub fn owns<K: k8s_openapi::Resource>(mut self) -> Self {
-        self.0.owns.push(gvk::<K>());
+    pub fn owns<K: k8s_openapi::Resource>(self) -> Self {
+        self.owns_with::<K>(EventFilter::all())
+    }
+
+    /// Creates and controls objects of `K`; only changes `filter` lets through trigger.
+    pub fn owns_with<K: k8s_openapi::Resource>(mut self, filter: EventFilter) -> Self {
+        self.0.owns.push(Owned { kind: gvk::<K>(), filter });
         self
     }
 
     /// Watches `K`; changes map to keys through [`crate::Reconciler::map`].
     pub fn watches<K: k8s_openapi::Resource>(self) -> Self {
-        self.watches_kind(gvk::<K>(), None)
+        self.watches_kind(gvk::<K>(), EventFilter::all())
     }
 
-    /// Watches any kind, optionally only objects matching a label selector.
-    pub fn watches_kind(mut self, kind: Gvk, label_selector: Option<&str>) -> Self {
-        self.0.watches.push(Watch { kind, label_selector: label_selector.map(Into::into) });
+    /// Watches any kind; only changes `filter` lets through are mapped. The filter is this
+    /// watch's own: the cache and the kind's other uses still see every object.
+    pub fn watches_kind(mut self, kind: Gvk, filter: EventFilter) -> Self {
+        self.0.watches.push(Watch { kind, filter });
         self
     }
 
