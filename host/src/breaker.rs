@@ -3,7 +3,8 @@
 //!
 //! client-go has no such thing: each key fails, charges the shared bucket and its own
 //! exponential backoff, and keys that failed often during an outage wait minutes after it. Here
-//! an `unavailable` answer to a plugin's write (transport failure, 429, 5xx) *trips* the breaker:
+//! an `unavailable` answer to a plugin's write (transport failure, 429, 5xx, or no answer within
+//! the write timeout, as from a hung API server) *trips* the breaker:
 //! workers stop taking keys and a single task probes `GET /readyz` through the host's client.
 //! If the first probe answers, the failure was the request's own (say a webhook's 500) and keys
 //! keep their backoff as usual; if it does not, the breaker *opens* (one log line, the metric):
@@ -67,18 +68,32 @@ impl BreakerMetrics {
     }
 }
 
-/// How a [`Breaker`] probes.
+/// How long a plugin's write may wait for the API server before it fails as `unavailable`
+/// and trips the breaker: 5 s, half the default reconcile deadline
+/// ([`DEFAULT_DEADLINE`](crate::plugin::limits::DEFAULT_DEADLINE)), so a hung API server
+/// (SIGSTOP, a dead peer behind a live TCP connection) shows as an outage before the deadline
+/// cuts the reconcile. kube's client has no response timeout by default (nor has client-go's);
+/// kube-apiserver itself answers a request it cannot finish with 504 after 60 s.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a [`Breaker`] probes, and how long writes through a [`BreakerWriter`] may take.
 #[derive(Clone, Debug)]
 pub struct Config {
     probe_interval: Duration,
     probe_timeout: Duration,
+    write_timeout: Duration,
 }
 
 impl Default for Config {
     /// Probes every 500 ms, each given 2 s (chosen here: dispatch resumes within half a second
-    /// of the API server answering, at the cost of two cheap GETs a second while it does not).
+    /// of the API server answering, at the cost of two cheap GETs a second while it does not);
+    /// writes time out after [`DEFAULT_WRITE_TIMEOUT`].
     fn default() -> Self {
-        Self { probe_interval: Duration::from_millis(500), probe_timeout: Duration::from_secs(2) }
+        Self {
+            probe_interval: Duration::from_millis(500),
+            probe_timeout: Duration::from_secs(2),
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+        }
     }
 }
 
@@ -94,6 +109,14 @@ impl Config {
     #[must_use]
     pub fn probe_timeout(mut self, timeout: Duration) -> Self {
         self.probe_timeout = timeout;
+        self
+    }
+
+    /// How long a write may wait for its answer before it fails as `unavailable` (default
+    /// [`DEFAULT_WRITE_TIMEOUT`]).
+    #[must_use]
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
         self
     }
 }
@@ -243,19 +266,25 @@ impl Breaker {
     }
 }
 
-/// An [`ApiWriter`] that reports every result to a [`Breaker`].
+/// An [`ApiWriter`] that bounds every write by the breaker's write timeout and reports every
+/// result to a [`Breaker`].
 pub struct BreakerWriter {
     inner: Arc<dyn ApiWriter>,
     breaker: Breaker,
 }
 
 impl BreakerWriter {
-    /// Writes through `inner`, tripping `breaker` on `unavailable` answers.
+    /// Writes through `inner`, tripping `breaker` on `unavailable` answers and on writes the
+    /// API server does not answer within the breaker's write timeout.
     pub fn new(inner: Arc<dyn ApiWriter>, breaker: Breaker) -> Self {
         Self { inner, breaker }
     }
 
-    fn seen<T>(&self, result: Result<T, CallError>) -> Result<T, CallError> {
+    async fn seen<T>(&self, write: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
+        let timeout = self.breaker.0.config.write_timeout;
+        let result = tokio::time::timeout(timeout, write).await.unwrap_or_else(|_| {
+            Err(CallError::Unavailable(format!("the API server did not answer within {timeout:?}")))
+        });
         self.breaker.record(&result);
         result
     }
@@ -264,10 +293,10 @@ impl BreakerWriter {
 #[async_trait]
 impl ApiWriter for BreakerWriter {
     async fn apply(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.apply(manager, object, force).await)
+        self.seen(self.inner.apply(manager, object, force)).await
     }
     async fn apply_status(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.apply_status(manager, object, force).await)
+        self.seen(self.inner.apply_status(manager, object, force)).await
     }
     async fn patch(
         &self,
@@ -276,19 +305,19 @@ impl ApiWriter for BreakerWriter {
         patch: &Patch,
         options: &PatchOptions,
     ) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.patch(manager, target, patch, options).await)
+        self.seen(self.inner.patch(manager, target, patch, options)).await
     }
     async fn create(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.create(manager, object).await)
+        self.seen(self.inner.create(manager, object)).await
     }
     async fn delete(&self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
-        self.seen(self.inner.delete(target, options).await)
+        self.seen(self.inner.delete(target, options)).await
     }
     async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        self.seen(self.inner.get(target).await)
+        self.seen(self.inner.get(target)).await
     }
     async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError> {
-        self.seen(self.inner.publish_event(manager, event).await)
+        self.seen(self.inner.publish_event(manager, event)).await
     }
 }
 
@@ -378,6 +407,50 @@ mod tests {
             .unwrap();
         assert_eq!((breaker.state(), metrics.open.get(), metrics.opened.get()), (State::Closed, 0, 1));
         assert!(!breaker.outage_since(breaker.mark()).await, "a new mark sees no outage");
+    }
+
+    /// A writer whose API server never answers (SIGSTOPped: connections accepted, no reply).
+    struct Hung;
+
+    #[async_trait]
+    impl ApiWriter for Hung {
+        async fn apply(&self, _: &str, _: &TypedObject, _: bool) -> Result<Vec<u8>, CallError> {
+            std::future::pending().await
+        }
+        async fn apply_status(&self, _: &str, _: &TypedObject) -> Result<Vec<u8>, CallError> {
+            std::future::pending().await
+        }
+        async fn patch(&self, _: &str, _: &ObjectRef, _: &Patch) -> Result<Vec<u8>, CallError> {
+            std::future::pending().await
+        }
+        async fn create(&self, _: &str, _: &TypedObject) -> Result<Vec<u8>, CallError> {
+            std::future::pending().await
+        }
+        async fn delete(&self, _: &ObjectRef) -> Result<(), CallError> {
+            std::future::pending().await
+        }
+        async fn publish_event(&self, _: &str, _: &EventRecord) -> Result<(), CallError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_api_server_never_answers_fails_as_unavailable_and_opens_the_breaker() {
+        let (breaker, server, metrics) = breaker(true);
+        server.hang.store(true, Ordering::SeqCst);
+        let writer = BreakerWriter::new(Arc::new(Hung), breaker.clone());
+        let target = ObjectRef {
+            kind: kube::core::GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            namespace: Some("a".into()),
+            name: "b".into(),
+        };
+        let mark = breaker.mark();
+        let started = tokio::time::Instant::now();
+        let result = writer.delete(&target).await;
+        assert!(matches!(result, Err(CallError::Unavailable(_))), "{result:?}");
+        assert_eq!(started.elapsed(), DEFAULT_WRITE_TIMEOUT, "the write timed out after the write timeout");
+        assert!(breaker.outage_since(mark).await, "the probe hangs too: an outage");
+        assert_eq!((breaker.state(), metrics.open.get()), (State::Open, 1));
     }
 
     #[tokio::test(start_paused = true)]

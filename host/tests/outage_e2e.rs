@@ -14,6 +14,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kubewasm::app::App;
+use kubewasm::breaker;
 use kubewasm::hotload::{Desired, Origin};
 use kubewasm::plugin::PluginConfig;
 use kubewasm_testenv::ControlPlane;
@@ -199,5 +200,48 @@ async fn a_terminating_apiserver_that_keeps_its_watches_open_pauses_the_workers_
     assert!(after <= Duration::from_secs(30), "converged {after:?} after the apiserver was back");
     assert_eq!(metric(&app, "kubewasm_apiserver_breaker_opened_total"), 1.0, "one outage, one opening");
     assert_eq!(metric(&app, "kubewasm_apiserver_breaker_open"), 0.0, "closed again");
+    app.shut_down(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hung_apiserver_times_writes_out_opens_the_breaker_and_loses_no_key_once_it_thaws() {
+    let _serial = SERIAL.lock().await;
+    let Some(cp) = ControlPlane::builder().start_or_skip() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("sigstop").await;
+    let label = format!("kubewasm.test/outage={ns}");
+    create_config_maps(&client, &ns, &label).await;
+    let app = start(&client, &label).await;
+    eventually("a sixth of the backlog stamped", CONVERGE, || async {
+        (stamped(&client, &ns).await >= KEYS / 6).then_some(())
+    })
+    .await;
+
+    // SIGSTOP: the kernel still accepts connections and buffers the writes in flight, but
+    // nothing answers them, and the watches go silent. Without a write timeout the writes wait
+    // forever (kube's client has no response timeout) and nothing trips the breaker.
+    cp.pause_apiserver().unwrap();
+    let paused = Instant::now();
+    let open_within = breaker::DEFAULT_WRITE_TIMEOUT * 4;
+    let opened = tokio::time::timeout(open_within, async {
+        while metric(&app, "kubewasm_apiserver_breaker_open") != 1.0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let open_after = paused.elapsed();
+    cp.resume_apiserver().unwrap();
+    assert!(opened.is_ok(), "the breaker did not open within {open_within:?} of the apiserver hanging");
+    let resumed = Instant::now();
+    eventually("the backlog stamped", CONVERGE, || async { (stamped(&client, &ns).await == KEYS).then_some(()) }).await;
+    let after = resumed.elapsed();
+    eprintln!(
+        "SIGSTOP: the breaker opened {open_after:?} after the apiserver hung; the backlog converged {after:?} after SIGCONT"
+    );
+    eventually("the breaker closed", CONVERGE, || async {
+        (metric(&app, "kubewasm_apiserver_breaker_open") == 0.0).then_some(())
+    })
+    .await;
+    assert_eq!(metric(&app, "kubewasm_apiserver_breaker_opened_total"), 1.0, "one hang, one opening");
     app.shut_down(Duration::from_secs(5)).await;
 }

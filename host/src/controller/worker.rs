@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use futures::FutureExt as _;
 use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
@@ -76,6 +77,8 @@ pub struct Reconciler {
     metrics: Handles,
     max_retries: Option<u32>,
     workers: Mutex<Workers>,
+    /// The desired number of workers, for surplus workers waiting for a key to notice a downsize.
+    desired: watch::Sender<u32>,
     breaker: Option<Breaker>,
     failure_log: FailureLog,
 }
@@ -100,7 +103,8 @@ impl Reconciler {
         max_retries: Option<u32>,
     ) -> Self {
         metrics.max_concurrent.set(plugin.max_concurrent().into());
-        let workers = Mutex::new(Workers { desired: plugin.max_concurrent(), ..Workers::default() });
+        let desired = plugin.max_concurrent().max(1);
+        let workers = Mutex::new(Workers { desired, ..Workers::default() });
         Self {
             name: plugin.name().to_owned(),
             plugin: RwLock::new(plugin),
@@ -108,6 +112,7 @@ impl Reconciler {
             metrics,
             max_retries,
             workers,
+            desired: watch::Sender::new(desired),
             breaker: None,
             failure_log: FailureLog::default(),
         }
@@ -135,12 +140,14 @@ impl Reconciler {
         old
     }
 
-    /// Sets the number of workers: more start at once (if running), surplus ones stop after
-    /// their current key.
+    /// Sets the number of workers: more start at once (if running); surplus ones stop at once
+    /// if they wait for a key, else after their current one, so no more than `n` reconciles
+    /// start from now on.
     pub fn set_workers(self: &Arc<Self>, n: u32) {
         self.metrics.max_concurrent.set(n.into());
         let mut workers = self.workers.lock();
         workers.desired = n.max(1);
+        self.desired.send_replace(workers.desired);
         if workers.running {
             self.spawn_missing(&mut workers);
         }
@@ -164,11 +171,35 @@ impl Reconciler {
                     return;
                 }
             }
-            if !self.wait_for_breaker().await || self.process_next_item().await.is_none() {
+            // A worker made surplus by a downsize while it waits takes no key: before this, each
+            // surplus worker took one more key and ran it beside the new workers (issue 16).
+            let key = tokio::select! {
+                biased;
+                () = self.retired(i) => continue,
+                key = self.next_key() => key,
+            };
+            let Some(key) = key else {
                 self.workers.lock().alive.remove(&i);
                 return;
-            }
+            };
+            self.process(key).await;
         }
+    }
+
+    /// Resolves once worker `i` is surplus.
+    async fn retired(&self, i: u32) {
+        let mut desired = self.desired.subscribe();
+        // The sender lives in `self`, so this cannot fail.
+        let _ = desired.wait_for(|&n| i >= n).await;
+    }
+
+    /// The next key, once the breaker is closed; `None` once the queue is shut down.
+    /// Cancel-safe: a key is taken only when this returns it.
+    async fn next_key(&self) -> Option<NamespacedKey> {
+        if !self.wait_for_breaker().await {
+            return None;
+        }
+        self.queue.get().await
     }
 
     /// Waits while the breaker is not closed; `false` if the queue shut down meanwhile.
@@ -204,6 +235,11 @@ impl Reconciler {
     /// Takes one key, reconciles it, and settles it. `None` once the queue is shut down.
     pub async fn process_next_item(&self) -> Option<Outcome> {
         let key = self.queue.get().await?;
+        Some(self.process(key).await)
+    }
+
+    /// Reconciles `key` (taken from the queue) and settles it.
+    async fn process(&self, key: NamespacedKey) -> Outcome {
         let plugin = self.plugin();
         let attempt = self.queue.num_requeues(&key);
         let revision = plugin.revision();
@@ -231,7 +267,7 @@ impl Reconciler {
         // The reconcile is over before another worker may take the key.
         drop(span);
         self.queue.done(&key);
-        Some(outcome)
+        outcome
     }
 
     fn handle_result(&self, key: &NamespacedKey, result: Result<Action, CallFailed>, outage: bool) -> Outcome {

@@ -91,6 +91,18 @@ pub(crate) async fn compact(port: u16) -> anyhow::Result<i64> {
     Ok(revision)
 }
 
+/// Puts key `/kubewasm-testenv/advance` `writes` times through the JSON gateway (each put is
+/// one revision); the apiserver reads nothing outside `/registry`.
+pub(crate) async fn advance(port: u16, writes: u32) -> anyhow::Result<()> {
+    // base64 of "/kubewasm-testenv/advance" and of "x".
+    let request = r#"{"key":"L2t1YmV3YXNtLXRlc3RlbnYvYWR2YW5jZQ==","value":"eA=="}"#;
+    for _ in 0..writes {
+        let (status, body) = http(port, "POST", "/v3/kv/put", Some(request)).await?;
+        anyhow::ensure!(status == 200, "etcd put: HTTP {status}: {body}");
+    }
+    Ok(())
+}
+
 /// One HTTP/1.0 request to 127.0.0.1:`port` (no chunking, the server closes): (status, body).
 async fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;

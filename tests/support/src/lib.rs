@@ -95,6 +95,17 @@ impl ControlPlaneBuilder {
         self
     }
 
+    /// [`start`](Self::start), or `None` (saying so on stderr) when the binaries are missing
+    /// and CI is not set, as [`ControlPlane::shared`] does; panics if the start fails.
+    pub fn start_or_skip(self) -> Option<ControlPlane> {
+        if let Err(message) = Binaries::locate() {
+            assert!(!binaries::in_ci(), "CI=true and {message}");
+            to_real_stderr(&message);
+            return None;
+        }
+        Some(self.start().unwrap_or_else(|e| panic!("kubewasm-testenv: the control plane failed to start: {e:#}")))
+    }
+
     /// Starts etcd and the apiserver and waits until the apiserver is ready (at most 60 s).
     ///
     /// Synchronous: the start-up runs on a helper thread with its own runtime, so it may be
@@ -308,6 +319,18 @@ impl ControlPlane {
         }
     }
 
+    /// Freezes the apiserver with SIGSTOP, as a hung server: the kernel still accepts TCP
+    /// connections and buffers requests, but nothing answers, and open watches go silent.
+    /// [`resume_apiserver`](Self::resume_apiserver) thaws it. No-op if it is not running.
+    pub fn pause_apiserver(&self) -> anyhow::Result<()> {
+        self.apiserver.as_ref().map_or(Ok(()), |apiserver| apiserver.signal("-STOP"))
+    }
+
+    /// Thaws an apiserver frozen by [`pause_apiserver`](Self::pause_apiserver) (SIGCONT).
+    pub fn resume_apiserver(&self) -> anyhow::Result<()> {
+        self.apiserver.as_ref().map_or(Ok(()), |apiserver| apiserver.signal("-CONT"))
+    }
+
     /// Whether the apiserver has exited (or was stopped).
     pub fn apiserver_exited(&mut self) -> bool {
         self.apiserver.as_mut().is_none_or(process::Supervised::exited)
@@ -333,6 +356,14 @@ impl ControlPlane {
     /// from its watch cache: use an owned instance with `--watch-cache=false` for that.
     pub async fn compact_etcd(&self) -> anyhow::Result<()> {
         etcd::compact(self.etcd.client_port).await.map(drop)
+    }
+
+    /// Writes `writes` revisions of a key outside the apiserver's `/registry` prefix straight
+    /// into etcd, so etcd's revision moves past what any watcher has seen without an event
+    /// for it. With [`compact_etcd`](Self::compact_etcd) after it, every watch resumed from the
+    /// revision it last saw gets `410 Gone`, even while the apiserver is down.
+    pub async fn advance_etcd(&self, writes: u32) -> anyhow::Result<()> {
+        etcd::advance(self.etcd.client_port, writes).await
     }
 
     /// A [`FaultProxy`] in front of this apiserver; its [`config`](FaultProxy::config) is the

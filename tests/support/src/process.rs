@@ -88,9 +88,14 @@ impl Supervised {
     /// Sends SIGTERM to the process (not its group): a graceful shutdown, as a rolling
     /// restart's.
     pub(crate) fn terminate(&self) -> anyhow::Result<()> {
+        self.signal("-TERM")
+    }
+
+    /// Sends `signal` (e.g. `-STOP`, `-CONT`) to the process (not its group).
+    pub(crate) fn signal(&self, signal: &str) -> anyhow::Result<()> {
         let pid = self.child.id().to_string();
-        let status = Command::new("kill").args(["-TERM", &pid]).status().context("running kill")?;
-        anyhow::ensure!(status.success(), "kill -TERM {pid} failed: {status}");
+        let status = Command::new("kill").args([signal, &pid]).status().context("running kill")?;
+        anyhow::ensure!(status.success(), "kill {signal} {pid} failed: {status}");
         Ok(())
     }
 
