@@ -417,16 +417,19 @@ mod tests {
         async fn apply(&self, _: &str, _: &TypedObject, _: bool) -> Result<Vec<u8>, CallError> {
             std::future::pending().await
         }
-        async fn apply_status(&self, _: &str, _: &TypedObject) -> Result<Vec<u8>, CallError> {
+        async fn apply_status(&self, _: &str, _: &TypedObject, _: bool) -> Result<Vec<u8>, CallError> {
             std::future::pending().await
         }
-        async fn patch(&self, _: &str, _: &ObjectRef, _: &Patch) -> Result<Vec<u8>, CallError> {
+        async fn patch(&self, _: &str, _: &ObjectRef, _: &Patch, _: &PatchOptions) -> Result<Vec<u8>, CallError> {
             std::future::pending().await
         }
         async fn create(&self, _: &str, _: &TypedObject) -> Result<Vec<u8>, CallError> {
             std::future::pending().await
         }
-        async fn delete(&self, _: &ObjectRef) -> Result<(), CallError> {
+        async fn delete(&self, _: &ObjectRef, _: &DeleteOptions) -> Result<(), CallError> {
+            std::future::pending().await
+        }
+        async fn get(&self, _: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
             std::future::pending().await
         }
         async fn publish_event(&self, _: &str, _: &EventRecord) -> Result<(), CallError> {
@@ -446,7 +449,7 @@ mod tests {
         };
         let mark = breaker.mark();
         let started = tokio::time::Instant::now();
-        let result = writer.delete(&target).await;
+        let result = writer.delete(&target, &DeleteOptions::default()).await;
         assert!(matches!(result, Err(CallError::Unavailable(_))), "{result:?}");
         assert_eq!(started.elapsed(), DEFAULT_WRITE_TIMEOUT, "the write timed out after the write timeout");
         assert!(breaker.outage_since(mark).await, "the probe hangs too: an outage");
