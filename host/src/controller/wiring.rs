@@ -115,8 +115,11 @@ impl Wiring {
             let filter = reg.owns_filters.get(i).cloned().unwrap_or_default();
             let kept = previous.and_then(|p| p.owns.get(&kind)).filter(|(f, _)| *f == filter).map(|(_, r)| r.clone());
             let registration = kept.unwrap_or_else(|| {
-                let trigger =
-                    OwnsTrigger { reconciler: reconciler.clone(), owner: owner.kind.clone(), owner_namespaced: owner.namespaced };
+                let trigger = OwnsTrigger {
+                    reconciler: reconciler.clone(),
+                    owner: owner.kind.clone(),
+                    owner_namespaced: owner.namespaced,
+                };
                 Arc::new(add_filtered(&informers[&kind], Some(&filter), trigger))
             });
             owns.insert(kind, (filter, registration));

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::grants::KindRef;
 use super::host::CacheReader;
+use super::registration::EventFilter;
 
 /// Why an object is not controlled by the plugin; the message completes "… because it …".
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -68,6 +69,7 @@ struct OwnerRef {
 struct Meta {
     uid: Option<String>,
     namespace: Option<String>,
+    labels: std::collections::BTreeMap<String, String>,
     owner_references: Vec<OwnerRef>,
 }
 
@@ -80,11 +82,24 @@ fn cached_meta(cache: &dyn CacheReader, kind: &GroupVersionKind, ns: Option<&str
     serde_json::from_slice::<Value>(&bytes).ok().map(|v| meta(&v))
 }
 
+/// Whether `owner` is one of the objects the plugin reconciles: its for filter's namespace and
+/// label selector admit it (under contract 0.2 the cache holds every object of the kind, and
+/// only the filter says which the plugin reconciles).
+fn reconciled(filter: &EventFilter, owner: &Meta) -> bool {
+    use kube::core::SelectorExt as _;
+    filter.namespace.as_deref().is_none_or(|ns| owner.namespace.as_deref() == Some(ns))
+        && filter.label_selector.as_deref().is_none_or(|s| {
+            crate::informer::parse_label_selector(s).is_ok_and(|selector| selector.matches(&owner.labels))
+        })
+}
+
 /// Checks that `object` (in `namespace`) has a controller ownerReference to a cached object of
-/// `for_kind` with the same uid: in the same namespace, or cluster-scoped.
+/// `for_kind` with the same uid, which the plugin reconciles (`for_filter`): in the same
+/// namespace, or cluster-scoped.
 pub fn check(
     cache: &dyn CacheReader,
     for_kind: &GroupVersionKind,
+    for_filter: &EventFilter,
     object: &Value,
     namespace: Option<&str>,
 ) -> Result<(), NotControlled> {
@@ -96,7 +111,8 @@ pub fn check(
         let kind = KindRef { group: group.to_owned(), kind: owner.kind.clone() };
         return Err(NotControlled::OtherKind { kind: kind.to_string(), name: owner.name.clone(), for_kind: wanted });
     }
-    let same_uid = |m: &Meta| !owner.uid.is_empty() && m.uid.as_deref() == Some(owner.uid.as_str());
+    let same_uid =
+        |m: &Meta| !owner.uid.is_empty() && m.uid.as_deref() == Some(owner.uid.as_str()) && reconciled(for_filter, m);
     let namespaced = namespace.and_then(|ns| cached_meta(cache, for_kind, Some(ns), &owner.name));
     let cluster = || cached_meta(cache, for_kind, None, &owner.name).filter(|m| m.namespace.is_none());
     if namespaced.as_ref().is_some_and(same_uid) || cluster().as_ref().is_some_and(same_uid) {
@@ -132,11 +148,23 @@ mod tests {
     }
 
     #[test]
+    fn an_owner_the_for_filter_leaves_out_does_not_control() {
+        let obj = owned(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "u-web", "controller": true}),
+        );
+        let selected = EventFilter { label_selector: Some("app=web".into()), ..EventFilter::default() };
+        let err = check(&cache(), &gvk("apps", "Deployment"), &selected, &obj, Some("a")).unwrap_err();
+        assert!(matches!(err, NotControlled::OwnerNotCached { .. }), "{err:?}");
+        let elsewhere = EventFilter { namespace: Some("b".into()), ..EventFilter::default() };
+        assert!(check(&cache(), &gvk("apps", "Deployment"), &elsewhere, &obj, Some("a")).is_err());
+    }
+
+    #[test]
     fn a_controller_reference_to_a_cached_owner_in_the_same_namespace_controls() {
         let obj = owned(
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "u-web", "controller": true}),
         );
-        assert_eq!(check(&cache(), &gvk("apps", "Deployment"), &obj, Some("a")), Ok(()));
+        assert_eq!(check(&cache(), &gvk("apps", "Deployment"), &EventFilter::default(), &obj, Some("a")), Ok(()));
     }
 
     #[test]
@@ -144,7 +172,7 @@ mod tests {
         let obj = owned(
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "u-web", "controller": true}),
         );
-        let err = check(&cache(), &gvk("apps", "Deployment"), &obj, Some("b")).unwrap_err();
+        let err = check(&cache(), &gvk("apps", "Deployment"), &EventFilter::default(), &obj, Some("b")).unwrap_err();
         assert!(matches!(err, NotControlled::OwnerNotCached { .. }), "{err}");
     }
 
@@ -152,25 +180,31 @@ mod tests {
     fn a_cluster_scoped_owner_controls_namespaced_objects() {
         let obj =
             owned(json!({"apiVersion": "v1", "kind": "Namespace", "name": "a", "uid": "u-ns", "controller": true}));
-        assert_eq!(check(&cache(), &gvk("", "Namespace"), &obj, Some("a")), Ok(()));
+        assert_eq!(check(&cache(), &gvk("", "Namespace"), &EventFilter::default(), &obj, Some("a")), Ok(()));
     }
 
     #[test]
     fn a_forged_uid_or_a_missing_controller_flag_does_not_control() {
         let forged =
             owned(json!({"apiVersion": "v1", "kind": "Namespace", "name": "a", "uid": "other", "controller": true}));
-        assert!(check(&cache(), &gvk("", "Namespace"), &forged, Some("a")).is_err());
+        assert!(check(&cache(), &gvk("", "Namespace"), &EventFilter::default(), &forged, Some("a")).is_err());
         let plain = owned(json!({"apiVersion": "v1", "kind": "Namespace", "name": "a", "uid": "u-ns"}));
-        assert_eq!(check(&cache(), &gvk("", "Namespace"), &plain, Some("a")), Err(NotControlled::NoController));
+        assert_eq!(
+            check(&cache(), &gvk("", "Namespace"), &EventFilter::default(), &plain, Some("a")),
+            Err(NotControlled::NoController)
+        );
         let none = json!({"metadata": {"name": "x"}});
-        assert_eq!(check(&cache(), &gvk("", "Namespace"), &none, Some("a")), Err(NotControlled::NoController));
+        assert_eq!(
+            check(&cache(), &gvk("", "Namespace"), &EventFilter::default(), &none, Some("a")),
+            Err(NotControlled::NoController)
+        );
     }
 
     #[test]
     fn a_controller_of_another_kind_is_named_in_the_error() {
         let obj =
             owned(json!({"apiVersion": "v1", "kind": "Namespace", "name": "a", "uid": "u-ns", "controller": true}));
-        let err = check(&cache(), &gvk("apps", "Deployment"), &obj, Some("a")).unwrap_err();
+        let err = check(&cache(), &gvk("apps", "Deployment"), &EventFilter::default(), &obj, Some("a")).unwrap_err();
         assert_eq!(err.to_string(), "is controlled by Namespace a, not by a Deployment.apps");
     }
 }

@@ -203,6 +203,8 @@ pub struct Grants {
     write_status: BTreeSet<KindRef>,
     /// The for kind: controller of the objects in `write_controlled`.
     for_kind: Option<GroupVersionKind>,
+    /// Which objects of the for kind the plugin reconciles (the only possible controllers).
+    for_filter: super::registration::EventFilter,
     namespaces: Option<NamespaceScope>,
 }
 
@@ -211,6 +213,7 @@ impl Grants {
     pub fn resolve(registration: &Registration, config: &GrantConfig) -> Result<Self, NotGranted> {
         let mut grants = Grants {
             for_kind: Some(registration.for_kind.clone()),
+            for_filter: registration.for_filter.clone(),
             namespaces: config.namespaces.clone(),
             ..Grants::default()
         };
@@ -277,6 +280,11 @@ impl Grants {
     /// [`WriteScope::Controlled`]; `None` before registration.
     pub fn for_kind(&self) -> Option<&GroupVersionKind> {
         self.for_kind.as_ref()
+    }
+
+    /// Which objects of the for kind the plugin reconciles.
+    pub fn for_filter(&self) -> &super::registration::EventFilter {
+        &self.for_filter
     }
 
     /// The namespaces the plugin is confined to; `None`: the whole cluster.

@@ -66,14 +66,16 @@ impl PluginCtx {
                         ));
                     }
                     (Some(current), _) => {
-                        if let Err(e) = control::check(cache, for_kind, current, ns) {
+                        if let Err(e) = control::check(cache, for_kind, grants.for_filter(), current, ns) {
                             return Some(format!("the object it would change {e}; {}", hint()));
                         }
                     }
                     (None, Some(_)) => {}
                 }
                 let body = body?;
-                control::check(cache, for_kind, body, ns).err().map(|e| format!("the object written {e}; {}", hint()))
+                control::check(cache, for_kind, grants.for_filter(), body, ns)
+                    .err()
+                    .map(|e| format!("the object written {e}; {}", hint()))
             }
             _ => Some("own the kind or register it under writes and have it granted".into()),
         }
