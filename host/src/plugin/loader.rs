@@ -156,6 +156,9 @@ impl Runtime {
             burst: config.limits.write_burst.unwrap_or(self.write_rate.burst),
         };
         let write_limiter = Arc::new(WriteLimiter::new(rate));
+        // Events get a bucket of their own at the same rate: a reconcile's writes never wait
+        // behind its Events, and an Event past the budget is dropped, not waited for.
+        let event_limiter = Arc::new(WriteLimiter::new(rate));
         let shared = |grants| {
             Arc::new(PluginShared {
                 name: name.into(),
@@ -167,6 +170,7 @@ impl Runtime {
                 cache: cache.clone(),
                 writer: writer.clone(),
                 write_limiter: write_limiter.clone(),
+                event_limiter: event_limiter.clone(),
                 metrics: self.metrics.clone(),
             })
         };

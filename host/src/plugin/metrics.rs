@@ -52,7 +52,7 @@ impl PluginMetrics {
             )?,
             writes_throttled: counter(
                 "kubewasm_plugin_writes_throttled_total",
-                "Plugin writes held by the plugin's write rate limit: delayed for a token, or refused because none came before the deadline.",
+                "Plugin writes held by the plugin's write rate limit: delayed for a token, refused because none came before the deadline, or (Events, which have their own bucket) dropped.",
                 &["plugin", "outcome"],
             )?,
             output_dropped: counter(

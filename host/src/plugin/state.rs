@@ -36,6 +36,8 @@ pub(crate) struct PluginShared {
     pub(crate) writer: Arc<dyn ApiWriter>,
     /// The plugin's write token bucket (`limits.writeQps`).
     pub(crate) write_limiter: Arc<WriteLimiter>,
+    /// The plugin's Event token bucket (same rate); Events past it are dropped.
+    pub(crate) event_limiter: Arc<WriteLimiter>,
     pub(crate) metrics: PluginMetrics,
 }
 

@@ -83,6 +83,11 @@ impl WriteLimiter {
         Self { rate, bucket, clock }
     }
 
+    /// Takes a token if one is left now; never waits (for what may be dropped, like Events).
+    pub(crate) fn try_acquire(&self) -> bool {
+        self.bucket.as_ref().is_none_or(|bucket| bucket.check().is_ok())
+    }
+
     /// Takes a token, waiting for one if none is left. Fails at once (as client-go's limiter
     /// does against a context deadline) if the next token comes only after `until`, and after
     /// waiting if other calls of the plugin took the tokens until then. Returns how long it
@@ -125,6 +130,16 @@ mod tests {
         let err = limiter.acquire(soon).await.unwrap_err();
         assert_eq!(started.elapsed(), Duration::ZERO, "it did not sleep into the deadline");
         assert!(err.to_string().contains("1 writes/s (burst 1)"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_try_past_the_burst_fails_at_once_and_succeeds_again_after_a_tick() {
+        let limiter = WriteLimiter::new(WriteRate { qps: 10, burst: 2 });
+        assert!(limiter.try_acquire() && limiter.try_acquire(), "the burst");
+        assert!(!limiter.try_acquire(), "no token left: refused without waiting");
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(limiter.try_acquire(), "one tick of 10/s later");
+        assert!(WriteLimiter::new(WriteRate { qps: 0, burst: 0 }).try_acquire(), "0: no limit");
     }
 
     #[tokio::test(start_paused = true)]

@@ -25,11 +25,16 @@ impl PluginCtx {
         reason: String,
         note: String,
     ) -> Result<(), CallError> {
-        self.throttle_write().await?;
         if reason.is_empty() || reason.len() > MAX_REASON {
             return Err(CallError::Invalid(format!("event reason must be 1..={MAX_REASON} characters")));
         }
         self.check_read(&regarding.kind)?;
+        // Events are droppable (WIT) and have a bucket of their own: past it an Event is dropped
+        // and counted, so a reconcile never waits for an Event, nor its writes behind Events.
+        if !self.shared.event_limiter.try_acquire() {
+            self.shared.metrics.write_throttled(&self.shared.name, "event_dropped");
+            return Ok(());
+        }
         let event = EventRecord { regarding, warning, reason, note: truncate(note, MAX_NOTE) };
         self.shared.writer.publish_event(&self.shared.manager, &event).await
     }
