@@ -12,36 +12,17 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use kubewasm::app::App;
 use kubewasm::hotload::{Desired, Origin};
 use kubewasm_testenv::ControlPlane;
 use tokio_util::sync::CancellationToken;
 
 use common::{eventually, install_plugin, metric_value, plugin_wasm};
-use hotload_support::{Spans, stamp_of, stamper_config};
+use hotload_support::{Spans, create_config_maps, stamp_of, stamper_config};
 
 const CONVERGE: Duration = Duration::from_secs(180);
-
-async fn create_config_maps(client: &kube::Client, ns: &str, label: &str, names: impl Iterator<Item = String>) {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let (key, value) = label.split_once('=').unwrap();
-    futures::stream::iter(names)
-        .map(|name| {
-            let api = api.clone();
-            let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-                "metadata": { "name": name, "labels": { key: value } },
-                "data": { "k": "v" },
-            }))
-            .unwrap();
-            async move { api.create(&PostParams::default(), &cm).await.unwrap() }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await;
-}
 
 /// Names of the ConfigMaps in `ns` matching `label` not yet stamped `version`.
 async fn unstamped(client: &kube::Client, ns: &str, label: &str, version: &str) -> Vec<String> {

@@ -8,35 +8,17 @@ mod hotload_support;
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use kubewasm::app::App;
 use kubewasm::hotload::{Applied, Desired, Origin};
 use kubewasm::plugin::PluginConfig;
 use kubewasm_testenv::ControlPlane;
 
 use common::{eventually, plugin_wasm};
-use hotload_support::{Run, Spans, stamp_of, stamper_config};
+use hotload_support::{Run, Spans, create_config_maps, stamp_of, stamper_config};
 
 const CONVERGE: Duration = Duration::from_secs(180);
-
-async fn create_config_maps(client: &kube::Client, ns: &str, label: &str, names: impl Iterator<Item = String>) {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let (key, value) = label.split_once('=').unwrap();
-    futures::stream::iter(names)
-        .map(|name| {
-            let api = api.clone();
-            let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-                "metadata": { "name": name, "labels": { key: value } },
-            }))
-            .unwrap();
-            async move { api.create(&PostParams::default(), &cm).await.unwrap() }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await;
-}
 
 async fn stamped(client: &kube::Client, ns: &str, version: &str) -> usize {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);

@@ -109,3 +109,23 @@ impl Spans {
         self.0.lock().unwrap().iter().filter(|r| r.key.starts_with(&prefix)).cloned().collect()
     }
 }
+
+/// Creates ConfigMaps `names` in `ns` labelled `label` (`key=value`), 16 at a time.
+pub async fn create_config_maps(client: &kube::Client, ns: &str, label: &str, names: impl Iterator<Item = String>) {
+    use futures::StreamExt as _;
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), ns);
+    let (key, value) = label.split_once('=').unwrap();
+    futures::stream::iter(names)
+        .map(|name| {
+            let api = api.clone();
+            let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name, "labels": { key: value } },
+                "data": { "k": "v" },
+            }))
+            .unwrap();
+            async move { api.create(&kube::api::PostParams::default(), &cm).await.unwrap() }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+}

@@ -117,6 +117,21 @@ impl PluginCtx {
         self.finish(function, result)
     }
 
+    /// A contract-0.2 patch of the object or (`status`) its status subresource.
+    async fn patch_0_2(
+        &mut self,
+        function: &'static str,
+        status: bool,
+        target: ObjectRef,
+        body: &[u8],
+        patch_kind: c2::PatchType,
+        pre: c2::Preconditions,
+    ) -> Result<Vec<u8>, types::Error> {
+        let patch = patch_body(body, patch_kind_0_2(patch_kind));
+        let options = PatchOptions { status, preconditions: preconditions(pre) };
+        self.patch_as(function, target, patch, options).await
+    }
+
     async fn patch_as(
         &mut self,
         function: &'static str,
@@ -263,9 +278,7 @@ impl c2::Host for PluginCtx {
     ) -> CallResult2<Vec<u8>> {
         self.charge()?;
         let target = ObjectRef { kind: kind.into(), namespace, name };
-        let patch = patch_body(&body, patch_kind_0_2(patch_kind));
-        let options = PatchOptions { status: false, preconditions: preconditions(pre) };
-        Ok(v2(self.patch_as("client.patch", target, patch, options).await))
+        Ok(v2(self.patch_0_2("client.patch", false, target, &body, patch_kind, pre).await))
     }
 
     async fn patch_status(
@@ -279,9 +292,7 @@ impl c2::Host for PluginCtx {
     ) -> CallResult2<Vec<u8>> {
         self.charge()?;
         let target = ObjectRef { kind: kind.into(), namespace, name };
-        let patch = patch_body(&body, patch_kind_0_2(patch_kind));
-        let options = PatchOptions { status: true, preconditions: preconditions(pre) };
-        Ok(v2(self.patch_as("client.patch-status", target, patch, options).await))
+        Ok(v2(self.patch_0_2("client.patch-status", true, target, &body, patch_kind, pre).await))
     }
 
     async fn create(&mut self, object: Vec<u8>) -> CallResult2<Vec<u8>> {
