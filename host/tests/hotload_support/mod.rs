@@ -103,6 +103,11 @@ impl Spans {
             .clone()
     }
 
+    /// Every finished reconcile.
+    pub fn all(&self) -> Vec<Run> {
+        self.0.lock().unwrap().clone()
+    }
+
     /// Finished reconciles of keys in `namespace`.
     pub fn of_namespace(&self, namespace: &str) -> Vec<Run> {
         let prefix = format!("{namespace}/");
