@@ -113,8 +113,8 @@ impl App {
     ) -> anyhow::Result<Self> {
         let runtime_config = runtime_config.metrics(PluginMetrics::register(&registry)?);
         let protected = runtime_config.protected.clone();
-        let breaker =
-            Breaker::kube(client.clone(), breaker::Config::default(), Some(BreakerMetrics::register(&registry)?));
+        let breaker_config = breaker::Config::default().write_timeout(runtime_config.write_timeout_of());
+        let breaker = Breaker::kube(client.clone(), breaker_config, Some(BreakerMetrics::register(&registry)?));
         let writer = Arc::new(BreakerWriter::new(writer, breaker.clone()));
         let ctx = controller::Context {
             factory: SharedInformerFactory::new(client.clone(), &registry)?,
@@ -198,7 +198,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
     let mut runtime = RuntimeConfig::default()
         .pool_instances(args.pool_instances)
         .max_concurrent_cap(args.max_concurrent_cap)
-        .write_rate(WriteRate { qps: args.plugin_write_qps, burst: args.plugin_write_burst });
+        .write_rate(WriteRate { qps: args.plugin_write_qps, burst: args.plugin_write_burst })
+        .write_timeout(Duration::from_secs(args.plugin_write_timeout_seconds));
     if let Some(dir) = &args.compile_cache {
         runtime = runtime.cache_dir(dir);
     }

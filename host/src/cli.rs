@@ -84,6 +84,11 @@ pub struct RunArgs {
     /// says otherwise.
     #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_BURST", default_value_t = crate::plugin::throttle::DEFAULT_WRITE_BURST)]
     pub plugin_write_burst: u32,
+    /// Seconds a plugin's write may wait for the API server's answer before it fails as
+    /// `unavailable` and opens the API-server breaker (a hung server shows as an outage). Keep it
+    /// below the reconcile deadline (default 10 s).
+    #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_TIMEOUT_SECONDS", default_value_t = crate::breaker::DEFAULT_WRITE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub plugin_write_timeout_seconds: u64,
     /// Drop a key after this many failed reconciles in a row; default: retry forever with backoff.
     #[arg(long, env = "KUBEWASM_MAX_RETRIES")]
     pub max_retries: Option<u32>,
@@ -173,6 +178,15 @@ mod tests {
         assert_eq!(timings, (15, 10, 2), "controller-runtime's defaults");
         let fair = (run.max_concurrent_cap, run.pool_instances, run.plugin_write_qps, run.plugin_write_burst);
         assert_eq!(fair, (16, 1000, 200, 400));
+        assert_eq!(run.plugin_write_timeout_seconds, 5, "the write timeout is half the default deadline");
+    }
+
+    #[test]
+    fn the_plugin_write_timeout_is_a_flag_and_never_zero() {
+        let cli = Cli::try_parse_from(["kubewasm", "run", "--plugin-write-timeout-seconds", "2"]).unwrap();
+        let Command::Run(run) = cli.command else { panic!("not run") };
+        assert_eq!(run.plugin_write_timeout_seconds, 2);
+        assert!(Cli::try_parse_from(["kubewasm", "run", "--plugin-write-timeout-seconds", "0"]).is_err());
     }
 
     #[test]

@@ -71,6 +71,7 @@ pub struct RuntimeConfig {
     metrics: Option<PluginMetrics>,
     max_concurrent_cap: u32,
     write_rate: WriteRate,
+    write_timeout: Duration,
     pub(crate) protected: Protected,
 }
 
@@ -85,6 +86,7 @@ impl Default for RuntimeConfig {
             metrics: None,
             max_concurrent_cap: DEFAULT_MAX_CONCURRENT_CAP,
             write_rate: WriteRate::default(),
+            write_timeout: crate::breaker::DEFAULT_WRITE_TIMEOUT,
             protected: Protected::default(),
         }
     }
@@ -142,6 +144,20 @@ impl RuntimeConfig {
     pub fn write_rate(mut self, rate: WriteRate) -> Self {
         self.write_rate = rate;
         self
+    }
+
+    /// How long a plugin's write may wait for the API server before it fails as `unavailable`
+    /// and trips the API-server breaker (default
+    /// [`DEFAULT_WRITE_TIMEOUT`](crate::breaker::DEFAULT_WRITE_TIMEOUT)).
+    #[must_use]
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
+        self
+    }
+
+    /// The write timeout set by [`write_timeout`](Self::write_timeout).
+    pub(crate) fn write_timeout_of(&self) -> Duration {
+        self.write_timeout
     }
 
     /// Host objects no plugin may write (default: WasmPlugins; the host adds its module
