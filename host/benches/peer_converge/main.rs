@@ -70,6 +70,10 @@ struct Args {
     /// (`make bench-peer` builds it there).
     #[arg(long, env = "KUBEWASM_BENCH_PEER")]
     peer: Option<PathBuf>,
+    /// The host binary; default: this build's release `kubewasm`. The image runs the static
+    /// musl build (`make image`: `<target>/x86_64-unknown-linux-musl/release/kubewasm`).
+    #[arg(long, env = "KUBEWASM_BENCH_KUBEWASM")]
+    kubewasm: Option<PathBuf>,
     /// Set by `cargo bench`; without it (`cargo test --benches`) nothing runs.
     #[arg(long, hide = true)]
     bench: bool,
@@ -137,7 +141,7 @@ fn main() {
     }
     let work = tempfile::Builder::new().prefix("kubewasm-peer-converge-").tempdir().unwrap();
     let setup = Setup {
-        kubewasm: env!("CARGO_BIN_EXE_kubewasm").into(),
+        kubewasm: args.kubewasm.clone().unwrap_or_else(|| env!("CARGO_BIN_EXE_kubewasm").into()),
         peer: args.peer.clone().unwrap_or_else(|| target_dir().join("bench-peer/controller-runtime")),
         plugin_dir: common::plugin_dir(),
         compile_cache: work.path().join("compile-cache"),
@@ -158,7 +162,7 @@ fn main() {
         quiet: Duration::from_secs_f64(args.quiet_seconds),
         timeout: Duration::from_secs(args.timeout_seconds),
     };
-    if args.variants.contains(&Variant::Kubewasm) {
+    if args.variants.iter().any(|v| matches!(v, Variant::Kubewasm | Variant::KubewasmUnlimited)) {
         warm_compile_cache(&setup, work.path());
     }
     let runs: Vec<(usize, Variant)> = if marginal {

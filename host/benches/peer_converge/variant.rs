@@ -13,6 +13,9 @@ pub enum Variant {
     Kubewasm,
     /// `kubewasm run` without a compile cache: it compiles the component at start-up.
     KubewasmCold,
+    /// As `kubewasm`, with the plugin write limit off (`--plugin-write-qps 0`), like the peer's
+    /// client, which has no client-side limit.
+    KubewasmUnlimited,
     /// One controller-runtime manager running every controller, client-go's FIFO workqueue.
     CrFifo,
     /// One controller-runtime manager, controller-runtime's default priority queue.
@@ -38,13 +41,13 @@ impl Variant {
 
     /// Whether this is controller-runtime (a peer) rather than kubewasm.
     pub fn is_peer(self) -> bool {
-        !matches!(self, Self::Kubewasm | Self::KubewasmCold)
+        !matches!(self, Self::Kubewasm | Self::KubewasmCold | Self::KubewasmUnlimited)
     }
 }
 
 /// What the commands need: the binaries, the plugin directory, the compile cache.
 pub struct Setup {
-    /// `kubewasm` (release).
+    /// `kubewasm` (release; `--kubewasm` may name another build, e.g. the image's musl binary).
     pub kubewasm: PathBuf,
     /// `benches/go/controller-runtime`, built by `make bench-peer`.
     pub peer: PathBuf,
@@ -112,6 +115,11 @@ pub fn commands(
     match variant {
         Variant::Kubewasm => vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache))],
         Variant::KubewasmCold => vec![kubewasm(setup, kubeconfig, plugins_dir, None)],
+        Variant::KubewasmUnlimited => {
+            let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache));
+            command.args(["--plugin-write-qps", "0"]);
+            vec![command]
+        }
         Variant::CrFifo => vec![peer("fifo", plugins, first)],
         Variant::CrPriority => vec![peer("priority", plugins, first)],
         Variant::CrProcessesFifo => (0..plugins).map(|i| peer("fifo", 1, first.map(|_| i))).collect(),
