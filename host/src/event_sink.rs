@@ -10,12 +10,14 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use parking_lot::Mutex;
 use prometheus::IntCounter;
 use tokio::sync::mpsc;
 
@@ -26,6 +28,11 @@ pub const QUEUE_LENGTH: usize = 1000;
 
 /// Events taken from the queue at once; identical ones among them become one request.
 pub const BATCH: usize = 100;
+
+/// Events of a batch sent at once. client-go's events broadcaster sends every Event from a
+/// goroutine of its own, unbounded; one at a time, ten plugins' Events (≈ 170/s in the
+/// ten-controller benchmark) filled the queue and half were dropped.
+pub const IN_FLIGHT: usize = 16;
 
 /// A repeat within this time of the last one joins its series (client-go `tools/events`:
 /// `finishTime = 6 * time.Minute`; kube-runtime's `CACHE_TTL` is the same).
@@ -131,48 +138,60 @@ struct Series {
     last: Timestamp,
 }
 
-/// The background sender: takes batches off the queue until every sink is dropped.
+/// The background sender: takes batches off the queue until every sink is dropped, and sends
+/// each batch [`IN_FLIGHT`] at a time. Events in one batch are of different series (`merge`), so
+/// no two requests in flight touch the same series.
 async fn send_all(client: Client, mut rx: mpsc::Receiver<Queued>) {
-    let mut series: HashMap<Key, Series> = HashMap::new();
+    let series: Mutex<HashMap<Key, Series>> = Mutex::default();
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
         let now = Timestamp::now();
         let window = k8s_openapi::jiff::SignedDuration::try_from(SERIES_WINDOW).unwrap_or_default();
-        series.retain(|_, s| s.last + window > now);
-        for (queued, count) in merge(std::mem::take(&mut batch)) {
-            if let Err(e) = send(&client, &mut series, &queued, count, now).await {
-                tracing::debug!(manager = %queued.manager, reason = %queued.event.reason, error = %e, "event not sent");
-            }
-        }
+        series.lock().retain(|_, s| s.last + window > now);
+        futures::stream::iter(merge(std::mem::take(&mut batch)))
+            .for_each_concurrent(IN_FLIGHT, |(queued, count)| {
+                let (client, series) = (&client, &series);
+                async move {
+                    if let Err(e) = send(client, series, &queued, count, now).await {
+                        tracing::debug!(manager = %queued.manager, reason = %queued.event.reason, error = %e, "event not sent");
+                    }
+                }
+            })
+            .await;
     }
 }
 
 /// Creates the Event, or adds `count` to its series with one merge patch.
 async fn send(
     client: &Client,
-    series: &mut HashMap<Key, Series>,
+    series: &Mutex<HashMap<Key, Series>>,
     queued: &Queued,
     count: i32,
     now: Timestamp,
 ) -> Result<(), kube::Error> {
     let key = queued.key();
-    if let Some(s) = series.get_mut(&key) {
-        s.count += count;
-        s.last = now;
-        let patch = serde_json::json!({"series": {"count": s.count, "lastObservedTime": MicroTime(now)}});
-        let api = Api::<Event>::namespaced(client.clone(), &s.namespace);
-        match api.patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+    let known = series.lock().get(&key).map(|s| (s.namespace.clone(), s.name.clone(), s.count + count));
+    if let Some((namespace, name, total)) = known {
+        let patch = serde_json::json!({"series": {"count": total, "lastObservedTime": MicroTime(now)}});
+        let api = Api::<Event>::namespaced(client.clone(), &namespace);
+        match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Err(kube::Error::Api(status)) if status.code == 404 => {
-                series.remove(&key); // expired in the API server: start a new one below
+                series.lock().remove(&key); // expired in the API server: start a new one below
             }
-            other => return other.map(drop),
+            other => {
+                if let Some(s) = series.lock().get_mut(&key) {
+                    s.count = total;
+                    s.last = now;
+                }
+                return other.map(drop);
+            }
         }
     }
     let event = new_event(queued, count, now);
     let namespace = event.metadata.namespace.clone().unwrap_or_default();
     let created = Api::<Event>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &event).await?;
     let name = created.metadata.name.unwrap_or_default();
-    series.insert(key, Series { namespace, name, count, last: now });
+    series.lock().insert(key, Series { namespace, name, count, last: now });
     Ok(())
 }
 
@@ -258,6 +277,36 @@ mod tests {
                 expect("kubewasm/p", "a", "Failed", 1),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn the_sender_has_several_events_in_flight_at_once_as_client_go_does() {
+        use http::{Request, Response};
+        use kube::client::Body;
+        let (service, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let sink = EventSink::new(Client::new(service, "default"));
+        let names: Vec<String> = (0..IN_FLIGHT).map(|i| format!("ns-{i}")).collect();
+        for name in &names {
+            sink.publish("kubewasm/p", &queued("kubewasm/p", name, "Applied").event);
+        }
+        // None is answered until all are in flight: a sender that waits for each answer before
+        // the next request never sends the second.
+        let mut pending = Vec::new();
+        for i in 0..IN_FLIGHT {
+            let (request, respond) = tokio::time::timeout(Duration::from_secs(30), server.next_request())
+                .await
+                .unwrap_or_else(|_| panic!("only {i} of {IN_FLIGHT} events were in flight at once"))
+                .expect("the sink is alive");
+            assert_eq!(request.method(), http::Method::POST);
+            pending.push(respond);
+        }
+        for respond in pending {
+            let created = serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": "e", "namespace": "default"}, "eventTime": null});
+            let body = Body::from(serde_json::to_vec(&created).unwrap());
+            respond.send_response(Response::builder().status(201).body(body).unwrap());
+        }
+        assert_eq!(sink.dropped().get(), 0);
     }
 
     #[test]
