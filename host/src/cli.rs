@@ -26,6 +26,15 @@ pub enum Command {
     Check(CheckArgs),
     /// Print the WasmPlugin CustomResourceDefinition (YAML).
     Crd,
+    /// Run a plugin's reconciles without a cluster over objects from YAML files and print the
+    /// writes and Events it would make (exits 1 when they differ from `--expect`).
+    Test(TestArgs),
+    /// Reconcile chosen keys once against a cluster, sending nothing, and write for each a
+    /// fixture file (the objects it read, the writes it would make) that `kubewasm test` replays.
+    Record(RecordArgs),
+    /// Start a local control plane (etcd + kube-apiserver), write its kubeconfig and run the
+    /// plugins of a directory on it with hot reload, until Ctrl-C.
+    Dev(Box<DevArgs>),
 }
 
 /// `kubewasm run`.
@@ -127,6 +136,77 @@ pub struct CheckArgs {
     pub compile_cache: Option<PathBuf>,
 }
 
+/// `kubewasm test`.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// The plugin component.
+    pub wasm: PathBuf,
+    /// Objects to cache (multi-document YAML; `kind: List` items count), or a recording made by
+    /// `kubewasm record`, which also says the key and the expected writes. Repeatable.
+    #[arg(long, required = true, env = "KUBEWASM_TEST_OBJECTS", value_delimiter = ',')]
+    pub objects: Vec<PathBuf>,
+    /// Reconcile only this key (`namespace/name`, or `name` for a cluster-scoped kind); repeatable.
+    /// Default: every object of the for kind and every key the plugin maps watched objects to.
+    #[arg(long = "key", env = "KUBEWASM_TEST_KEY", value_delimiter = ',')]
+    pub keys: Vec<String>,
+    /// Expected report (the YAML this command prints): compare, print a diff and exit 1 when
+    /// they differ.
+    #[arg(long, env = "KUBEWASM_TEST_EXPECT")]
+    pub expect: Option<PathBuf>,
+    /// Settings (YAML or JSON) to use instead of those of the config file.
+    #[arg(long, env = "KUBEWASM_TEST_SETTINGS")]
+    pub settings: Option<PathBuf>,
+    /// Its config file; default: `<wasm without .wasm>.yaml` if present.
+    #[arg(long, env = "KUBEWASM_TEST_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory for compiled plugins (the same as `run --compile-cache`).
+    #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
+    pub compile_cache: Option<PathBuf>,
+}
+
+/// `kubewasm record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The plugin component.
+    pub wasm: PathBuf,
+    /// Key to record (`namespace/name`, or `name` for a cluster-scoped kind); repeatable.
+    #[arg(long = "key", required = true, env = "KUBEWASM_RECORD_KEY", value_delimiter = ',')]
+    pub keys: Vec<String>,
+    /// Directory for the fixture files, one per key: `<namespace>_<name>.yaml` or `<name>.yaml`.
+    #[arg(long, env = "KUBEWASM_RECORD_OUT", default_value = ".")]
+    pub out: PathBuf,
+    /// Kubeconfig file; default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account.
+    #[arg(long, env = "KUBEWASM_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use; default: the current context.
+    #[arg(long, env = "KUBEWASM_CONTEXT")]
+    pub context: Option<String>,
+    /// Settings (YAML or JSON) to use instead of those of the config file.
+    #[arg(long, env = "KUBEWASM_RECORD_SETTINGS")]
+    pub settings: Option<PathBuf>,
+    /// Its config file; default: `<wasm without .wasm>.yaml` if present.
+    #[arg(long, env = "KUBEWASM_RECORD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory for compiled plugins (the same as `run --compile-cache`).
+    #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
+    pub compile_cache: Option<PathBuf>,
+}
+
+/// `kubewasm dev`: `run`'s flags, on a control plane of its own.
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Also run kube-controller-manager's garbage collector (and namespace controller), so
+    /// objects owned by a deleted object are deleted and deleted namespaces go away.
+    #[arg(long, env = "KUBEWASM_DEV_WITH_GC")]
+    pub with_gc: bool,
+    /// Where to write the admin kubeconfig of the control plane (removed on exit).
+    #[arg(long, env = "KUBEWASM_DEV_KUBECONFIG_OUT", default_value = ".kubewasm/kubeconfig")]
+    pub kubeconfig_out: PathBuf,
+    /// The host's flags, as for `kubewasm run` (`--kubeconfig` is the control plane's).
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
 /// Log output.
 #[derive(Debug, Args)]
 pub struct LogArgs {
@@ -195,6 +275,15 @@ mod tests {
         let cli = Cli::try_parse_from(["kubewasm", "run", "--max-concurrent-cap", "4"]).unwrap();
         let Command::Run(run) = cli.command else { panic!("not run") };
         assert_eq!(run.max_concurrent_cap, 4);
+    }
+
+    #[test]
+    fn dev_takes_run_flags_and_defaults_to_the_plugins_directory_with_hot_reload() {
+        let cli = Cli::try_parse_from(["kubewasm", "dev", "--plugins", "p", "--with-gc"]).unwrap();
+        let Command::Dev(dev) = cli.command else { panic!("not dev") };
+        assert!(dev.with_gc && dev.run.watch_plugins);
+        assert_eq!(dev.run.plugins, Some(PathBuf::from("p")));
+        assert_eq!(dev.kubeconfig_out, PathBuf::from(".kubewasm/kubeconfig"));
     }
 
     #[test]

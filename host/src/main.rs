@@ -27,6 +27,14 @@ fn main() -> anyhow::Result<()> {
                 print!("{}", kubewasm::hotload::crd_yaml());
                 Ok(())
             }
+            Command::Record(args) => kubewasm::offline::command::record(args).await,
+            Command::Dev(args) => kubewasm::dev::run(*args).await,
+            Command::Test(args) => {
+                if !kubewasm::offline::command::test(args).await? {
+                    std::process::exit(1);
+                }
+                Ok(())
+            }
         }
     })
 }

@@ -1,5 +1,6 @@
 //! `KubeWriter`: plugins' writes (server-side apply, patch, create, delete, events) over a
-//! `kube::Client`, with API errors mapped to the WIT error variants.
+//! `kube::Client`, with API errors mapped to the WIT error variants; [`record::Recorder`] is its
+//! recording mode, which keeps intended writes instead of sending them.
 
 use std::collections::HashMap;
 
@@ -12,6 +13,8 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{self, ApiResource, Scope};
 use parking_lot::RwLock;
 use serde::Serialize;
+
+pub mod record;
 
 use crate::event_sink::EventSink;
 use serde_json::Value;

@@ -99,6 +99,11 @@ async fn a_swap_under_load_loses_no_key_overlaps_no_key_and_ends_on_the_new_vers
     Some("grants: {write: [ConfigMap]}\nsettings: {readSecrets: true}\n"),
     "not granted: read Secret"
 )]
+#[case::invalid_settings(
+    "fixture_stamper.wasm",
+    Some("grants: {write: [ConfigMap]}\nsettings: {version: 2}\nsettingsSchema: {properties: {version: {type: string}}}\n"),
+    "/version: want string, but got number"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_version_is_rejected_and_the_old_one_keeps_serving(
     #[case] file: &str,

@@ -31,6 +31,7 @@ use crate::plugin::Plugin;
 use crate::plugin::grants::KindRef;
 use crate::queue::{self, QueueMetrics, WorkQueue};
 use triggers::ForTrigger;
+pub(crate) use wiring::{serve_reads, wanted_informers};
 use wiring::{Owner, Watched, Wiring};
 
 /// Why a controller could not be wired.

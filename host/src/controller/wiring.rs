@@ -26,6 +26,51 @@ fn params(selector: Option<&str>) -> InformerParams {
     InformerParams::default().labels(selector.unwrap_or_default())
 }
 
+fn informer_err(kind: &GroupVersionKind) -> impl FnOnce(crate::informer::Error) -> Error + use<> {
+    let kind = KindRef::of(kind);
+    move |source| Error::Informer { kind, source }
+}
+
+/// The informers one plugin version reads, by kind, with the label selector each is opened
+/// with: the for kind and watches keep their selectors; owns and reads take every object; a
+/// plugin confined by a namespace selector also needs the Namespaces' labels.
+pub(crate) fn wanted_informers(plugin: &Plugin) -> BTreeMap<KindRef, (GroupVersionKind, Option<String>)> {
+    let reg = plugin.registration();
+    let mut wanted = BTreeMap::new();
+    wanted.insert(KindRef::of(&reg.for_kind), (reg.for_kind.clone(), reg.for_label_selector.clone()));
+    for w in &reg.watches {
+        wanted.entry(KindRef::of(&w.kind)).or_insert((w.kind.clone(), w.label_selector.clone()));
+    }
+    for kind in reg.owns.iter().chain(&reg.reads) {
+        wanted.entry(KindRef::of(kind)).or_insert((kind.clone(), None));
+    }
+    if plugin.grants().namespaces().is_some_and(|s| s.selector.is_some()) {
+        let gvk = GroupVersionKind::gvk("", "v1", "Namespace");
+        wanted.entry(KindRef::of(&gvk)).or_insert((gvk, None));
+    }
+    wanted
+}
+
+/// Serves `plugin`'s reads from `informers` (those of [`wanted_informers`]) through `cache`:
+/// its custom indexes, and its confinement to namespaces (`grants.namespaces`).
+pub(crate) fn serve_reads(
+    plugin: &Plugin,
+    cache: &PluginCache,
+    informers: &BTreeMap<KindRef, Informer>,
+) -> Result<(), Error> {
+    for index in &plugin.registration().indexes {
+        let informer = informers.get(&KindRef::of(&index.kind)).ok_or_else(|| Error::Index(index.name.clone()))?;
+        let func = indexes::index_func(&index.source).ok_or_else(|| Error::Index(index.name.clone()))?;
+        cache.add_index(informer, &index.name, func).map_err(informer_err(&index.kind))?;
+    }
+    cache.replace(informers.values().cloned());
+    if let Some(scope) = plugin.grants().namespaces() {
+        let namespaces = informers.values().find(|i| i.gvk().group.is_empty() && i.gvk().kind == "Namespace");
+        cache.confine(scope, namespaces.cloned());
+    }
+    Ok(())
+}
+
 /// The for kind's identity (it stays the same across swaps) and its scope.
 #[derive(Clone)]
 pub(crate) struct Owner {
@@ -71,43 +116,12 @@ impl Wiring {
         previous: Option<&Wiring>,
     ) -> Result<Self, Error> {
         let reg = plugin.registration();
-        let informer_err = |kind: &GroupVersionKind| {
-            let kind = KindRef::of(kind);
-            move |source| Error::Informer { kind, source }
-        };
-        // One informer per readable kind; the for kind and watches keep their selectors.
-        let mut wanted: BTreeMap<KindRef, (GroupVersionKind, Option<String>)> = BTreeMap::new();
-        wanted.insert(KindRef::of(&reg.for_kind), (reg.for_kind.clone(), reg.for_label_selector.clone()));
-        for w in &reg.watches {
-            wanted.entry(KindRef::of(&w.kind)).or_insert((w.kind.clone(), w.label_selector.clone()));
-        }
-        for kind in reg.owns.iter().chain(&reg.reads) {
-            wanted.entry(KindRef::of(kind)).or_insert((kind.clone(), None));
-        }
         let mut informers: BTreeMap<KindRef, Informer> = BTreeMap::new();
-        for (key, (gvk, selector)) in &wanted {
-            let informer = ctx.factory.informer(gvk, params(selector.as_deref())).await.map_err(informer_err(gvk))?;
-            informers.insert(key.clone(), informer);
+        for (key, (gvk, selector)) in wanted_informers(plugin) {
+            let informer = ctx.factory.informer(&gvk, params(selector.as_deref())).await.map_err(informer_err(&gvk))?;
+            informers.insert(key, informer);
         }
-        for index in &reg.indexes {
-            let informer = informers.get(&KindRef::of(&index.kind)).ok_or_else(|| Error::Index(index.name.clone()))?;
-            let func = indexes::index_func(&index.source).ok_or_else(|| Error::Index(index.name.clone()))?;
-            cache.add_index(informer, &index.name, func).map_err(informer_err(&index.kind))?;
-        }
-        // A plugin confined by a namespace selector needs the Namespaces' labels (synced with
-        // its other caches; readable only if its grants say so).
-        let scope = plugin.grants().namespaces();
-        if scope.is_some_and(|s| s.selector.is_some()) {
-            let gvk = GroupVersionKind::gvk("", "v1", "Namespace");
-            if let std::collections::btree_map::Entry::Vacant(slot) = informers.entry(KindRef::of(&gvk)) {
-                slot.insert(ctx.factory.informer(&gvk, params(None)).await.map_err(informer_err(&gvk))?);
-            }
-        }
-        cache.replace(informers.values().cloned());
-        if let Some(scope) = scope {
-            let namespaces = informers.values().find(|i| i.gvk().group.is_empty() && i.gvk().kind == "Namespace");
-            cache.confine(scope, namespaces.cloned());
-        }
+        serve_reads(plugin, &cache, &informers)?;
 
         let mut owns = BTreeMap::new();
         for (i, kind) in reg.owns.iter().enumerate() {

@@ -60,6 +60,7 @@ impl ApplyError {
     /// Bounded label for metrics and condition reasons.
     pub fn reason(&self) -> &'static str {
         match self {
+            ApplyError::Load(LoadError::InvalidSettings(_)) => "InvalidSettings",
             ApplyError::Load(_) => "LoadFailed",
             ApplyError::Wiring(_) => "WiringFailed",
             ApplyError::NameTaken { .. } => "NameTaken",

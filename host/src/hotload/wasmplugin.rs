@@ -43,6 +43,11 @@ pub struct WasmPluginSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_json")]
     pub settings: Option<Value>,
+    /// A JSON Schema the settings must satisfy: a version whose settings do not is rejected
+    /// (`Degraded`, reason `InvalidSettings`) and the version before keeps serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub settings_schema: Option<Value>,
     /// Concurrent reconciles; overrides the plugin's own `max-concurrent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<u32>,
@@ -147,6 +152,7 @@ impl WasmPluginSpec {
             grants: self.grants.clone(),
             limits: self.limits.clone(),
             settings: self.settings.clone(),
+            settings_schema: self.settings_schema.clone(),
             max_concurrent: self.max_concurrent,
             // Not in the CRD yet: WasmPlugins retry with client-go's defaults.
             rate_limiter: Default::default(),

@@ -221,6 +221,21 @@ impl Informer {
     pub fn handle_count(&self) -> usize {
         Arc::strong_count(&self.inner)
     }
+
+    /// An informer with no watch behind it: its cache holds `objects` and it has synced. The
+    /// host's cache for runs without a cluster (`kubewasm test`): reads, indexes and handlers
+    /// behave as on a watched cache. Must be called within a tokio runtime.
+    pub fn seeded(gvk: &GroupVersionKind, objects: impl IntoIterator<Item = CachedObject>) -> Result<Self> {
+        let metrics = Arc::new(InformerMetrics::register(&prometheus::Registry::new())?);
+        let shared = Arc::new(Shared::new(gvk.clone(), metrics));
+        for object in objects {
+            shared.apply(Arc::new(object), true);
+        }
+        shared.mark_synced();
+        let key = InformerKey::new(gvk.clone(), super::InformerParams::default());
+        let reflector = tokio::spawn(async {}).abort_handle();
+        Ok(Self { inner: Arc::new(InformerInner { shared, key, reflector }) })
+    }
 }
 
 /// A subscribed handler (client-go `ResourceEventHandlerRegistration`). Dropping it

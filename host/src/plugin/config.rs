@@ -20,6 +20,9 @@ pub struct PluginConfig {
     pub limits: Limits,
     /// Settings handed to the plugin as JSON through `config.settings`.
     pub settings: Option<Value>,
+    /// A JSON Schema the settings must satisfy (usually the plugin author's): a version whose
+    /// settings do not is rejected at load, before it can replace the version serving.
+    pub settings_schema: Option<Value>,
     /// Concurrent reconciles; overrides the plugin's own `max-concurrent`.
     pub max_concurrent: Option<u32>,
     /// Retry backoff of the plugin's keys (client-go's defaults). Read when the plugin's
@@ -32,7 +35,47 @@ pub struct PluginConfig {
 #[error("invalid plugin configuration: {0}")]
 pub struct ConfigError(#[source] pub serde_yaml::Error);
 
+/// Settings that do not satisfy the settings schema, or a schema that is not one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSettings {
+    /// `settingsSchema` is not a valid JSON Schema.
+    #[error("settingsSchema is not a valid JSON Schema: {0}")]
+    Schema(String),
+    /// The settings break the schema; one line per violation, with its JSON pointer.
+    #[error("the settings do not match settingsSchema: {}", .0.join("; "))]
+    Settings(Vec<String>),
+}
+
+/// The innermost causes of a validation error, as `/pointer: what is wrong`.
+fn leaf_problems(error: &boon::ValidationError<'_, '_>, out: &mut Vec<String>) {
+    if error.causes.is_empty() {
+        let at = error.instance_location.to_string();
+        let at = if at.is_empty() { "/".to_owned() } else { at };
+        out.push(format!("{at}: {}", error.kind));
+    }
+    for cause in &error.causes {
+        leaf_problems(cause, out);
+    }
+}
+
 impl PluginConfig {
+    /// Checks the settings (`{}` when absent) against `settingsSchema`, if there is one, with
+    /// the `boon` crate (drafts 4 to 2020-12; the draft follows `$schema`, else 2020-12).
+    pub fn check_settings(&self) -> Result<(), InvalidSettings> {
+        let Some(schema) = &self.settings_schema else { return Ok(()) };
+        const LOCATION: &str = "file:///kubewasm/settings-schema.json";
+        let (mut schemas, mut compiler) = (boon::Schemas::new(), boon::Compiler::new());
+        let index = compiler
+            .add_resource(LOCATION, schema.clone())
+            .and_then(|()| compiler.compile(LOCATION, &mut schemas))
+            .map_err(|e| InvalidSettings::Schema(e.to_string()))?;
+        let settings = self.settings.clone().unwrap_or_else(|| Value::Object(Default::default()));
+        let Err(error) = schemas.validate(&settings, index) else { return Ok(()) };
+        let mut problems = Vec::new();
+        leaf_problems(&error, &mut problems);
+        if problems.is_empty() { Ok(()) } else { Err(InvalidSettings::Settings(problems)) }
+    }
+
     /// Parses YAML (JSON is YAML too).
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
         if text.trim().is_empty() {
@@ -76,6 +119,29 @@ mod tests {
         let expected = LimiterConfig { max_delay_ms: 30_000, qps: 50.0, ..LimiterConfig::default() };
         assert_eq!(c.rate_limiter, expected);
         assert!(PluginConfig::from_yaml("rateLimiter:\n  maxDelay: 30\n").is_err());
+    }
+
+    #[test]
+    fn settings_that_break_the_schema_are_refused_with_where_and_why() {
+        let c = PluginConfig::from_yaml(
+            "settings: {quotaName: 7}\nsettingsSchema:\n  type: object\n  properties: {quotaName: {type: string}}\n  additionalProperties: false\n",
+        )
+        .unwrap();
+        let err = c.check_settings().unwrap_err().to_string();
+        assert!(err.contains("/quotaName: want string, but got number"), "{err}");
+        let typo = PluginConfig { settings: Some(serde_json::json!({"quotaNmae": "q"})), ..c.clone() };
+        assert!(typo.check_settings().unwrap_err().to_string().contains("quotaNmae"));
+        let good = PluginConfig { settings: Some(serde_json::json!({"quotaName": "q"})), ..c };
+        assert_eq!(good.check_settings(), Ok(()));
+    }
+
+    #[test]
+    fn absent_settings_are_checked_as_an_empty_object_and_a_bad_schema_is_named() {
+        let required = PluginConfig::from_yaml("settingsSchema: {required: [mode]}\n").unwrap();
+        assert!(required.check_settings().unwrap_err().to_string().contains("mode"));
+        let bad = PluginConfig::from_yaml("settingsSchema: {type: 12}\n").unwrap();
+        assert!(matches!(bad.check_settings(), Err(InvalidSettings::Schema(_))));
+        assert_eq!(PluginConfig::default().check_settings(), Ok(()));
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub enum LoadError {
     /// The registration asks for more than the grants allow.
     #[error(transparent)]
     NotGranted(#[from] NotGranted),
+    /// The settings do not satisfy the config's `settingsSchema`.
+    #[error(transparent)]
+    InvalidSettings(#[from] super::config::InvalidSettings),
     /// The plugin asked for more memory than the engine's pool allows.
     #[error("limits.memoryBytes = {asked} exceeds the host's maximum of {max} bytes")]
     MemoryAboveMax {
@@ -72,6 +75,7 @@ impl LoadError {
             LoadError::Describe(_) => "describe",
             LoadError::Registration(_) => "registration",
             LoadError::NotGranted(_) => "not_granted",
+            LoadError::InvalidSettings(_) => "invalid_settings",
             LoadError::MemoryAboveMax { .. } => "limits",
             LoadError::PoolFull(_) => "pool_full",
         }
@@ -129,6 +133,7 @@ impl Runtime {
         writer: Arc<dyn ApiWriter>,
     ) -> Result<Plugin, LoadError> {
         check_header(&wasm)?;
+        config.check_settings()?;
         if config.limits.memory_bytes > self.max_memory_bytes {
             return Err(LoadError::MemoryAboveMax { asked: config.limits.memory_bytes, max: self.max_memory_bytes });
         }

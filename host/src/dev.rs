@@ -1,0 +1,60 @@
+//! `kubewasm dev`: a local control plane (the test harness's etcd + kube-apiserver, and with
+//! `--with-gc` kube-controller-manager's garbage collector) and the host on a plugin directory
+//! with hot reload, until Ctrl-C stops everything.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::DevArgs;
+use crate::{app, shutdown};
+
+/// Starts the control plane, writes its kubeconfig, prints how to use it and runs the host on
+/// it until SIGINT/SIGTERM; then stops the host, the control plane and removes the kubeconfig.
+pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    let DevArgs { with_gc, kubeconfig_out, mut run } = args;
+    let token = CancellationToken::new();
+    shutdown::on_signal(token.clone());
+    eprintln!(
+        "kubewasm dev: starting etcd and kube-apiserver{} (the binaries `make control-plane` builds)",
+        if with_gc { " and kube-controller-manager's garbage collector" } else { "" }
+    );
+    let control_plane = tokio::task::spawn_blocking(move || {
+        let builder = kubewasm_testenv::ControlPlane::builder();
+        if with_gc { builder.controller_manager() } else { builder }.start()
+    })
+    .await??;
+    write_kubeconfig(control_plane.kubeconfig_path(), &kubeconfig_out)?;
+    let kubeconfig = kubeconfig_out.display();
+    let plugins = run.plugins.as_ref().map_or_else(|| "(none: --plugins DIR)".to_owned(), |p| p.display().to_string());
+    println!(
+        "kubewasm dev: control plane ready in {:?}\n\
+         \x20 kubeconfig:  {kubeconfig}\n\
+         \x20 try:         kubectl --kubeconfig {kubeconfig} create namespace demo\n\
+         \x20              kubectl --kubeconfig {kubeconfig} get all,events -A\n\
+         \x20 plugins:     {plugins} (add, change or remove <name>.wasm / <name>.yaml; they reload)\n\
+         \x20 logs:        {}\n\
+         \x20 Ctrl-C stops the host and the control plane.",
+        control_plane.apiserver_startup_time(),
+        control_plane.dir().display()
+    );
+    run.kubeconfig = Some(kubeconfig_out.clone());
+    run.context = None;
+    let result = if token.is_cancelled() { Ok(()) } else { app::run(run, token).await };
+    let _ = std::fs::remove_file(&kubeconfig_out);
+    tokio::task::spawn_blocking(move || drop(control_plane)).await?;
+    eprintln!("kubewasm dev: stopped");
+    result
+}
+
+/// Copies the control plane's kubeconfig to `out` atomically (written beside it, then renamed).
+fn write_kubeconfig(from: &Path, out: &Path) -> anyhow::Result<()> {
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let partial = out.with_extension("partial");
+    std::fs::copy(from, &partial).with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::rename(&partial, out).with_context(|| format!("writing {}", out.display()))?;
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! `kubewasm test`: the command-line glue around [`Harness`](super::Harness).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use super::fixtures::{self, Recording};
+use super::{Harness, diff, parse_expected};
+use crate::cli::TestArgs;
+use crate::hotload::{PluginFile, read_config};
+use crate::plugin::{PluginConfig, Runtime, RuntimeConfig};
+
+/// The plugin file for `wasm`: named after the file, configured by `config` or else by the
+/// `.yaml`/`.yml`/`.json` beside it.
+pub fn plugin_file(wasm: &Path, config: Option<PathBuf>) -> PluginFile {
+    let name = wasm.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+    let config =
+        config.or_else(|| ["yaml", "yml", "json"].iter().map(|e| wasm.with_extension(e)).find(|p| p.is_file()));
+    PluginFile { name, wasm: wasm.to_owned(), config }
+}
+
+/// The plugin's config, with its settings replaced by the file `settings` if given.
+pub fn config_with_settings(file: &PluginFile, settings: Option<&Path>) -> anyhow::Result<PluginConfig> {
+    let mut config = read_config(file)?;
+    if let Some(path) = settings {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        config.settings = Some(serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?);
+    }
+    Ok(config)
+}
+
+/// The wasm runtime of an offline command: the host's defaults, with the compile cache if any.
+pub fn runtime(compile_cache: Option<&Path>) -> anyhow::Result<Runtime> {
+    let config = RuntimeConfig::default();
+    Ok(Runtime::new(match compile_cache {
+        Some(dir) => config.cache_dir(dir),
+        None => config,
+    })?)
+}
+
+/// Runs `kubewasm test`: prints the report on stdout; `Ok(false)` when it differs from the
+/// expected one (the diff is on stderr).
+pub async fn test(args: TestArgs) -> anyhow::Result<bool> {
+    let file = plugin_file(&args.wasm, args.config.clone());
+    let config = config_with_settings(&file, args.settings.as_deref())?;
+    let (mut objects, mut recording): (Vec<_>, Option<Recording>) = (Vec::new(), None);
+    for path in &args.objects {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let parsed = fixtures::parse(&text).with_context(|| format!("in {}", path.display()))?;
+        objects.extend(parsed.objects);
+        recording = recording.or(parsed.recording);
+    }
+    let wasm = std::fs::read(&args.wasm).with_context(|| format!("reading {}", args.wasm.display()))?;
+    let runtime = runtime(args.compile_cache.as_deref())?;
+    let harness = Harness::load(&runtime, &file.name, Arc::<[u8]>::from(wasm), config, &objects).await?;
+    let keys = if !args.keys.is_empty() {
+        Some(args.keys.iter().map(|k| fixtures::parse_key(k)).collect())
+    } else {
+        recording.as_ref().map(|r| vec![fixtures::parse_key(&r.key)])
+    };
+    let report = super::run(&harness, keys).await;
+    print!("{}", report.to_yaml());
+    let expected = match &args.expect {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            Some((parse_expected(&text)?, path.display().to_string()))
+        }
+        None => recording.map(|r| (r.expect, "the recording".to_owned())),
+    };
+    let Some((expected, source)) = expected else { return Ok(true) };
+    match diff(&expected, &report) {
+        None => {
+            eprintln!("kubewasm test: the writes match {source}");
+            Ok(true)
+        }
+        Some(diff) => {
+            eprintln!("kubewasm test: the writes differ from {source}:\n{diff}");
+            Ok(false)
+        }
+    }
+}
+
+/// Runs `kubewasm record`: one fixture file per key in `--out`; prints their paths.
+pub async fn record(args: crate::cli::RecordArgs) -> anyhow::Result<()> {
+    let file = plugin_file(&args.wasm, args.config.clone());
+    let config = config_with_settings(&file, args.settings.as_deref())?;
+    let wasm = std::fs::read(&args.wasm).with_context(|| format!("reading {}", args.wasm.display()))?;
+    let client = crate::app::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let runtime = runtime(args.compile_cache.as_deref())?;
+    let keys: Vec<_> = args.keys.iter().map(|k| fixtures::parse_key(k)).collect();
+    let files = super::record::record(&runtime, client, &file.name, Arc::<[u8]>::from(wasm), config, &keys).await?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    for (key, text) in files {
+        let name = match &key.namespace {
+            Some(ns) => format!("{ns}_{}.yaml", key.name),
+            None => format!("{}.yaml", key.name),
+        };
+        let path = args.out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        println!("{}", path.display());
+    }
+    Ok(())
+}

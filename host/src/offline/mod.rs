@@ -1,0 +1,211 @@
+//! Offline runs of a plugin: its real runtime, limits and grants over informer caches seeded
+//! from fixture objects, with the write path in recording mode (`kubewasm test`).
+//!
+//! A run loads the plugin as the host does, serves its reads from [`Informer::seeded`] caches
+//! wired as the controller wires them (indexes, label selectors, namespace confinement), calls
+//! `map` for every cached object of a watched kind, then `reconcile` for every key — the for
+//! kind's objects and what `map` returned, or the keys asked for — and reports the writes and
+//! Events each call would have made.
+
+pub mod command;
+pub mod fixtures;
+pub mod record;
+mod report;
+
+pub use report::{Diff, Report, diff, parse_expected};
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::controller::{PluginCache, serve_reads, wanted_informers};
+use crate::informer::{CachedObject, Informer, parse_label_selector};
+use crate::plugin::grants::KindRef;
+use crate::plugin::host::{ApiWriter, CacheReader};
+use crate::plugin::{Action, ObjectKey, Plugin, PluginConfig, Runtime};
+use crate::writer::record::{IntendedWrite, Recorder};
+
+/// Why an offline run could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A fixture file is not a set of objects.
+    #[error("fixtures: {0}")]
+    Fixture(String),
+    /// The plugin did not load.
+    #[error(transparent)]
+    Load(#[from] crate::plugin::LoadError),
+    /// A cache did not sync in time (recording against a cluster).
+    #[error("the cache of {kind} did not sync within {timeout:?}{}", .last_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+    NotSynced {
+        /// The kind.
+        kind: KindRef,
+        /// How long we waited.
+        timeout: std::time::Duration,
+        /// The informer's last list or watch error.
+        last_error: Option<String>,
+    },
+    /// Its reads could not be wired (an index on a kind it does not read, …).
+    #[error(transparent)]
+    Wiring(#[from] crate::controller::Error),
+    /// A cache could not be built.
+    #[error(transparent)]
+    Informer(#[from] crate::informer::Error),
+}
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A plugin loaded over seeded caches with its writes recorded.
+pub struct Harness {
+    plugin: Plugin,
+    recorder: Arc<Recorder>,
+    informers: BTreeMap<KindRef, Informer>,
+}
+
+impl Harness {
+    /// Loads `wasm` as plugin `name` with `config`, caching `objects` for the kinds it reads.
+    pub async fn load(
+        runtime: &Runtime,
+        name: &str,
+        wasm: Arc<[u8]>,
+        config: PluginConfig,
+        objects: &[Value],
+    ) -> Result<Self> {
+        let seeded = |gvk: &kube::core::GroupVersionKind, selector: Option<&str>| {
+            std::future::ready(seeded(objects, gvk, selector))
+        };
+        let (harness, _) = Self::load_with(runtime, name, wasm, config, |cache| cache, seeded).await?;
+        Ok(harness)
+    }
+
+    /// Loads the plugin with its reads going through `wrap(cache)` (e.g. to record them) and
+    /// the informer of each kind it reads built by `informer(kind, label selector)`.
+    pub(crate) async fn load_with<C: CacheReader, F>(
+        runtime: &Runtime,
+        name: &str,
+        wasm: Arc<[u8]>,
+        config: PluginConfig,
+        wrap: impl FnOnce(Arc<PluginCache>) -> Arc<C>,
+        mut informer: impl FnMut(&kube::core::GroupVersionKind, Option<&str>) -> F,
+    ) -> Result<(Self, Arc<C>)>
+    where
+        F: std::future::Future<Output = Result<Informer>>,
+    {
+        let cache = Arc::new(PluginCache::new(name));
+        let reads = wrap(cache.clone());
+        let recorder = Arc::new(Recorder::new(Some(reads.clone() as Arc<dyn CacheReader>)));
+        let plugin =
+            runtime.load(name, wasm, config, reads.clone(), recorder.clone() as Arc<dyn ApiWriter>).await?;
+        let mut informers = BTreeMap::new();
+        for (kind, (gvk, selector)) in wanted_informers(&plugin) {
+            informers.insert(kind, informer(&gvk, selector.as_deref()).await?);
+        }
+        serve_reads(&plugin, &cache, &informers)?;
+        Ok((Self { plugin, recorder, informers }, reads))
+    }
+
+    /// The loaded plugin.
+    pub fn plugin(&self) -> &Plugin {
+        &self.plugin
+    }
+
+    /// Waits until every cache the plugin reads has synced, at most `timeout` each.
+    pub async fn wait_for_sync(&self, timeout: std::time::Duration) -> Result<()> {
+        for (kind, informer) in &self.informers {
+            if !matches!(tokio::time::timeout(timeout, informer.wait_for_sync()).await, Ok(Ok(()))) {
+                return Err(Error::NotSynced { kind: kind.clone(), timeout, last_error: informer.last_error() });
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `map` for every cached object of each watched kind, in kind and key order: one
+    /// report entry per call that wrote or failed, and the keys returned.
+    pub async fn map_watched(&self) -> (Vec<Value>, BTreeSet<ObjectKey>) {
+        let (mut entries, mut keys) = (Vec::new(), BTreeSet::new());
+        for watch in &self.plugin.registration().watches {
+            let Some(informer) = self.informers.get(&KindRef::of(&watch.kind)) else { continue };
+            let mut objects = informer.store().list();
+            objects.sort_by(|a, b| a.key().cmp(b.key()));
+            for object in objects {
+                let what = format!("{} {} {}", watch.kind.api_version(), watch.kind.kind, object.key());
+                let result = self.plugin.map(&watch.kind, object.json()).await;
+                let writes = self.writes();
+                match result {
+                    Ok(mapped) => {
+                        keys.extend(mapped);
+                        if writes.as_array().is_some_and(|w| !w.is_empty()) {
+                            entries.push(json!({ "map": what, "writes": writes }));
+                        }
+                    }
+                    Err(e) => entries.push(json!({ "map": what, "error": e.to_string(), "writes": writes })),
+                }
+            }
+        }
+        (entries, keys)
+    }
+
+    /// The keys of every cached object of the for kind (within its label selector).
+    pub fn for_keys(&self) -> BTreeSet<ObjectKey> {
+        let for_kind = KindRef::of(&self.plugin.registration().for_kind);
+        let objects = self.informers.get(&for_kind).map(|i| i.store().list()).unwrap_or_default();
+        objects.iter().map(|o| ObjectKey { namespace: o.namespace().map(str::to_owned), name: o.name().to_owned() }).collect()
+    }
+
+    /// Reconciles `key` once (attempt 0): its report entry.
+    pub async fn reconcile(&self, key: &ObjectKey) -> Value {
+        let result = match self.plugin.reconcile(key, 0).await {
+            Ok(Action::Done) => "done".to_owned(),
+            Ok(Action::RequeueAfter(after)) => format!("requeue after {after:?}"),
+            Err(e) => format!("error: {e}"),
+        };
+        json!({ "reconcile": key.to_string(), "result": result, "writes": self.writes() })
+    }
+
+    fn writes(&self) -> Value {
+        self.recorder.take().iter().map(IntendedWrite::to_value).collect()
+    }
+}
+
+/// An informer of `gvk` holding the fixture objects of its kind that match `selector`.
+fn seeded(objects: &[Value], gvk: &kube::core::GroupVersionKind, selector: Option<&str>) -> Result<Informer> {
+    // Any version of the kind: the cache serves every version a plugin names (PluginCache).
+    let of_kind = objects.iter().filter(|o| {
+        let api_version = o["apiVersion"].as_str().unwrap_or_default();
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        o["kind"] == gvk.kind.as_str() && group == gvk.group
+    });
+    let mut cached = Vec::new();
+    for object in of_kind {
+        cached.push(CachedObject::from_json(serde_json::to_vec(object).unwrap_or_default())?);
+    }
+    let informer = Informer::seeded(gvk, cached)?;
+    let Some(selector) = selector.filter(|s| !s.is_empty()) else { return Ok(informer) };
+    parse_label_selector(selector).map_err(|e| Error::Fixture(format!("label selector {selector}: {e}")))?;
+    let matching = informer.store().list_selected(None, selector)?;
+    let mut kept = Vec::new();
+    for object in matching {
+        kept.push(CachedObject::from_json(object.json().to_vec())?);
+    }
+    Ok(Informer::seeded(gvk, kept)?)
+}
+
+/// Runs `harness` over `keys`, or over every key its for kind caches and its maps return: the
+/// report of every call.
+pub async fn run(harness: &Harness, keys: Option<Vec<ObjectKey>>) -> Report {
+    let mut entries = Vec::new();
+    let keys = match keys {
+        Some(keys) => keys,
+        None => {
+            let (maps, mut keys) = harness.map_watched().await;
+            entries.extend(maps);
+            keys.extend(harness.for_keys());
+            keys.into_iter().collect()
+        }
+    };
+    for key in &keys {
+        entries.push(harness.reconcile(key).await);
+    }
+    Report(entries)
+}
