@@ -72,8 +72,10 @@ async fn a_wasm_plugin_whose_settings_break_its_schema_is_rejected_and_the_old_v
     };
 
     apply(json!("v1")).await;
-    eventually("revision 1 serving", CONVERGE, || async {
-        plugins.get(&name).await.ok().filter(|wp| wp.status.as_ref().and_then(|s| s.revision) == Some(1))
+    eventually("revision 1 serving with its caches synced", CONVERGE, || async {
+        let wp = plugins.get(&name).await.ok()?;
+        let ready = condition(&wp, "Ready").is_some_and(|c| c.status == "True");
+        (ready && wp.status.as_ref().and_then(|s| s.revision) == Some(1)).then_some(())
     })
     .await;
 

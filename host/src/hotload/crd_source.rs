@@ -64,8 +64,14 @@ impl ResourceEventHandler for PluginTrigger {
     fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
         self.0.add(obj.name().to_owned());
     }
-    fn on_update(&self, _: Arc<CachedObject>, new: Arc<CachedObject>) {
-        self.0.add(new.name().to_owned());
+    /// Only a change of spec (generation) labels (the source's selector) or deletion is news: the
+    /// status this source writes itself would otherwise apply a rejected version again, and
+    /// count it again (controller-runtime's `GenerationChangedPredicate`, plus labels).
+    fn on_update(&self, old: Arc<CachedObject>, new: Arc<CachedObject>) {
+        let (was, is) = (old.meta(), new.meta());
+        if was.generation != is.generation || was.labels != is.labels || was.deleting != is.deleting {
+            self.0.add(new.name().to_owned());
+        }
     }
     fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
         self.0.add(obj.name().to_owned());
