@@ -101,7 +101,9 @@ async fn a_swap_under_load_loses_no_key_overlaps_no_key_and_ends_on_the_new_vers
 )]
 #[case::invalid_settings(
     "fixture_stamper.wasm",
-    Some("grants: {write: [ConfigMap]}\nsettings: {version: 2}\nsettingsSchema: {properties: {version: {type: string}}}\n"),
+    Some(
+        "grants: {write: [ConfigMap]}\nsettings: {version: 2}\nsettingsSchema: {properties: {version: {type: string}}}\n"
+    ),
     "/version: want string, but got number"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

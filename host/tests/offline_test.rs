@@ -83,7 +83,10 @@ fn test_prints_the_applies_deletes_and_events_a_plugin_would_make_and_checks_the
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "a different report fails: {stderr}");
     assert!(stderr.contains("differ from"), "{stderr}");
-    assert!(stderr.contains("-- reconcile: quiet") && stderr.contains("+          pods: '10'"), "a readable diff: {stderr}");
+    assert!(
+        stderr.contains("-- reconcile: quiet") && stderr.contains("+          pods: '10'"),
+        "a readable diff: {stderr}"
+    );
 }
 
 #[test]

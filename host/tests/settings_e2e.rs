@@ -86,7 +86,12 @@ async fn a_wasm_plugin_whose_settings_break_its_schema_is_rejected_and_the_old_v
     .await;
     let degraded = condition(&wp, "Degraded").unwrap();
     assert_eq!(degraded.reason, "InvalidSettings", "{degraded:?}");
-    assert!(degraded.message.contains("/version") && degraded.message.contains("^v[0-9]+$") && degraded.message.contains("settingsSchema"), "{degraded:?}");
+    assert!(
+        degraded.message.contains("/version")
+            && degraded.message.contains("^v[0-9]+$")
+            && degraded.message.contains("settingsSchema"),
+        "{degraded:?}"
+    );
     assert_eq!(wp.status.as_ref().unwrap().revision, Some(1), "the version before keeps serving");
     assert_eq!(app.manager().serving(&name).await.unwrap().revision, 1);
     let metrics = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
@@ -94,8 +99,10 @@ async fn a_wasm_plugin_whose_settings_break_its_schema_is_rejected_and_the_old_v
     assert_eq!(metric_value(&metrics, "kubewasm_plugin_rejected_versions_total", &labels), Some(1.0), "{metrics}");
 
     plugins.delete(&name, &DeleteParams::default()).await.unwrap();
-    eventually("the plugin unloaded", CONVERGE, || async { app.manager().serving(&name).await.is_none().then_some(()) })
-        .await;
+    eventually("the plugin unloaded", CONVERGE, || async {
+        app.manager().serving(&name).await.is_none().then_some(())
+    })
+    .await;
     stop.cancel();
     source.await.unwrap();
     assert!(app.shut_down(Duration::from_secs(10)).await);

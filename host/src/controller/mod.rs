@@ -31,8 +31,8 @@ use crate::plugin::Plugin;
 use crate::plugin::grants::KindRef;
 use crate::queue::{self, QueueMetrics, WorkQueue};
 use triggers::ForTrigger;
-pub(crate) use wiring::{serve_reads, wanted_informers};
 use wiring::{Owner, Watched, Wiring};
+pub(crate) use wiring::{serve_reads, wanted_informers};
 
 /// Why a controller could not be wired.
 #[derive(Debug, thiserror::Error)]

@@ -57,7 +57,7 @@ pub(crate) fn serve_reads(
     plugin: &Plugin,
     cache: &PluginCache,
     informers: &BTreeMap<KindRef, Informer>,
-) -> Result<(), Error> {
+) -> Result<(), Box<Error>> {
     for index in &plugin.registration().indexes {
         let informer = informers.get(&KindRef::of(&index.kind)).ok_or_else(|| Error::Index(index.name.clone()))?;
         let func = indexes::index_func(&index.source).ok_or_else(|| Error::Index(index.name.clone()))?;
@@ -121,7 +121,7 @@ impl Wiring {
             let informer = ctx.factory.informer(&gvk, params(selector.as_deref())).await.map_err(informer_err(&gvk))?;
             informers.insert(key, informer);
         }
-        serve_reads(plugin, &cache, &informers)?;
+        serve_reads(plugin, &cache, &informers).map_err(|e| *e)?;
 
         let mut owns = BTreeMap::new();
         for (i, kind) in reg.owns.iter().enumerate() {

@@ -51,7 +51,8 @@ pub fn parse(text: &str) -> Result<Fixtures> {
         match value {
             Value::Null => {}
             v if v["kind"] == RECORDING_KIND && v["apiVersion"] == RECORDING_API_VERSION => {
-                let recording = serde_json::from_value(v).map_err(|e| Error::Fixture(format!("recording header: {e}")))?;
+                let recording =
+                    serde_json::from_value(v).map_err(|e| Error::Fixture(format!("recording header: {e}")))?;
                 fixtures.recording = Some(recording);
             }
             Value::Object(mut list) if list.get("kind").and_then(Value::as_str) == Some("List") => {
@@ -68,13 +69,21 @@ pub fn parse(text: &str) -> Result<Fixtures> {
 
 fn checked(mut object: Value, n: usize) -> Result<Value> {
     let text = |path: &str| object.pointer(path).and_then(Value::as_str).map(str::to_owned);
-    let (Some(api_version), Some(kind), Some(name)) = (text("/apiVersion"), text("/kind"), text("/metadata/name")) else {
+    let (Some(api_version), Some(kind), Some(name)) = (text("/apiVersion"), text("/kind"), text("/metadata/name"))
+    else {
         return Err(Error::Fixture(format!("document {}: an object needs apiVersion, kind and metadata.name", n + 1)));
     };
     if text("/metadata/uid").is_none() {
         let namespace = text("/metadata/namespace").unwrap_or_default();
         let digest = crate::plugin::sha256_hex(format!("{api_version}/{kind}/{namespace}/{name}").as_bytes());
-        let uid = format!("{}-{}-4{}-8{}-{}", &digest[..8], &digest[8..12], &digest[13..16], &digest[17..20], &digest[20..32]);
+        let uid = format!(
+            "{}-{}-4{}-8{}-{}",
+            &digest[..8],
+            &digest[8..12],
+            &digest[13..16],
+            &digest[17..20],
+            &digest[20..32]
+        );
         object["metadata"]["uid"] = uid.into();
     }
     Ok(object)

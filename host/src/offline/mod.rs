@@ -34,7 +34,7 @@ pub enum Error {
     Fixture(String),
     /// The plugin did not load.
     #[error(transparent)]
-    Load(#[from] crate::plugin::LoadError),
+    Load(Box<crate::plugin::LoadError>),
     /// A cache did not sync in time (recording against a cluster).
     #[error("the cache of {kind} did not sync within {timeout:?}{}", .last_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
     NotSynced {
@@ -47,10 +47,22 @@ pub enum Error {
     },
     /// Its reads could not be wired (an index on a kind it does not read, …).
     #[error(transparent)]
-    Wiring(#[from] crate::controller::Error),
+    Wiring(#[from] Box<crate::controller::Error>),
     /// A cache could not be built.
     #[error(transparent)]
-    Informer(#[from] crate::informer::Error),
+    Informer(Box<crate::informer::Error>),
+}
+
+impl From<crate::plugin::LoadError> for Error {
+    fn from(e: crate::plugin::LoadError) -> Self {
+        Error::Load(Box::new(e))
+    }
+}
+
+impl From<crate::informer::Error> for Error {
+    fn from(e: crate::informer::Error) -> Self {
+        Error::Informer(Box::new(e))
+    }
 }
 
 /// Result of this module.
@@ -95,8 +107,7 @@ impl Harness {
         let cache = Arc::new(PluginCache::new(name));
         let reads = wrap(cache.clone());
         let recorder = Arc::new(Recorder::new(Some(reads.clone() as Arc<dyn CacheReader>)));
-        let plugin =
-            runtime.load(name, wasm, config, reads.clone(), recorder.clone() as Arc<dyn ApiWriter>).await?;
+        let plugin = runtime.load(name, wasm, config, reads.clone(), recorder.clone() as Arc<dyn ApiWriter>).await?;
         let mut informers = BTreeMap::new();
         for (kind, (gvk, selector)) in wanted_informers(&plugin) {
             informers.insert(kind, informer(&gvk, selector.as_deref()).await?);
@@ -150,7 +161,10 @@ impl Harness {
     pub fn for_keys(&self) -> BTreeSet<ObjectKey> {
         let for_kind = KindRef::of(&self.plugin.registration().for_kind);
         let objects = self.informers.get(&for_kind).map(|i| i.store().list()).unwrap_or_default();
-        objects.iter().map(|o| ObjectKey { namespace: o.namespace().map(str::to_owned), name: o.name().to_owned() }).collect()
+        objects
+            .iter()
+            .map(|o| ObjectKey { namespace: o.namespace().map(str::to_owned), name: o.name().to_owned() })
+            .collect()
     }
 
     /// Reconciles `key` once (attempt 0): its report entry.

@@ -59,7 +59,12 @@ impl CacheReader for ReadRecorder {
         Ok(found)
     }
 
-    fn list(&self, kind: &GroupVersionKind, ns: Option<&str>, selector: Option<&str>) -> Result<Vec<Vec<u8>>, CallError> {
+    fn list(
+        &self,
+        kind: &GroupVersionKind,
+        ns: Option<&str>,
+        selector: Option<&str>,
+    ) -> Result<Vec<Vec<u8>>, CallError> {
         let found = self.inner.list(kind, ns, selector)?;
         self.saw(&found);
         Ok(found)
@@ -92,7 +97,8 @@ pub async fn record(
         let params = InformerParams::default().labels(selector.unwrap_or_default());
         async move { Ok::<_, super::Error>(factory.informer(&gvk, params).await?) }
     };
-    let (harness, reads) = Harness::load_with(runtime, name, wasm, config, |c| Arc::new(ReadRecorder::new(c)), informer).await?;
+    let (harness, reads) =
+        Harness::load_with(runtime, name, wasm, config, |c| Arc::new(ReadRecorder::new(c)), informer).await?;
     harness.wait_for_sync(SYNC_TIMEOUT).await?;
     let mut files = Vec::new();
     for key in keys {
@@ -105,7 +111,8 @@ pub async fn record(
             key: key.to_string(),
             expect: report.to_value(),
         };
-        let mut text = format!("# kubewasm record: one reconcile of {key} by plugin {name}; replay with kubewasm test\n");
+        let mut text =
+            format!("# kubewasm record: one reconcile of {key} by plugin {name}; replay with kubewasm test\n");
         text.push_str(&serde_yaml::to_string(&header).unwrap_or_default());
         for object in reads.take() {
             text.push_str("---\n");

@@ -65,10 +65,9 @@ impl PluginConfig {
         let Some(schema) = &self.settings_schema else { return Ok(()) };
         const LOCATION: &str = "file:///kubewasm/settings-schema.json";
         let (mut schemas, mut compiler) = (boon::Schemas::new(), boon::Compiler::new());
-        let index = compiler
-            .add_resource(LOCATION, schema.clone())
-            .and_then(|()| compiler.compile(LOCATION, &mut schemas))
-            .map_err(|e| InvalidSettings::Schema(e.to_string()))?;
+        let not_a_schema = |e: boon::CompileError| InvalidSettings::Schema(e.to_string());
+        compiler.add_resource(LOCATION, schema.clone()).map_err(not_a_schema)?;
+        let index = compiler.compile(LOCATION, &mut schemas).map_err(not_a_schema)?;
         let settings = self.settings.clone().unwrap_or_else(|| Value::Object(Default::default()));
         let Err(error) = schemas.validate(&settings, index) else { return Ok(()) };
         let mut problems = Vec::new();

@@ -131,7 +131,8 @@ impl Recorder {
     }
 
     fn patched(&self, target: &ObjectRef, patch: &Patch) -> Value {
-        let cached = self.cache.as_ref().and_then(|c| c.get(&target.kind, target.namespace.as_deref(), &target.name).ok());
+        let cached =
+            self.cache.as_ref().and_then(|c| c.get(&target.kind, target.namespace.as_deref(), &target.name).ok());
         let Some(mut object) = cached.flatten().and_then(|b| serde_json::from_slice::<Value>(&b).ok()) else {
             return match patch {
                 Patch::Merge(v) | Patch::Json(v) | Patch::Strategic(v) => v.clone(),
@@ -215,7 +216,10 @@ mod tests {
     #[tokio::test]
     async fn a_recorder_keeps_writes_in_order_and_sends_nothing() {
         let recorder = Recorder::new(None);
-        let object = TypedObject::from_json(br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"a"}}"#).unwrap();
+        let object = TypedObject::from_json(
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"a"}}"#,
+        )
+        .unwrap();
         let stored = recorder.apply("kubewasm/p", &object, false).await.unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&stored).unwrap(), object.body);
         recorder.delete(&config_map(), &DeleteOptions::default()).await.unwrap();
@@ -228,7 +232,9 @@ mod tests {
     #[tokio::test]
     async fn a_recorded_patch_answers_with_the_cached_object_patched() {
         let cache = MemoryCache::default();
-        cache.insert(&json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"a"},"data":{"x":"1"}}));
+        cache.insert(
+            &json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"a"},"data":{"x":"1"}}),
+        );
         let recorder = Recorder::new(Some(Arc::new(cache)));
         let patch = Patch::Merge(json!({"data":{"y":"2"}}));
         let answer = recorder.patch("kubewasm/p", &config_map(), &patch, &PatchOptions::default()).await.unwrap();
