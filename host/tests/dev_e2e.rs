@@ -1,77 +1,125 @@
-//! `kubewasm dev`: a local control plane and the host on a plugin directory, stopped by Ctrl-C.
+//! `kubewasm dev`: a local control plane and the host on a plugin directory, stopped by Ctrl-C
+//! (SIGINT) or SIGTERM; with `--with-gc`, owned objects are garbage-collected.
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
 
 /// Start-up of etcd + kube-apiserver (the harness allows 60 s) plus loading the plugin.
 const START: Duration = Duration::from_secs(180);
 
+/// `kubewasm dev` running on a plugin directory with namespace-defaults, its output in files.
+struct Dev {
+    child: Child,
+    work: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl Dev {
+    fn start(extra: &[&str]) -> Self {
+        let work = tempfile::tempdir().unwrap();
+        let plugins = work.path().join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        common::install_plugin(&plugins, "namespace-defaults", "namespace_defaults.wasm", "");
+        let kubeconfig = work.path().join("kube/config");
+        let stdout = std::fs::File::create(work.path().join("stdout")).unwrap();
+        let stderr = std::fs::File::create(work.path().join("stderr")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+            .arg("dev")
+            .arg("--plugins")
+            .arg(&plugins)
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .args(["--admin-addr", "127.0.0.1:0", "--wasm-plugins=false", "--compile-cache"])
+            .arg(common::test_compile_cache())
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        Self { child, work, kubeconfig }
+    }
+
+    fn logs(&self) -> String {
+        let read = |f: &str| std::fs::read_to_string(self.work.path().join(f)).unwrap_or_default();
+        format!("stdout:\n{}\nstderr:\n{}", read("stdout"), read("stderr"))
+    }
+
+    /// A client of the control plane, once the kubeconfig is written.
+    async fn client(&mut self) -> kube::Client {
+        let started = Instant::now();
+        while !self.kubeconfig.exists() {
+            assert!(self.child.try_wait().unwrap().is_none(), "kubewasm dev exited: {}", self.logs());
+            assert!(started.elapsed() < START, "no kubeconfig after {START:?}: {}", self.logs());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let options = kube::config::KubeConfigOptions::default();
+        kube::Client::try_from(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.unwrap()).unwrap()
+    }
+
+    /// Sends `signal`; asserts that dev exits cleanly, removes its kubeconfig and stops the
+    /// apiserver.
+    async fn stop_with(mut self, signal: &str, client: kube::Client) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args([signal, &pid]).status().unwrap().success());
+        let stopping = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(stopping.elapsed() < Duration::from_secs(90), "still running after {signal}: {}", self.logs());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(status.success(), "{status}: {}", self.logs());
+        assert!(!self.kubeconfig.exists(), "the kubeconfig is removed");
+        assert!(Api::<Namespace>::all(client).list(&Default::default()).await.is_err(), "the apiserver is gone");
+    }
+}
+
+async fn create_namespace(client: &kube::Client, name: &str) {
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_runs_a_directory_of_plugins_on_a_local_control_plane_until_sigint_stops_everything() {
-    let work = tempfile::tempdir().unwrap();
-    let plugins = work.path().join("plugins");
-    std::fs::create_dir(&plugins).unwrap();
-    common::install_plugin(&plugins, "namespace-defaults", "namespace_defaults.wasm", "");
-    let kubeconfig = work.path().join("kube/config");
-    let stdout = std::fs::File::create(work.path().join("stdout")).unwrap();
-    let stderr = std::fs::File::create(work.path().join("stderr")).unwrap();
-    let mut dev = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
-        .arg("dev")
-        .arg("--plugins")
-        .arg(&plugins)
-        .arg("--kubeconfig-out")
-        .arg(&kubeconfig)
-        .args(["--admin-addr", "127.0.0.1:0", "--wasm-plugins=false", "--compile-cache"])
-        .arg(common::test_compile_cache())
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let logs = || {
-        let read = |f: &str| std::fs::read_to_string(work.path().join(f)).unwrap_or_default();
-        format!("stdout:\n{}\nstderr:\n{}", read("stdout"), read("stderr"))
-    };
-
-    let started = Instant::now();
-    while !kubeconfig.exists() {
-        assert!(dev.try_wait().unwrap().is_none(), "kubewasm dev exited: {}", logs());
-        assert!(started.elapsed() < START, "no kubeconfig after {START:?}: {}", logs());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
-    let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "dev-demo"}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    let mut dev = Dev::start(&[]);
+    let client = dev.client().await;
+    create_namespace(&client, "dev-demo").await;
     let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), "dev-demo");
     common::eventually("the plugin reconciled dev-demo", START, || async {
         quotas.get_opt("default-quota").await.ok().flatten()
     })
     .await;
-    assert!(logs().contains(&format!("kubectl --kubeconfig {}", kubeconfig.display())), "{}", logs());
+    assert!(dev.logs().contains(&format!("kubectl --kubeconfig {}", dev.kubeconfig.display())), "{}", dev.logs());
+    dev.stop_with("-INT", client).await;
+}
 
-    let pid = dev.id().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
-    let stopping = Instant::now();
-    let status = loop {
-        if let Some(status) = dev.try_wait().unwrap() {
-            break status;
-        }
-        assert!(stopping.elapsed() < Duration::from_secs(90), "still running after SIGINT: {}", logs());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert!(status.success(), "{status}: {}", logs());
-    assert!(!kubeconfig.exists(), "the kubeconfig is removed");
-    assert!(Api::<Namespace>::all(client).list(&Default::default()).await.is_err(), "the apiserver is gone");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_with_gc_deletes_the_dependents_of_a_deleted_owner_and_sigterm_stops_everything() {
+    let mut dev = Dev::start(&["--with-gc"]);
+    let client = dev.client().await;
+    create_namespace(&client, "gc-demo").await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "gc-demo");
+    let owner: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "owner"}})).unwrap();
+    let owner = config_maps.create(&PostParams::default(), &owner).await.unwrap();
+    let reference = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid});
+    let dependent: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "dependent", "ownerReferences": [reference]}})).unwrap();
+    config_maps.create(&PostParams::default(), &dependent).await.unwrap();
+    config_maps.delete("owner", &DeleteParams::default()).await.unwrap();
+    common::eventually("the garbage collector deleted the dependent", START, || async {
+        matches!(config_maps.get_opt("dependent").await, Ok(None)).then_some(())
+    })
+    .await;
+    dev.stop_with("-TERM", client).await;
 }
