@@ -35,6 +35,9 @@ pub enum Command {
     /// Start a local control plane (etcd + kube-apiserver), write its kubeconfig and run the
     /// plugins of a directory on it with hot reload, until Ctrl-C.
     Dev(Box<DevArgs>),
+    /// Create a plugin project outside this repository: build script, config with a settings
+    /// schema, and an offline test that runs `kubewasm test` (Rust; Python and JS not yet).
+    New(NewArgs),
 }
 
 /// `kubewasm run`.
@@ -190,6 +193,29 @@ pub struct RecordArgs {
     /// Directory for compiled plugins (the same as `run --compile-cache`).
     #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
     pub compile_cache: Option<PathBuf>,
+}
+
+/// The languages `kubewasm new` writes projects in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Language {
+    /// Rust, with the kubewasm Rust SDK.
+    Rust,
+}
+
+/// `kubewasm new`.
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The project's language.
+    pub language: Language,
+    /// The plugin's name (a DNS label): it names the crate, `<name>.wasm` and `<name>.yaml`.
+    pub name: String,
+    /// Where to create the project (must be absent or empty); default `./<name>`.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// The Rust SDK (plugins/sdk/rust of a kubewasm checkout); default: the one this binary
+    /// was built from.
+    #[arg(long, env = "KUBEWASM_SDK")]
+    pub sdk: Option<PathBuf>,
 }
 
 /// `kubewasm dev`: `run`'s flags, on a control plane of its own.

@@ -18,6 +18,7 @@ pub mod leader;
 pub mod offline;
 pub mod plugin;
 pub mod queue;
+pub mod scaffold;
 pub mod shutdown;
 pub mod telemetry;
 pub mod writer;

@@ -29,6 +29,11 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Record(args) => kubewasm::offline::command::record(args).await,
             Command::Dev(args) => kubewasm::dev::run(*args).await,
+            Command::New(args) => {
+                let dir = kubewasm::scaffold::new_rust(&args.name, args.dir.as_deref(), args.sdk.as_deref())?;
+                println!("created {}: build with {0}/build.sh, test with `kubewasm test {0}/{1}.wasm --objects {0}/tests/fixtures.yaml --expect {0}/tests/expected.yaml`", dir.display(), args.name);
+                Ok(())
+            }
             Command::Test(args) => {
                 if !kubewasm::offline::command::test(args).await? {
                     std::process::exit(1);
