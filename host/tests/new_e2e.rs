@@ -13,8 +13,9 @@ use kube::Api;
 use kubewasm::app::App;
 use kubewasm_testenv::ControlPlane;
 
-/// Building the project cold compiles the SDK and k8s-openapi for wasm32-wasip2; on a loaded
-/// 2-core machine that takes minutes (later runs reuse the target dir under CARGO_TARGET_TMPDIR).
+/// How long the served plugin may take to write its ConfigMap (a deadline, not a measurement).
+/// The build before it is not bounded: cold, it compiles the SDK and k8s-openapi for
+/// wasm32-wasip2 (minutes on 2 cores); later runs reuse the target dir under CARGO_TARGET_TMPDIR.
 const CONVERGE: Duration = Duration::from_secs(120);
 
 fn kubewasm(args: &[&str]) -> Command {
