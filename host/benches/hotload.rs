@@ -36,6 +36,7 @@ fn manager(client: kube::Client, runtime: Runtime) -> Manager {
         readiness: Default::default(),
         max_retries: None,
         leader: Default::default(),
+        shard: Default::default(),
         breaker: kubewasm::breaker::Breaker::kube(client.clone(), Default::default(), None),
     };
     Manager::new(ctx, runtime, Arc::new(KubeWriter::new(client)), Options::default(), HotloadMetrics::default())

@@ -19,6 +19,7 @@ use crate::hotload::{Desired, DirectorySource, HotloadMetrics, Manager, Options,
 pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::informer::SharedInformerFactory;
 use crate::leader::{self, LeaderGate};
+use crate::shard::{self, ShardGate};
 use crate::plugin::host::ApiWriter;
 use crate::plugin::metrics::PluginMetrics;
 use crate::plugin::protected::Protected;
@@ -124,6 +125,7 @@ impl App {
             readiness: Readiness::default(),
             max_retries,
             leader: LeaderGate::default(),
+            shard: ShardGate::default(),
             breaker,
         };
         let manager =
@@ -156,6 +158,12 @@ impl App {
     /// making sources, which share the manager.
     pub fn set_leader_gate(&mut self, gate: LeaderGate) {
         self.manager.set_leader_gate(gate);
+    }
+
+    /// Shards controllers started from now on by `gate` (see [`crate::shard`]); call before
+    /// making sources, which share the manager.
+    pub fn set_shard_gate(&mut self, gate: ShardGate) {
+        self.manager.set_shard_gate(gate);
     }
 
     /// Loads (or swaps in) one plugin file. On failure the plugin is reported (log, metric)
@@ -208,9 +216,14 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         let namespace = args.leader_election_namespace.clone().unwrap_or_else(leader::default_namespace);
         app.protected().lease(&namespace, &args.leader_election_id);
     }
-    let mut election = leader::election(&args, client, app.registry())?;
+    let mut election = leader::election(&args, client.clone(), app.registry())?;
     if let Some(election) = &election {
         app.set_leader_gate(election.gate());
+    }
+    let gate = ShardGate::sharded();
+    let mut membership = shard::membership(&args, client, gate.clone(), app.registry())?;
+    if membership.is_some() {
+        app.set_shard_gate(gate);
     }
     let router = admin::router(app.registry().clone(), app.readiness().clone());
     let (addr, admin_task) = admin::serve(args.admin_addr, router, shutdown.clone().cancelled_owned()).await?;
@@ -249,6 +262,12 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
             lost = election.lost() => exit_on_lost_leadership(&lost),
         }
     }
+    if let Some(membership) = membership.as_mut() {
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            lost = membership.lost() => exit_on_lost_leadership(&lost),
+        }
+    }
     shutdown.cancelled().await;
     // No new plugin versions after SIGTERM: stop the sources where they are (the manager keeps
     // whatever serves, so nothing escapes the shutdown below).
@@ -265,12 +284,16 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
     // so nothing may be written any more.
     let grace = Duration::from_secs(args.shutdown_grace_seconds);
     let drain = app.shut_down(grace);
-    let finished = match election.as_mut() {
-        Some(election) => tokio::select! {
+    let finished = match (election.as_mut(), membership.as_mut()) {
+        (Some(election), _) => tokio::select! {
             finished = drain => finished,
             lost = election.lost() => exit_on_lost_leadership(&lost),
         },
-        None => drain.await,
+        (None, Some(membership)) => tokio::select! {
+            finished = drain => finished,
+            lost = membership.lost() => exit_on_lost_leadership(&lost),
+        },
+        (None, None) => drain.await,
     };
     if finished {
         tracing::info!("all in-flight reconciles finished; exiting");
@@ -281,6 +304,12 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         let bound = Duration::from_secs(args.leader_election_renew_deadline_seconds);
         if tokio::time::timeout(bound, election.release()).await.is_err() {
             tracing::warn!(?bound, "could not release the leader lease in time; it will expire");
+        }
+    }
+    if let Some(membership) = membership {
+        let bound = Duration::from_secs(args.leader_election_renew_deadline_seconds);
+        if tokio::time::timeout(bound, membership.leave()).await.is_err() {
+            tracing::warn!(?bound, "could not leave the shard group in time; the Lease will expire");
         }
     }
     admin_task.await??;

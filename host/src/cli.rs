@@ -123,6 +123,22 @@ pub struct RunArgs {
     /// Seconds between attempts to acquire or renew the Lease (controller-runtime: 2).
     #[arg(long, env = "KUBEWASM_LEADER_ELECTION_RETRY_PERIOD_SECONDS", default_value_t = 2)]
     pub leader_election_retry_period_seconds: u64,
+    /// Split the work between replicas by namespace hash: each holds a Lease
+    /// `<leader-election-id>-shard-…` in the leader-election namespace (same timings), lists and
+    /// watches its range of its plugins' kinds (server-side with KEP-5866's shardSelector when
+    /// the API server has ShardedListAndWatch on, else filtered here) and reconciles only that.
+    #[arg(long, env = "KUBEWASM_SHARDING", value_enum, default_value_t = Sharding::Off, conflicts_with = "leader_elect")]
+    pub sharding: Sharding,
+}
+
+/// `--sharding`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Sharding {
+    /// One replica does all the work (with `--leader-elect`, the leader).
+    #[default]
+    Off,
+    /// Replicas find each other through their Leases and split the hash space evenly.
+    Auto,
 }
 
 /// `kubewasm check`.
@@ -261,6 +277,16 @@ mod tests {
     #[test]
     fn the_cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn sharding_is_off_by_default_and_excludes_leader_election() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["kubewasm", "run"], args].concat());
+        let Command::Run(run) = parse(&[]).unwrap().command else { panic!("not run") };
+        assert_eq!(run.sharding, Sharding::Off);
+        let Command::Run(run) = parse(&["--sharding", "auto"]).unwrap().command else { panic!("not run") };
+        assert_eq!(run.sharding, Sharding::Auto);
+        assert!(parse(&["--sharding", "auto", "--leader-elect"]).is_err());
     }
 
     #[test]

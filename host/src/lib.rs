@@ -19,6 +19,7 @@ pub mod offline;
 pub mod plugin;
 pub mod queue;
 pub mod scaffold;
+pub mod shard;
 pub mod shutdown;
 pub mod telemetry;
 pub mod writer;

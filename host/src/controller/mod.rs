@@ -27,6 +27,7 @@ use crate::admin::Readiness;
 use crate::breaker::Breaker;
 use crate::informer::{HandlerRegistration, Informer, SharedInformerFactory};
 use crate::leader::LeaderGate;
+use crate::shard::ShardGate;
 use crate::plugin::Plugin;
 use crate::plugin::grants::KindRef;
 use crate::queue::{self, QueueMetrics, WorkQueue};
@@ -114,8 +115,29 @@ pub struct Context {
     pub max_retries: Option<u32>,
     /// Workers start only once this opens (leader election); caches sync regardless.
     pub leader: LeaderGate,
+    /// Which keys this replica may reconcile (sharding); admits all by default.
+    pub shard: ShardGate,
     /// The API-server breaker: workers pause while it is not closed.
     pub breaker: Breaker,
+}
+
+/// Queues every cached key of the for kind each time this replica starts serving a range: keys
+/// its informers delivered while it served nothing were dropped.
+async fn requeue_on_new_range(
+    mut resyncs: tokio::sync::watch::Receiver<u64>,
+    queue: WorkQueue<NamespacedKey>,
+    store: Arc<crate::informer::Store>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            changed = resyncs.changed() => if changed.is_err() { return },
+        }
+        for key in store.list_keys() {
+            queue.add(NamespacedKey::from(key.as_str()));
+        }
+    }
 }
 
 /// One plugin's controller: its for trigger, queue and workers, which live as long as the
@@ -131,6 +153,7 @@ pub struct Controller {
     wiring: Wiring,
     tasks: Vec<JoinHandle<()>>,
     leader: LeaderGate,
+    shard: ShardGate,
     stop: CancellationToken,
 }
 
@@ -157,7 +180,11 @@ impl Controller {
         let queue = queue::Config::default().name(name.clone()).metrics(ctx.queue_metrics.clone());
         let queue = WorkQueue::new(queue.rate_limiter(plugin.rate_limiter().build()));
         let reconciler = Reconciler::new(plugin.clone(), queue.clone(), ctx.metrics.controller(&name), ctx.max_retries);
-        let reconciler = Arc::new(reconciler.breaker(ctx.breaker.clone()));
+        let reconciler = Arc::new(reconciler.breaker(ctx.breaker.clone()).shard(ctx.shard.clone()));
+        if ctx.shard.is_sharded() && !owner.namespaced {
+            let hash = crate::shard::fnv1a64("");
+            tracing::info!(controller = %name, kind = %owner.kind, "sharding: a cluster-scoped kind is not split; the replica whose range holds {hash:#018x} reconciles all of it");
+        }
         let wiring = Wiring::new(ctx, &plugin, cache, &reconciler, &owner, None).await?;
         let for_informer = wiring.informers().iter().find(|i| KindRef::of(i.gvk()) == owner.kind).cloned();
         let for_informer = for_informer.expect("the wiring reads the for kind");
@@ -173,6 +200,7 @@ impl Controller {
             wiring,
             tasks: Vec::new(),
             leader: ctx.leader.clone(),
+            shard: ctx.shard.clone(),
             stop: CancellationToken::new(),
         })
     }
@@ -218,6 +246,10 @@ impl Controller {
             tracing::info!(controller = %name, "caches synced; starting workers");
             reconciler.run().await;
         }));
+        if let Some(resyncs) = self.shard.resyncs() {
+            let (queue, store, stop) = (self.queue().clone(), self.for_informer.store().clone(), self.stop.clone());
+            self.tasks.push(tokio::spawn(requeue_on_new_range(resyncs, queue, store, stop)));
+        }
     }
 
     /// Serves a new version of the plugin: wires what it reads beside the current version,

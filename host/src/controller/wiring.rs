@@ -71,6 +71,18 @@ pub(crate) fn serve_reads(
     Ok(())
 }
 
+/// Which kinds a plugin's informers shard (module doc of [`crate::shard`]): the for kind, and
+/// the kinds it owns when it is namespaced and neither reads nor watches them.
+fn sharded_kinds(reg: &crate::plugin::registration::Registration, owner: &Owner) -> Vec<KindRef> {
+    let mut sharded = vec![KindRef::of(&reg.for_kind)];
+    if owner.namespaced {
+        let unsharded: Vec<KindRef> =
+            reg.reads.iter().chain(reg.watches.iter().map(|w| &w.kind)).map(KindRef::of).collect();
+        sharded.extend(reg.owns.iter().map(KindRef::of).filter(|k| !unsharded.contains(k)));
+    }
+    sharded
+}
+
 /// The for kind's identity (it stays the same across swaps) and its scope.
 #[derive(Clone)]
 pub(crate) struct Owner {
@@ -116,9 +128,11 @@ impl Wiring {
         previous: Option<&Wiring>,
     ) -> Result<Self, Error> {
         let reg = plugin.registration();
+        let sharded = if ctx.shard.is_sharded() { sharded_kinds(reg, owner) } else { Vec::new() };
         let mut informers: BTreeMap<KindRef, Informer> = BTreeMap::new();
         for (key, (gvk, selector)) in wanted_informers(plugin) {
-            let informer = ctx.factory.informer(&gvk, params(selector.as_deref())).await.map_err(informer_err(&gvk))?;
+            let params = params(selector.as_deref()).sharded(sharded.contains(&key));
+            let informer = ctx.factory.informer(&gvk, params).await.map_err(informer_err(&gvk))?;
             informers.insert(key, informer);
         }
         serve_reads(plugin, &cache, &informers).map_err(|e| *e)?;

@@ -16,6 +16,7 @@ use tracing::Instrument;
 use super::NamespacedKey;
 use super::metrics::Handles;
 use crate::breaker::Breaker;
+use crate::shard::ShardGate;
 use crate::plugin::{Action, CallFailed, Plugin};
 use crate::queue::WorkQueue;
 
@@ -37,6 +38,8 @@ pub enum Outcome {
     /// Failed asking to be retried after a delay (contract 0.2): re-added after it, its
     /// backoff neither advanced nor forgotten.
     RetryAfter,
+    /// Not reconciled: another replica's shard holds the key, which its owner has queued.
+    NotOwned,
 }
 
 /// Most per-key failure lines a controller logs a second; past it lines are counted and the
@@ -80,6 +83,7 @@ pub struct Reconciler {
     /// The desired number of workers, for surplus workers waiting for a key to notice a downsize.
     desired: watch::Sender<u32>,
     breaker: Option<Breaker>,
+    shard: ShardGate,
     failure_log: FailureLog,
 }
 
@@ -114,6 +118,7 @@ impl Reconciler {
             workers,
             desired: watch::Sender::new(desired),
             breaker: None,
+            shard: ShardGate::default(),
             failure_log: FailureLog::default(),
         }
     }
@@ -123,6 +128,13 @@ impl Reconciler {
     #[must_use]
     pub fn breaker(mut self, breaker: Breaker) -> Self {
         self.breaker = Some(breaker);
+        self
+    }
+
+    /// Reconciles only the keys `shard` admits; the others are dropped (their owner has them).
+    #[must_use]
+    pub fn shard(mut self, shard: ShardGate) -> Self {
+        self.shard = shard;
         self
     }
 
@@ -240,6 +252,12 @@ impl Reconciler {
 
     /// Reconciles `key` (taken from the queue) and settles it.
     async fn process(&self, key: NamespacedKey) -> Outcome {
+        // Held for the whole reconcile: the range cannot move to another replica meanwhile.
+        let Some(_admission) = self.shard.admit(&key.to_string()).await else {
+            self.queue.forget(&key);
+            self.queue.done(&key);
+            return Outcome::NotOwned;
+        };
         let plugin = self.plugin();
         let attempt = self.queue.num_requeues(&key);
         let revision = plugin.revision();

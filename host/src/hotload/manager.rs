@@ -329,6 +329,13 @@ impl Manager {
         self.ctx.leader = gate;
     }
 
+    /// Shards controllers started from now on by `gate`'s range: their for (and owned) kinds'
+    /// informers follow it and their workers reconcile only keys in it.
+    pub fn set_shard_gate(&mut self, gate: crate::shard::ShardGate) {
+        self.ctx.factory = self.ctx.factory.clone().shard_gate(gate.clone());
+        self.ctx.shard = gate;
+    }
+
     /// Stops every controller, letting in-flight reconciles finish within `grace`.
     pub async fn shut_down(&self, grace: Duration) -> bool {
         let slots: Vec<_> = std::mem::take(&mut *self.slots.lock()).into_values().collect();

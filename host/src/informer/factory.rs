@@ -14,10 +14,12 @@ use kube::{
 };
 use prometheus::Registry;
 
+use crate::shard::ShardGate;
+
 use super::{
     Error, Result,
     metrics::InformerMetrics,
-    reflector::{ListStrategy, Reflector, ReflectorConfig, Transform},
+    reflector::{ListStrategy, Reflector, ReflectorConfig, ReflectorShard, Transform},
     shared_informer::{Informer, InformerInner, Shared},
 };
 
@@ -28,9 +30,18 @@ pub struct InformerParams {
     namespace: Option<String>,
     label_selector: Option<String>,
     field_selector: Option<String>,
+    sharded: bool,
 }
 
 impl InformerParams {
+    /// List and watch only the namespaces in this replica's shard range (when the factory has a
+    /// sharded [`ShardGate`]; otherwise ignored).
+    #[must_use]
+    pub fn sharded(mut self, sharded: bool) -> Self {
+        self.sharded = sharded;
+        self
+    }
+
     /// Watch only this namespace (default: all namespaces).
     #[must_use]
     pub fn namespace(mut self, namespace: &str) -> Self {
@@ -77,6 +88,8 @@ struct FactoryInner {
     /// installed) is looked up again on the next request.
     resources: parking_lot::Mutex<HashMap<GroupVersionKind, (ApiResource, Scope)>>,
     streaming: tokio::sync::OnceCell<bool>,
+    /// The shard range sharded informers follow.
+    gate: ShardGate,
 }
 
 /// Hands out shared informers for any kind, resolved through discovery at run time.
@@ -102,6 +115,7 @@ impl SharedInformerFactory {
                 informers: Default::default(),
                 resources: Default::default(),
                 streaming: Default::default(),
+                gate: ShardGate::default(),
             }),
         })
     }
@@ -123,6 +137,17 @@ impl SharedInformerFactory {
         self.rebuilt(config)
     }
 
+    /// Informers created afterwards with [`InformerParams::sharded`] follow `gate`'s range.
+    #[must_use]
+    pub fn shard_gate(self, gate: ShardGate) -> Self {
+        let config = self.inner.config.clone();
+        let mut rebuilt = self.rebuilt(config);
+        if let Some(inner) = Arc::get_mut(&mut rebuilt.inner) {
+            inner.gate = gate;
+        }
+        rebuilt
+    }
+
     fn rebuilt(self, config: ReflectorConfig) -> Self {
         let inner = &self.inner;
         Self {
@@ -133,6 +158,7 @@ impl SharedInformerFactory {
                 informers: Default::default(),
                 resources: Default::default(),
                 streaming: Default::default(),
+                gate: inner.gate.clone(),
             }),
         }
     }
@@ -160,6 +186,16 @@ impl SharedInformerFactory {
             }
             (None, _) => Api::<DynamicObject>::all_with(client, &resource),
         };
+        let gate = &self.inner.gate;
+        let shard = match (key.params.sharded, gate.caching(), gate.register_informer()) {
+            (true, Some(caching), Some(listed)) => Some(ReflectorShard {
+                caching,
+                listed,
+                client_side_filter: gate.client_side_filter(&super::metrics::kind_label(gvk)),
+                namespace: key.params.namespace.clone(),
+            }),
+            _ => None,
+        };
         let reflector = Reflector {
             api,
             resource,
@@ -167,6 +203,7 @@ impl SharedInformerFactory {
             field_selector: key.params.field_selector.clone(),
             config: self.inner.config.clone(),
             streaming,
+            shard,
         };
         let mut informers = self.inner.informers.lock();
         // Another consumer may have started it while we were resolving the kind.

@@ -12,7 +12,11 @@ use kube::{
     },
 };
 
+use prometheus::IntGauge;
+use tokio::sync::watch;
+
 use super::{object::CachedObject, shared_informer::Shared};
+use crate::shard::{HashRange, ListedRange, fnv1a64, selector};
 
 /// How the initial list is fetched.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,6 +75,20 @@ pub(crate) struct Reflector {
     pub(crate) config: ReflectorConfig,
     /// Whether to start with a streaming list (decided by the factory from the server version).
     pub(crate) streaming: bool,
+    /// Set when this informer lists and watches one hash range of the namespaces.
+    pub(crate) shard: Option<ReflectorShard>,
+}
+
+/// What a sharded reflector follows and reports.
+pub(crate) struct ReflectorShard {
+    /// The range to list and watch; the reflector relists when it changes.
+    pub(crate) caching: watch::Receiver<Option<HashRange>>,
+    /// Where it reports each range it has listed completely.
+    pub(crate) listed: ListedRange,
+    /// 1 while the server ignores the selector and the reflector filters itself.
+    pub(crate) client_side_filter: Option<IntGauge>,
+    /// The informer's namespace, if it watches one.
+    pub(crate) namespace: Option<String>,
 }
 
 impl Reflector {
@@ -86,18 +104,71 @@ impl Reflector {
     }
 
     /// Runs until aborted: applies every watcher event to `shared`.
-    pub(crate) async fn run(self, shared: Arc<Shared>) {
+    pub(crate) async fn run(mut self, shared: Arc<Shared>) {
+        // Whether to start with a streaming list; cleared for good once the server refused one.
+        let mut streaming = self.streaming;
+        let Some(mut shard) = self.shard.take() else {
+            self.watch(self.api.clone(), None, &shared, std::future::pending(), &mut streaming).await;
+            return;
+        };
+        let mut warned = false;
+        loop {
+            let Some(range) = *shard.caching.borrow_and_update() else {
+                if shard.caching.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            };
+            let client = self.api.clone().into_client();
+            let honoured = selector::server_honours(&client, self.api.resource_url(), &range).await;
+            let honoured = honoured.unwrap_or_else(|e| {
+                tracing::debug!(kind = %shared.kind, error = %e, "shard selector probe failed; filtering on the client");
+                false
+            });
+            if let Some(gauge) = &shard.client_side_filter {
+                gauge.set(i64::from(!honoured));
+            }
+            if !honoured && !warned {
+                warned = true;
+                tracing::warn!(kind = %shared.kind, "the API server ignores shardSelector (feature gate ShardedListAndWatch off?): listing everything and filtering on the client");
+            }
+            let api = match (&shard.namespace, honoured) {
+                (_, false) => self.api.clone(),
+                (Some(ns), true) => Api::namespaced_with(selector::sharded_client(client, &range), ns, &self.resource),
+                (None, true) => Api::all_with(selector::sharded_client(client, &range), &self.resource),
+            };
+            let changed = shard.caching.changed();
+            let filter = Filter { range, listed: &shard.listed };
+            if !self.watch(api, Some(filter), &shared, changed, &mut streaming).await {
+                return;
+            }
+        }
+    }
+
+    /// Runs one watcher on `api` until `stop` resolves (then `true`) or forever; with a
+    /// `filter`, objects outside its range are not cached and completed lists are reported.
+    async fn watch(
+        &self,
+        api: Api<DynamicObject>,
+        filter: Option<Filter<'_>>,
+        shared: &Arc<Shared>,
+        stop: impl std::future::Future,
+        streaming: &mut bool,
+    ) -> bool {
         let kind = shared.kind.clone();
         let metrics = shared.metrics.clone();
-        let mut streaming = self.streaming;
+        let mut stop = std::pin::pin!(stop);
         loop {
-            let mut stream =
-                watcher::watcher(self.api.clone(), self.watcher_config(streaming)).default_backoff().boxed();
+            let mut stream = watcher::watcher(api.clone(), self.watcher_config(*streaming)).default_backoff().boxed();
             metrics.watch_starts.with_label_values(&[&kind]).inc();
             // Keys seen by the (re)list in progress; `Some` between Init and InitDone.
             let mut listing: Option<HashSet<Arc<str>>> = None;
             let mut fall_back = false;
-            while let Some(event) = stream.next().await {
+            loop {
+                let event = tokio::select! {
+                    _ = &mut stop => return true,
+                    event = stream.next() => match event { Some(event) => event, None => break },
+                };
                 metrics.event_seen(&kind);
                 match event {
                     Ok(Event::Init) => {
@@ -108,7 +179,7 @@ impl Reflector {
                         listing = Some(HashSet::new());
                     }
                     Ok(Event::InitApply(obj)) => {
-                        if let Some(obj) = self.convert(obj) {
+                        if let Some(obj) = self.convert(obj, filter.as_ref()) {
                             if let Some(seen) = listing.as_mut() {
                                 seen.insert(obj.key_arc().clone());
                             }
@@ -120,15 +191,18 @@ impl Reflector {
                             shared.replace_done(&seen);
                         }
                         shared.mark_synced();
-                        tracing::debug!(%kind, objects = shared.store.len(), streaming, "list applied");
+                        if let Some(filter) = &filter {
+                            filter.listed.listed(filter.range);
+                        }
+                        tracing::debug!(%kind, objects = shared.store.len(), streaming = *streaming, "list applied");
                     }
                     Ok(Event::Apply(obj)) => {
-                        if let Some(obj) = self.convert(obj) {
+                        if let Some(obj) = self.convert(obj, filter.as_ref()) {
                             shared.apply(obj, false);
                         }
                     }
                     Ok(Event::Delete(obj)) => {
-                        if let Some(obj) = self.convert(obj) {
+                        if let Some(obj) = self.convert(obj, filter.as_ref()) {
                             shared.remove(obj);
                         }
                     }
@@ -137,7 +211,7 @@ impl Reflector {
                         metrics.watch_starts.with_label_values(&[&kind]).inc();
                         tracing::debug!(%kind, error = %err, "watch error; the watcher retries with backoff");
                         shared.record_error(err.to_string());
-                        let refused = streaming
+                        let refused = *streaming
                             && !shared.has_synced()
                             && self.config.list_strategy == ListStrategy::Auto
                             && streaming_refused(&err);
@@ -150,13 +224,18 @@ impl Reflector {
                 }
             }
             if !fall_back {
-                return; // the watcher's stream does not end on its own
+                return false; // the watcher's stream does not end on its own
             }
-            streaming = false;
+            *streaming = false;
         }
     }
 
-    fn convert(&self, mut obj: DynamicObject) -> Option<Arc<CachedObject>> {
+    fn convert(&self, mut obj: DynamicObject, filter: Option<&Filter<'_>>) -> Option<Arc<CachedObject>> {
+        // The same test the server applies: identical caches whether or not it honoured the
+        // selector (and a no-op when it did).
+        if filter.is_some_and(|f| !f.range.contains(fnv1a64(obj.metadata.namespace.as_deref().unwrap_or_default()))) {
+            return None;
+        }
         (self.config.transform)(&mut obj);
         match CachedObject::from_dynamic(obj, &self.resource) {
             Ok(o) => Some(Arc::new(o)),
@@ -166,6 +245,12 @@ impl Reflector {
             }
         }
     }
+}
+
+/// A sharded reflector's range, applied on the client too.
+struct Filter<'a> {
+    range: HashRange,
+    listed: &'a ListedRange,
 }
 
 /// Whether a watcher error means the server does not serve streaming lists (a 4xx other than

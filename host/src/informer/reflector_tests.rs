@@ -24,6 +24,11 @@ type Server = Handle<Request<Body>, Response<Body>>;
 
 /// An informer whose reflector talks to the returned scripted server; paginated lists.
 fn informer() -> (Informer, Server) {
+    informer_with(None)
+}
+
+/// [`informer`], sharded when `shard` is set.
+fn informer_with(shard: Option<ReflectorShard>) -> (Informer, Server) {
     let (service, server) = mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
     let gvk = GroupVersionKind::gvk("", "v1", "ConfigMap");
@@ -35,6 +40,7 @@ fn informer() -> (Informer, Server) {
         field_selector: None,
         config: ReflectorConfig { list_strategy: ListStrategy::Paginated, ..ReflectorConfig::default() },
         streaming: false,
+        shard,
     };
     let metrics = Arc::new(InformerMetrics::register(&Registry::new()).unwrap());
     let shared = Arc::new(Shared::new(gvk.clone(), metrics));
@@ -153,4 +159,86 @@ async fn malformed_watch_events_are_skipped_and_the_watch_goes_on() {
     assert_eq!(take(&mut rx, 1).await, ["update ns/b 12->13"]);
     assert_eq!(informer.store().len(), 2);
     assert!(rx.try_recv().is_err(), "nothing was made up from the bad events");
+}
+
+
+/// Two namespaces on either side of the middle of the hash space.
+fn namespaces_in_halves() -> (&'static str, &'static str, [crate::shard::HashRange; 2]) {
+    let [low, high] = crate::shard::split(2)[..] else { panic!("two ranges") };
+    let candidates = ["ns-0", "ns-1", "ns-2", "ns-3", "ns-4", "ns-5", "ns-6", "ns-7"];
+    let hash = |ns: &str| crate::shard::fnv1a64(ns);
+    let a = candidates.iter().find(|ns| low.contains(hash(ns))).unwrap();
+    let b = candidates.iter().find(|ns| high.contains(hash(ns))).unwrap();
+    (a, b, [low, high])
+}
+
+fn cm_in(namespace: &str, name: &str, rv: u32) -> Value {
+    json!({ "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": name, "namespace": namespace, "uid": name, "resourceVersion": rv.to_string() } })
+}
+
+/// Answers the shard selector probe (a one-item list with `shardSelector`); `echo` as a server
+/// with ShardedListAndWatch on does.
+async fn answer_probe(server: &mut Server, range: &crate::shard::HashRange, echo: bool) {
+    let (request, respond) = tokio::time::timeout(Duration::from_secs(30), server.next_request()).await.unwrap().unwrap();
+    let query: Vec<(String, String)> =
+        form_urlencoded::parse(request.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
+    assert!(query.contains(&("limit".into(), "1".into())), "{query:?}");
+    assert!(query.contains(&("shardSelector".into(), range.selector())), "{query:?}");
+    let shard_info = if echo { json!({"selector": range.selector()}) } else { Value::Null };
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "1", "shardInfo": shard_info}, "items": []});
+    respond.send_response(Response::builder().status(200).body(Body::from(serde_json::to_vec(&body).unwrap())).unwrap());
+}
+
+#[tokio::test]
+async fn a_server_that_ignores_the_shard_selector_is_filtered_on_the_client_and_a_new_range_relists() {
+    let gate = crate::shard::ShardGate::sharded();
+    let (a, b, [low, high]) = namespaces_in_halves();
+    let gauge = gate.client_side_filter("v1/ConfigMap").unwrap();
+    let shard = ReflectorShard {
+        caching: gate.caching().unwrap(),
+        listed: gate.register_informer().unwrap(),
+        client_side_filter: Some(gauge.clone()),
+        namespace: None,
+    };
+    let (informer, mut server) = informer_with(Some(shard));
+    let (_reg, mut rx) = subscribe(&informer);
+    gate.cache(low);
+    answer_probe(&mut server, &low, false).await;
+    answer(&mut server, "list", list(10, vec![cm_in(a, "x", 5), cm_in(b, "y", 6)])).await;
+    assert_eq!(take(&mut rx, 1).await, [format!("add {a}/x 5")], "only the range's namespace is cached");
+    assert_eq!(informer.store().list_keys(), [format!("{a}/x")]);
+    assert_eq!(gauge.get(), 1, "the client-side filter is reported");
+    assert!(gate.listed_everywhere(low));
+
+    gate.cache(high);
+    answer_probe(&mut server, &high, false).await;
+    answer(&mut server, "list", list(20, vec![cm_in(a, "x", 5), cm_in(b, "y", 6)])).await;
+    assert_eq!(take(&mut rx, 2).await, [format!("add {b}/y 6"), format!("delete {a}/x true")]);
+    assert!(gate.listed_everywhere(high));
+}
+
+#[tokio::test]
+async fn a_server_that_honours_the_shard_selector_gets_it_on_every_list_and_watch() {
+    let gate = crate::shard::ShardGate::sharded();
+    let (a, _, [low, _]) = namespaces_in_halves();
+    let gauge = gate.client_side_filter("v1/ConfigMap").unwrap();
+    let shard = ReflectorShard {
+        caching: gate.caching().unwrap(),
+        listed: gate.register_informer().unwrap(),
+        client_side_filter: Some(gauge.clone()),
+        namespace: None,
+    };
+    let (informer, mut server) = informer_with(Some(shard));
+    gate.cache(low);
+    answer_probe(&mut server, &low, true).await;
+    for expect in ["list", "10"] {
+        let (request, respond) = tokio::time::timeout(Duration::from_secs(30), server.next_request()).await.unwrap().unwrap();
+        let query = request.uri().query().unwrap_or_default().to_owned();
+        assert!(query.contains("shardSelector=shardRange"), "{expect}: {query}");
+        let body = if expect == "list" { list(10, vec![cm_in(a, "x", 5)]) } else { Vec::new() };
+        respond.send_response(Response::builder().status(200).body(Body::from(body)).unwrap());
+    }
+    assert_eq!(gauge.get(), 0, "no client-side filter");
+    assert_eq!(informer.store().list_keys(), [format!("{a}/x")]);
 }

@@ -1,0 +1,288 @@
+//! The membership task: lists the member Leases, computes this replica's range and moves it
+//! by the hand-over protocol of the module doc.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use prometheus::{IntCounter, IntGauge, Registry};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::range::{HASH_SPACE_END, HashRange, split};
+use super::{Config, Error, Result, SERVING_ANNOTATION, ShardGate};
+use crate::leader::{self, Election};
+
+/// A running membership: this replica's Lease (renewed by the elector) and the task that moves
+/// its range.
+pub struct Membership {
+    election: Election,
+    task: JoinHandle<()>,
+    stop: CancellationToken,
+    gate: ShardGate,
+    api: Api<Lease>,
+    lease: String,
+}
+
+impl Membership {
+    /// Holds this replica's Lease and starts moving ranges through `gate`.
+    pub fn start(client: Client, config: Config, gate: ShardGate, registry: &Registry) -> Result<Self> {
+        let lease = config.lease_name();
+        let lease_config = leader::Config::new(&config.namespace, &lease).identity(&config.identity).timings(
+            config.lease_duration,
+            config.renew_deadline,
+            config.retry_period,
+        );
+        let election = Election::start(client.clone(), lease_config, registry).map_err(Error::Lease)?;
+        let metrics = Metrics::register(registry)?;
+        gate.register_metrics(registry).map_err(Error::Metrics)?;
+        let api = Api::namespaced(client, &config.namespace);
+        tracing::info!(lease = %format!("{}/{lease}", config.namespace), identity = %config.identity, "sharding: joining");
+        let member = Member {
+            api: api.clone(),
+            config,
+            lease: lease.clone(),
+            gate: gate.clone(),
+            observed: HashMap::new(),
+            serving: None,
+            metrics,
+        };
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(member.run(stop.clone()));
+        Ok(Self { election, task, stop, gate, api, lease })
+    }
+
+    /// Resolves when this replica lost its own Lease: others may take its range by now.
+    pub async fn lost(&mut self) -> leader::Error {
+        self.election.lost().await
+    }
+
+    /// Leaves the group: stops serving (call after the controllers drained), clears the claim,
+    /// stops renewing and deletes the Lease, so the others rebalance at once.
+    pub async fn leave(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+        self.gate.serve(None).await;
+        if let Err(e) = publish(&self.api, &self.lease, None).await {
+            tracing::warn!(error = %e, "sharding: could not clear the served range; it expires with the Lease");
+        }
+        self.election.release().await;
+        match self.api.delete(&self.lease, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(lease = %self.lease, "sharding: left"),
+            Err(e) => tracing::warn!(lease = %self.lease, error = %e, "sharding: could not delete the Lease"),
+        }
+    }
+}
+
+/// Writes the served range (or none) into `lease`'s annotation.
+async fn publish(api: &Api<Lease>, lease: &str, range: Option<HashRange>) -> kube::Result<()> {
+    let value = range.map(|r| r.to_string()).unwrap_or_default();
+    let patch = serde_json::json!({"metadata": {"annotations": {SERVING_ANNOTATION: value}}});
+    api.patch(lease, &PatchParams::default(), &Patch::Merge(&patch)).await.map(drop)
+}
+
+/// Shard metric handles.
+struct Metrics {
+    members: IntGauge,
+    serving: IntGauge,
+    handovers: IntCounter,
+}
+
+impl Metrics {
+    fn register(registry: &Registry) -> Result<Self> {
+        let members = IntGauge::new("kubewasm_shard_members", "Live members of this replica's shard group");
+        let serving = IntGauge::new(
+            "kubewasm_shard_serving_per_mille",
+            "Share of the hash space this replica serves now, in thousandths (0 while it serves none)",
+        );
+        let handovers = IntCounter::new("kubewasm_shard_handovers_total", "Ranges this replica stopped serving");
+        let (members, serving, handovers) = (members.map_err(Error::Metrics)?, serving.map_err(Error::Metrics)?, handovers.map_err(Error::Metrics)?);
+        for metric in [Box::new(members.clone()) as Box<dyn prometheus::core::Collector>, Box::new(serving.clone()), Box::new(handovers.clone())] {
+            registry.register(metric).map_err(Error::Metrics)?;
+        }
+        Ok(Self { members, serving, handovers })
+    }
+}
+
+/// A Lease's record as last seen, and when it changed on our clock (client-go `observedTime`).
+struct Observed {
+    record: (Option<String>, Option<String>, Option<i32>),
+    at: Instant,
+}
+
+/// One member as listed.
+#[derive(Debug)]
+struct Peer {
+    lease: String,
+    identity: String,
+    serving: Option<HashRange>,
+    live: bool,
+    resource_version: Option<String>,
+}
+
+struct Member {
+    api: Api<Lease>,
+    config: Config,
+    lease: String,
+    gate: ShardGate,
+    observed: HashMap<String, Observed>,
+    /// The range this replica serves and has published.
+    serving: Option<HashRange>,
+    metrics: Metrics,
+}
+
+impl Member {
+    async fn run(mut self, stop: CancellationToken) {
+        loop {
+            if let Err(e) = self.step().await {
+                tracing::warn!(error = %e, "sharding: membership check failed; retrying");
+            }
+            let pause = self.config.retry_period.mul_f64(1.0 + 0.2 * jitter());
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// One round of the hand-over protocol (module doc, steps 1–4).
+    async fn step(&mut self) -> kube::Result<()> {
+        let peers = self.peers().await?;
+        let live: Vec<&str> = peers.iter().filter(|p| p.live).map(|p| p.identity.as_str()).collect();
+        self.metrics.members.set(i64::try_from(live.len()).unwrap_or(i64::MAX));
+        let Some(target) = assignment(&live, &self.config.identity) else { return Ok(()) };
+        if self.serving == Some(target) {
+            return Ok(());
+        }
+        if let Some(old) = self.serving {
+            tracing::info!(serving = %old, next = %target, "sharding: stopping a range to hand it over");
+            self.gate.serve(None).await;
+            self.metrics.serving.set(0);
+            publish(&self.api, &self.lease, None).await?;
+            self.serving = None;
+            self.metrics.handovers.inc();
+        }
+        self.gate.cache(target);
+        if !self.gate.listed_everywhere(target) {
+            return Ok(());
+        }
+        if let Some(other) = claimed_by_others(&peers, &self.lease, target) {
+            tracing::debug!(range = %target, %other, "sharding: waiting for another member to release");
+            return Ok(());
+        }
+        publish(&self.api, &self.lease, Some(target)).await?;
+        let peers = self.peers().await?;
+        if let Some(other) = claimed_by_others(&peers, &self.lease, target) {
+            tracing::info!(range = %target, %other, "sharding: claim collided; retracting");
+            publish(&self.api, &self.lease, None).await?;
+            return Ok(());
+        }
+        self.gate.serve(Some(target)).await;
+        self.serving = Some(target);
+        self.metrics.serving.set(per_mille(target));
+        tracing::info!(range = %target, members = live.len(), "sharding: serving");
+        Ok(())
+    }
+
+    /// The member Leases, with liveness on our clock; removes Leases that expired.
+    async fn peers(&mut self) -> kube::Result<Vec<Peer>> {
+        let prefix = self.config.lease_prefix();
+        let leases = self.api.list(&ListParams::default()).await?;
+        let mut peers = Vec::new();
+        let mut seen = HashSet::new();
+        for lease in leases {
+            let Some(name) = lease.metadata.name.clone().filter(|n| n.starts_with(&prefix)) else { continue };
+            let spec = lease.spec.clone().unwrap_or_default();
+            let renew = spec.renew_time.as_ref().map(|t| t.0.to_string());
+            let record = (spec.holder_identity.clone(), renew, spec.lease_duration_seconds);
+            let observed = self.observed.entry(name.clone()).or_insert_with(|| Observed { record: record.clone(), at: Instant::now() });
+            if observed.record != record {
+                *observed = Observed { record, at: Instant::now() };
+            }
+            let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0));
+            let holder = spec.holder_identity.filter(|h| !h.is_empty());
+            let live = holder.is_some() && observed.at.elapsed() < duration;
+            let annotations = lease.metadata.annotations.unwrap_or_default();
+            let serving = annotations.get(SERVING_ANNOTATION).and_then(|text| HashRange::parse(text).ok());
+            seen.insert(name.clone());
+            peers.push(Peer {
+                lease: name,
+                identity: holder.unwrap_or_default(),
+                serving,
+                live,
+                resource_version: lease.metadata.resource_version,
+            });
+        }
+        self.observed.retain(|name, _| seen.contains(name));
+        for dead in peers.iter().filter(|p| !p.live && p.lease != self.lease) {
+            let precondition = Preconditions { resource_version: dead.resource_version.clone(), uid: None };
+            let params = DeleteParams { preconditions: Some(precondition), ..DeleteParams::default() };
+            if self.api.delete(&dead.lease, &params).await.is_ok() {
+                tracing::info!(lease = %dead.lease, identity = %dead.identity, "sharding: removed an expired member");
+            }
+        }
+        Ok(peers)
+    }
+}
+
+/// This member's range among the live members (sorted by identity); `None` if it is not one.
+fn assignment(live: &[&str], me: &str) -> Option<HashRange> {
+    let mut members = live.to_vec();
+    members.sort_unstable();
+    members.dedup();
+    let index = members.iter().position(|m| *m == me)?;
+    split(members.len()).get(index).copied()
+}
+
+/// The identity of a live member other than `me` that publishes a range overlapping `range`.
+fn claimed_by_others(peers: &[Peer], me: &str, range: HashRange) -> Option<String> {
+    peers
+        .iter()
+        .find(|p| p.lease != me && p.live && p.serving.is_some_and(|s| s.overlaps(&range)))
+        .map(|p| p.identity.clone())
+}
+
+fn per_mille(range: HashRange) -> i64 {
+    i64::try_from(range.width() * 1000 / HASH_SPACE_END).unwrap_or(0)
+}
+
+/// A number in [0, 1) that differs between processes and calls.
+fn jitter() -> f64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    f64::from(nanos.wrapping_mul(2_654_435_761) % 1000) / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(lease: &str, serving: Option<HashRange>, live: bool) -> Peer {
+        Peer { lease: lease.into(), identity: lease.into(), serving, live, resource_version: None }
+    }
+
+    #[test]
+    fn members_compute_the_same_disjoint_assignment_from_the_same_view() {
+        let live = ["c", "a", "b"];
+        let ranges: Vec<HashRange> = live.iter().map(|m| assignment(&live, m).unwrap()).collect();
+        assert_eq!(ranges[1], split(3)[0], "sorted by identity: a gets the first range");
+        assert_eq!(ranges[0], split(3)[2]);
+        assert!(assignment(&live, "d").is_none(), "not a member, no range");
+    }
+
+    #[test]
+    fn only_live_peers_claims_block_a_range() {
+        let [a, b] = split(2)[..] else { panic!() };
+        let peers = [peer("me", Some(a), true), peer("dead", Some(a), false), peer("other", Some(b), true)];
+        assert_eq!(claimed_by_others(&peers, "me", a), None, "my own and an expired member's claims do not count");
+        assert_eq!(claimed_by_others(&peers, "me", HashRange::FULL).as_deref(), Some("other"));
+    }
+
+    #[test]
+    fn the_served_share_is_in_thousandths() {
+        assert_eq!(per_mille(HashRange::FULL), 1000);
+        assert_eq!(per_mille(split(4)[3]), 250);
+    }
+}

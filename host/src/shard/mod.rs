@@ -1,0 +1,156 @@
+//! Sharding: replicas that split the work by hash range, found through one Lease each, with
+//! server-side sharded list and watch (KEP-5866) and a hand-over that never runs a key twice.
+//!
+//! # What is sharded
+//!
+//! Every key's shard hash is the 64-bit FNV-1a of its **namespace** (`shardRange` over
+//! `object.metadata.namespace`, the API server's `HashField`): a namespace's objects stay on one
+//! replica. So the objects a namespaced owner owns (same namespace, Kubernetes' rule) reach the
+//! replica that reconciles it, and its for-kind and owned-kind caches can both be sharded. The
+//! host shards, per plugin:
+//!
+//! - the **for kind**'s informer (list and watch with `shardSelector`);
+//! - the **owned kinds**' informers when the for kind is namespaced (its dependents are in its
+//!   namespace) and the plugin does not also read or watch them;
+//! - nothing else: read and watched kinds are cached whole, since a read or a `map` may cross
+//!   namespaces; the keys `map` returns are dropped by replicas that do not own them.
+//!
+//! A **cluster-scoped** for kind has no namespace: all its keys hash alike (`fnv1a("")`), so
+//! one replica, the owner of that hash, reconciles all of it (the host logs this when it wires
+//! such a plugin). uid sharding would spread them, but a key (`name`) does not carry its uid,
+//! so a replica could not tell whether a deleted object was its own.
+//!
+//! # Membership
+//!
+//! Each replica holds its own Lease `<id>-shard-<fnv(identity)>` in the host's namespace,
+//! renewed by the leader-election elector ([`crate::leader`], the same timings and the same rule
+//! for expiry: a record unchanged for `leaseDurationSeconds` on the observer's clock). The
+//! live members are the unexpired Leases; sorted by holder identity, member `i` of `n` is
+//! assigned `[⌊i·2^64/n⌋, ⌊(i+1)·2^64/n⌋)` ([`range::split`]). A replica that cannot renew its
+//! Lease within the renew deadline exits, as a leader does.
+//!
+//! # Hand-over protocol
+//!
+//! Each member publishes in its Lease's annotation [`SERVING_ANNOTATION`] the range it serves
+//! (empty: none). Every retry period a member lists the Leases (a quorum read) and:
+//!
+//! 1. if it serves a range other than its assignment, **stops**: it closes the gate (no new
+//!    reconcile starts; it waits for those in flight), then clears its annotation;
+//! 2. points its sharded informers at the assignment and waits until each has **listed** it;
+//! 3. if no other live member publishes a range that overlaps the assignment, **claims** it
+//!    (writes the annotation), lists the Leases again, and if another live member's published
+//!    range overlaps it after all, **retracts** (clears it) and tries again next period;
+//! 4. otherwise opens the gate for the range and queues every key its caches hold in it.
+//!
+//! No key is reconciled by two replicas at once: a replica reconciles only inside the range it
+//! has published, and a published range is dropped only after its reconciles ended. Two
+//! replicas that claim overlapping ranges both see each other's claim when they re-read
+//! (whichever wrote last sees the other), so at most one keeps it; both may retract, and retry
+//! once their views of the membership agree. A dead member's claim stops counting once its
+//! Lease expired — by then it has stopped, because it stops within the renew deadline, which
+//! is shorter. No key stays unowned: the assignment covers the hash space, every live member
+//! eventually serves its part, and a dead member's part is reassigned within about one lease
+//! duration. A member that leaves gracefully stops serving, then deletes its Lease.
+
+mod gate;
+mod membership;
+pub mod range;
+pub mod selector;
+
+pub use gate::{Admission, ListedRange, ShardGate};
+pub use membership::Membership;
+pub use range::{HashRange, fnv1a64, key_hash, split};
+
+use std::time::Duration;
+
+/// Annotation on a member's Lease: the range it serves now (`0x…-0x…`), empty when none.
+pub const SERVING_ANNOTATION: &str = "kubewasm.dev/shard-serving";
+
+/// Why sharding could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The member Lease could not be held (bad timings, metrics).
+    #[error("shard membership: {0}")]
+    Lease(#[source] crate::leader::Error),
+    /// A shard metric could not be registered.
+    #[error("registering the shard metrics: {0}")]
+    Metrics(#[source] prometheus::Error),
+}
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where the member Leases live and how fast they move; timings as for leader election.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Namespace of the member Leases.
+    pub namespace: String,
+    /// Prefix of the member Leases' names; replicas with the same prefix split the work.
+    pub group: String,
+    /// This replica's identity (`<hostname>_<random>` by default).
+    pub identity: String,
+    /// How long a member's Lease counts after its last observed renewal.
+    pub lease_duration: Duration,
+    /// How long a member keeps trying to renew before it exits.
+    pub renew_deadline: Duration,
+    /// Pause between membership checks and renewals.
+    pub retry_period: Duration,
+}
+
+impl Config {
+    /// Members of `group` in `namespace`, with the default identity and controller-runtime's
+    /// leader-election timings (15 s / 10 s / 2 s).
+    pub fn new(namespace: impl Into<String>, group: impl Into<String>) -> Self {
+        let lease = crate::leader::Config::new("", "");
+        Self {
+            namespace: namespace.into(),
+            group: group.into(),
+            identity: lease.identity,
+            lease_duration: lease.lease_duration,
+            renew_deadline: lease.renew_deadline,
+            retry_period: lease.retry_period,
+        }
+    }
+
+    /// This member's Lease name: DNS-safe whatever the identity.
+    pub fn lease_name(&self) -> String {
+        format!("{}{:016x}", self.lease_prefix(), fnv1a64(&self.identity))
+    }
+
+    /// The prefix every member Lease of the group has.
+    pub fn lease_prefix(&self) -> String {
+        format!("{}-shard-", self.group)
+    }
+}
+
+/// The membership `kubewasm run --sharding` asks for, started; `None` when sharding is off.
+pub fn membership(
+    args: &crate::cli::RunArgs,
+    client: kube::Client,
+    gate: ShardGate,
+    registry: &prometheus::Registry,
+) -> Result<Option<Membership>> {
+    if args.sharding != crate::cli::Sharding::Auto {
+        return Ok(None);
+    }
+    let namespace = args.leader_election_namespace.clone().unwrap_or_else(crate::leader::default_namespace);
+    let mut config = Config::new(namespace, &args.leader_election_id);
+    config.lease_duration = Duration::from_secs(args.leader_election_lease_duration_seconds);
+    config.renew_deadline = Duration::from_secs(args.leader_election_renew_deadline_seconds);
+    config.retry_period = Duration::from_secs(args.leader_election_retry_period_seconds);
+    Membership::start(client, config, gate, registry).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_lease_names_are_dns_labels_whatever_the_identity() {
+        let mut config = Config::new("ns", "kubewasm");
+        config.identity = "Host_Name.with_underscores_0123".into();
+        let name = config.lease_name();
+        assert!(name.starts_with("kubewasm-shard-") && name.len() == "kubewasm-shard-".len() + 16, "{name}");
+        assert!(name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'), "{name}");
+    }
+}
