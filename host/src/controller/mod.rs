@@ -125,7 +125,7 @@ pub struct Context {
 /// its informers delivered while it served nothing were dropped.
 async fn requeue_on_new_range(
     mut resyncs: tokio::sync::watch::Receiver<u64>,
-    queue: WorkQueue<NamespacedKey>,
+    reconciler: Arc<Reconciler>,
     store: Arc<crate::informer::Store>,
     stop: CancellationToken,
 ) {
@@ -135,7 +135,7 @@ async fn requeue_on_new_range(
             changed = resyncs.changed() => if changed.is_err() { return },
         }
         for key in store.list_keys() {
-            queue.add(NamespacedKey::from(key.as_str()));
+            reconciler.enqueue(NamespacedKey::from(key.as_str()));
         }
     }
 }
@@ -247,8 +247,8 @@ impl Controller {
             reconciler.run().await;
         }));
         if let Some(resyncs) = self.shard.resyncs() {
-            let (queue, store, stop) = (self.queue().clone(), self.for_informer.store().clone(), self.stop.clone());
-            self.tasks.push(tokio::spawn(requeue_on_new_range(resyncs, queue, store, stop)));
+            let (reconciler, store, stop) = (self.reconciler.clone(), self.for_informer.store().clone(), self.stop.clone());
+            self.tasks.push(tokio::spawn(requeue_on_new_range(resyncs, reconciler, store, stop)));
         }
     }
 
