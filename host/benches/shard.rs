@@ -34,7 +34,9 @@ fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// A host stamping [`LABEL`]led ConfigMaps with `name`; `mode` is `--sharding auto` or
 /// `--leader-elect`.
 fn host(cp: &ControlPlane, dir: &Path, name: &str, mode: &[&str]) -> HostProcess {
-    let config = format!("maxConcurrent: 4\ngrants:\n  write: [ConfigMap]\nsettings:\n  version: {name}\n  selector: \"{LABEL}\"\n");
+    let config = format!(
+        "maxConcurrent: 4\ngrants:\n  write: [ConfigMap]\nsettings:\n  version: {name}\n  selector: \"{LABEL}\"\n"
+    );
     common::install_plugin(dir, "stamper", "fixture_stamper.wasm", &config);
     let (mut command, addr) = kubewasm_run(dir);
     command.arg("--kubeconfig").arg(cp.kubeconfig_path()).arg("--compile-cache").arg(common::test_compile_cache());
@@ -78,7 +80,10 @@ async fn stamped_by(client: &kube::Client, names: &[String], total: usize) -> BT
 async fn objects(client: &kube::Client, namespaces: usize, total: usize) {
     for i in 0..namespaces {
         let ns = serde_json::from_value(serde_json::json!({"metadata": {"name": format!("bench-{i}")}})).unwrap();
-        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
     }
     stream::iter(0..total)
         .map(|i| {
@@ -113,11 +118,18 @@ fn run(label: &str, replicas: usize, mode: &[&str], server_side: bool, namespace
     let mut hosts: Vec<HostProcess> = names.iter().zip(&dirs).map(|(n, d)| host(&cp, d.path(), n, mode)).collect();
     let started = Instant::now();
     let by = rt.block_on(stamped_by(&client, &names, total));
-    println!("{label}: {replicas} replica(s), {total} objects in {namespaces} namespaces, converged in {:.2} s: {by:?}", started.elapsed().as_secs_f64());
+    println!(
+        "{label}: {replicas} replica(s), {total} objects in {namespaces} namespaces, converged in {:.2} s: {by:?}",
+        started.elapsed().as_secs_f64()
+    );
     for (name, host) in names.iter().zip(&hosts) {
         let (rss, read) = usage(host.id());
         let cached = host.metric("kubewasm_informer_objects", &[("kind", "v1/ConfigMap")]).unwrap_or(0.0);
-        println!("  {name}: RSS {:>7.1} MiB, read {:>8.1} MiB, {cached} ConfigMaps cached", rss as f64 / 1024.0, read as f64 / 1048576.0);
+        println!(
+            "  {name}: RSS {:>7.1} MiB, read {:>8.1} MiB, {cached} ConfigMaps cached",
+            rss as f64 / 1024.0,
+            read as f64 / 1048576.0
+        );
     }
     if replicas > 1 {
         // The busiest replica (the leader, for a leader-elected pair).
@@ -128,7 +140,11 @@ fn run(label: &str, replicas: usize, mode: &[&str], server_side: bool, namespace
         let others: Vec<String> = names.iter().filter(|n| **n != names[victim]).cloned().collect();
         let started = Instant::now();
         rt.block_on(stamped_by(&client, &others, total));
-        println!("  after killing {}: everything stamped by the others in {:.2} s", names[victim], started.elapsed().as_secs_f64());
+        println!(
+            "  after killing {}: everything stamped by the others in {:.2} s",
+            names[victim],
+            started.elapsed().as_secs_f64()
+        );
     }
 }
 

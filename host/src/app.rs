@@ -19,13 +19,13 @@ use crate::hotload::{Desired, DirectorySource, HotloadMetrics, Manager, Options,
 pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::informer::SharedInformerFactory;
 use crate::leader::{self, LeaderGate};
-use crate::shard::{self, ShardGate};
 use crate::plugin::host::ApiWriter;
 use crate::plugin::metrics::PluginMetrics;
 use crate::plugin::protected::Protected;
 use crate::plugin::throttle::WriteRate;
 use crate::plugin::{Runtime, RuntimeConfig};
 use crate::queue::QueueMetrics;
+use crate::shard::{self, ShardGate};
 use crate::writer::KubeWriter;
 
 /// A kube client from `--kubeconfig`/`--context`, else the usual inference (KUBECONFIG,

@@ -58,7 +58,8 @@ async fn published(leases: &Api<Lease>) -> Vec<(String, HashRange)> {
     let mut out = Vec::new();
     for lease in leases.list(&ListParams::default()).await.unwrap() {
         let spec = lease.spec.clone().unwrap_or_default();
-        let (Some(holder), Some(renew), Some(secs)) = (spec.holder_identity, spec.renew_time, spec.lease_duration_seconds)
+        let (Some(holder), Some(renew), Some(secs)) =
+            (spec.holder_identity, spec.renew_time, spec.lease_duration_seconds)
         else {
             continue;
         };

@@ -27,10 +27,10 @@ use crate::admin::Readiness;
 use crate::breaker::Breaker;
 use crate::informer::{HandlerRegistration, Informer, SharedInformerFactory};
 use crate::leader::LeaderGate;
-use crate::shard::ShardGate;
 use crate::plugin::Plugin;
 use crate::plugin::grants::KindRef;
 use crate::queue::{self, QueueMetrics, WorkQueue};
+use crate::shard::ShardGate;
 use triggers::ForTrigger;
 use wiring::{Owner, Watched, Wiring};
 pub(crate) use wiring::{serve_reads, wanted_informers};
@@ -247,7 +247,8 @@ impl Controller {
             reconciler.run().await;
         }));
         if let Some(resyncs) = self.shard.resyncs() {
-            let (reconciler, store, stop) = (self.reconciler.clone(), self.for_informer.store().clone(), self.stop.clone());
+            let (reconciler, store, stop) =
+                (self.reconciler.clone(), self.for_informer.store().clone(), self.stop.clone());
             self.tasks.push(tokio::spawn(requeue_on_new_range(resyncs, reconciler, store, stop)));
         }
     }

@@ -16,9 +16,9 @@ use tracing::Instrument;
 use super::NamespacedKey;
 use super::metrics::Handles;
 use crate::breaker::Breaker;
-use crate::shard::ShardGate;
 use crate::plugin::{Action, CallFailed, Plugin};
 use crate::queue::WorkQueue;
+use crate::shard::ShardGate;
 
 /// What happened to a key after its reconcile; returned for tests and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

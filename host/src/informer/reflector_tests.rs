@@ -161,7 +161,6 @@ async fn malformed_watch_events_are_skipped_and_the_watch_goes_on() {
     assert!(rx.try_recv().is_err(), "nothing was made up from the bad events");
 }
 
-
 /// Two namespaces on either side of the middle of the hash space.
 fn namespaces_in_halves() -> (&'static str, &'static str, [crate::shard::HashRange; 2]) {
     let [low, high] = crate::shard::split(2)[..] else { panic!("two ranges") };
@@ -180,14 +179,16 @@ fn cm_in(namespace: &str, name: &str, rv: u32) -> Value {
 /// Answers the shard selector probe (a one-item list with `shardSelector`); `echo` as a server
 /// with ShardedListAndWatch on does.
 async fn answer_probe(server: &mut Server, range: &crate::shard::HashRange, echo: bool) {
-    let (request, respond) = tokio::time::timeout(Duration::from_secs(30), server.next_request()).await.unwrap().unwrap();
+    let (request, respond) =
+        tokio::time::timeout(Duration::from_secs(30), server.next_request()).await.unwrap().unwrap();
     let query: Vec<(String, String)> =
         form_urlencoded::parse(request.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
     assert!(query.contains(&("limit".into(), "1".into())), "{query:?}");
     assert!(query.contains(&("shardSelector".into(), range.selector())), "{query:?}");
     let shard_info = if echo { json!({"selector": range.selector()}) } else { Value::Null };
     let body = json!({"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "1", "shardInfo": shard_info}, "items": []});
-    respond.send_response(Response::builder().status(200).body(Body::from(serde_json::to_vec(&body).unwrap())).unwrap());
+    respond
+        .send_response(Response::builder().status(200).body(Body::from(serde_json::to_vec(&body).unwrap())).unwrap());
 }
 
 #[tokio::test]
@@ -233,7 +234,8 @@ async fn a_server_that_honours_the_shard_selector_gets_it_on_every_list_and_watc
     gate.cache(low);
     answer_probe(&mut server, &low, true).await;
     for expect in ["list", "10"] {
-        let (request, respond) = tokio::time::timeout(Duration::from_secs(30), server.next_request()).await.unwrap().unwrap();
+        let (request, respond) =
+            tokio::time::timeout(Duration::from_secs(30), server.next_request()).await.unwrap().unwrap();
         let query = request.uri().query().unwrap_or_default().to_owned();
         assert!(query.contains("shardSelector=shardRange"), "{expect}: {query}");
         let body = if expect == "list" { list(10, vec![cm_in(a, "x", 5)]) } else { Vec::new() };

@@ -99,8 +99,13 @@ impl Metrics {
             "Share of the hash space this replica serves now, in thousandths (0 while it serves none)",
         );
         let handovers = IntCounter::new("kubewasm_shard_handovers_total", "Ranges this replica stopped serving");
-        let (members, serving, handovers) = (members.map_err(Error::Metrics)?, serving.map_err(Error::Metrics)?, handovers.map_err(Error::Metrics)?);
-        for metric in [Box::new(members.clone()) as Box<dyn prometheus::core::Collector>, Box::new(serving.clone()), Box::new(handovers.clone())] {
+        let (members, serving, handovers) =
+            (members.map_err(Error::Metrics)?, serving.map_err(Error::Metrics)?, handovers.map_err(Error::Metrics)?);
+        for metric in [
+            Box::new(members.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(serving.clone()),
+            Box::new(handovers.clone()),
+        ] {
             registry.register(metric).map_err(Error::Metrics)?;
         }
         Ok(Self { members, serving, handovers })
@@ -198,7 +203,10 @@ impl Member {
             let spec = lease.spec.clone().unwrap_or_default();
             let renew = spec.renew_time.as_ref().map(|t| t.0.to_string());
             let record = (spec.holder_identity.clone(), renew, spec.lease_duration_seconds);
-            let observed = self.observed.entry(name.clone()).or_insert_with(|| Observed { record: record.clone(), at: Instant::now() });
+            let observed = self
+                .observed
+                .entry(name.clone())
+                .or_insert_with(|| Observed { record: record.clone(), at: Instant::now() });
             if observed.record != record {
                 *observed = Observed { record, at: Instant::now() };
             }

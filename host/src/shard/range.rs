@@ -55,11 +55,7 @@ impl HashRange {
 
     /// `[start, end)`; an error if empty or past `2^64`.
     pub fn new(start: u128, end: u128) -> Result<Self, Error> {
-        if start < end && end <= HASH_SPACE_END {
-            Ok(Self { start, end })
-        } else {
-            Err(Error::Bounds { start, end })
-        }
+        if start < end && end <= HASH_SPACE_END { Ok(Self { start, end }) } else { Err(Error::Bounds { start, end }) }
     }
 
     /// Whether `hash` falls in the range.

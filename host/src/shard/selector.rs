@@ -58,7 +58,8 @@ impl tower::Service<http::Request<Body>> for AddQuery {
 /// `ShardedListAndWatch` on); older servers and the gate off ignore the parameter.
 pub async fn server_honours(client: &Client, collection: &str, range: &HashRange) -> kube::Result<bool> {
     let sharded = sharded_client(client.clone(), range);
-    let request = http::Request::get(format!("{collection}?limit=1")).body(Vec::new()).map_err(kube::Error::HttpError)?;
+    let request =
+        http::Request::get(format!("{collection}?limit=1")).body(Vec::new()).map_err(kube::Error::HttpError)?;
     let list: serde_json::Value = sharded.request(request).await?;
     Ok(echoed(&list, range))
 }
