@@ -143,16 +143,17 @@ async fn scenario(cp: &ControlPlane, server_side: bool) {
         async move {
             loop {
                 let ranges = published(&leases).await;
-                let mut seen = overlaps.lock();
-                seen.0 += 1;
-                for (i, (a, ra)) in ranges.iter().enumerate() {
-                    for (b, rb) in &ranges[i + 1..] {
-                        if ra.overlaps(rb) {
-                            seen.1.push(format!("{a} {ra} and {b} {rb}"));
+                {
+                    let mut seen = overlaps.lock();
+                    seen.0 += 1;
+                    for (i, (a, ra)) in ranges.iter().enumerate() {
+                        for (b, rb) in &ranges[i + 1..] {
+                            if ra.overlaps(rb) {
+                                seen.1.push(format!("{a} {ra} and {b} {rb}"));
+                            }
                         }
                     }
                 }
-                drop(seen);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

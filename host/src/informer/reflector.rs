@@ -108,7 +108,7 @@ impl Reflector {
         // Whether to start with a streaming list; cleared for good once the server refused one.
         let mut streaming = self.streaming;
         let Some(mut shard) = self.shard.take() else {
-            self.watch(self.api.clone(), None, &shared, std::future::pending(), &mut streaming).await;
+            self.watch(self.api.clone(), None, &shared, std::future::pending::<()>(), &mut streaming).await;
             return;
         };
         let mut warned = false;

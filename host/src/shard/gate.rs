@@ -58,7 +58,7 @@ impl std::fmt::Debug for Inner {
 
 /// Proof that a key may be reconciled now; the range cannot change until it is dropped.
 #[derive(Debug)]
-pub struct Admission(Option<OwnedRwLockReadGuard<Option<HashRange>>>);
+pub struct Admission(#[allow(dead_code)] Option<OwnedRwLockReadGuard<Option<HashRange>>>);
 
 impl ShardGate {
     /// A gate for a sharded replica, serving and caching nothing yet.
