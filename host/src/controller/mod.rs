@@ -13,7 +13,7 @@ pub mod worker;
 pub use cache::PluginCache;
 pub use key::{InvalidKey, NamespacedKey};
 pub use metrics::ControllerMetrics;
-pub use worker::{Outcome, Reconciler};
+pub use worker::{Outcome, RECONCILE_TRACE_TARGET, Reconciler};
 
 use std::sync::Arc;
 use std::time::Duration;
