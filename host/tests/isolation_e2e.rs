@@ -13,10 +13,9 @@ use futures::FutureExt as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kubewasm::app::{App, PluginFile};
-use kubewasm::hotload::{WasmPlugin, crd};
+use kubewasm::hotload::WasmPlugin;
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -69,11 +68,7 @@ fn forbidden_calls(app: &App, plugin: &str, function: &str) -> f64 {
 async fn a_plugin_cannot_overwrite_another_plugins_module_config_map_whatever_its_grants() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.patch("wasmplugins.kubewasm.dev", &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(crd()))
-        .await
-        .unwrap();
-    common::examples::crd_established(&client, "wasmplugins.kubewasm.dev").await;
+    common::examples::install_wasm_plugin_crd(&client).await;
     let modules = cp.namespace("iso-modules").await;
     let attack = cp.namespace("iso-attack").await;
 

@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kubewasm::app::App;
-use kubewasm::hotload::{WasmPlugin, crd};
+use kubewasm::hotload::WasmPlugin;
 use kubewasm_testenv::ControlPlane;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -25,11 +24,7 @@ const CONVERGE: Duration = Duration::from_secs(120);
 async fn a_wasm_plugin_whose_settings_break_its_schema_is_rejected_and_the_old_version_serves() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.patch("wasmplugins.kubewasm.dev", &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(crd()))
-        .await
-        .unwrap();
-    common::examples::crd_established(&client, "wasmplugins.kubewasm.dev").await;
+    common::examples::install_wasm_plugin_crd(&client).await;
     let ns = cp.namespace("settings").await;
     let modules = cp.namespace("settings-modules").await;
     let module = ConfigMap {

@@ -11,11 +11,10 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kubewasm::app::App;
 use kubewasm::hotload::wasmplugin::Condition;
-use kubewasm::hotload::{WasmPlugin, crd};
+use kubewasm::hotload::WasmPlugin;
 use kubewasm_testenv::ControlPlane;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -24,14 +23,6 @@ use common::{eventually, plugin_wasm};
 use hotload_support::stamp_of;
 
 const CONVERGE: Duration = Duration::from_secs(120);
-
-async fn install_crd(client: &kube::Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch("wasmplugins.kubewasm.dev", &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(crd()))
-        .await
-        .unwrap();
-    common::examples::crd_established(client, "wasmplugins.kubewasm.dev").await;
-}
 
 async fn put_module(client: &kube::Client, ns: &str, bytes: &[u8]) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
@@ -57,7 +48,7 @@ async fn stamps(client: &kube::Client, ns: &str, label: &str) -> Vec<Option<Stri
 async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
-    install_crd(&client).await;
+    common::examples::install_wasm_plugin_crd(&client).await;
     let ns = cp.namespace("wp").await;
     // Modules in a namespace of their own: the host keeps plugins out of every ConfigMap there.
     let modules = cp.namespace("wp-modules").await;
@@ -183,7 +174,7 @@ async fn module_server(bytes: Vec<u8>) -> (String, Arc<Mutex<BTreeMap<String, us
 async fn a_url_module_is_downloaded_once_and_a_wrong_digest_is_refused() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
-    install_crd(&client).await;
+    common::examples::install_wasm_plugin_crd(&client).await;
     let ns = cp.namespace("wpurl").await;
     // Modules in a namespace of their own: the host keeps plugins out of every ConfigMap there.
     let modules = cp.namespace("wpurl-modules").await;
@@ -257,7 +248,7 @@ async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds
 
     let Some(cp) = ControlPlane::shared() else { return };
     let admin = cp.admin_client().await;
-    install_crd(&admin).await;
+    common::examples::install_wasm_plugin_crd(&admin).await;
     let ns = cp.namespace("wprbac").await;
     // Modules in a namespace of their own: the host keeps plugins out of every ConfigMap there.
     let modules = cp.namespace("wprbac-modules").await;

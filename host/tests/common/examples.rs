@@ -34,6 +34,17 @@ pub fn install_examples(dir: &Path) {
     assert!(plugin_dir().is_dir());
 }
 
+/// Installs (server-side applies) the WasmPlugin CRD the host generates and waits until it is
+/// established.
+pub async fn install_wasm_plugin_crd(client: &Client) {
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let crd = kubewasm::hotload::crd();
+    crds.patch("wasmplugins.kubewasm.dev", &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(crd))
+        .await
+        .unwrap();
+    crd_established(client, "wasmplugins.kubewasm.dev").await;
+}
+
 /// Waits until CRD `name` is established.
 pub async fn crd_established(client: &Client, name: &str) {
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
