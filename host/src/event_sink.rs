@@ -7,6 +7,7 @@
 //! per event and per repeat.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -119,10 +120,10 @@ fn merge(batch: Vec<Queued>) -> Vec<(Queued, i32)> {
     let mut merged: Vec<(Queued, i32)> = Vec::new();
     let mut index: HashMap<Key, usize> = HashMap::new();
     for queued in batch {
-        match index.get(&queued.key()) {
-            Some(&i) => merged[i].1 += 1,
-            None => {
-                index.insert(queued.key(), merged.len());
+        match index.entry(queued.key()) {
+            Entry::Occupied(i) => merged[*i.get()].1 += 1,
+            Entry::Vacant(slot) => {
+                slot.insert(merged.len());
                 merged.push((queued, 1));
             }
         }
