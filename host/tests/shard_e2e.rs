@@ -216,9 +216,11 @@ async fn scenario(cp: &ControlPlane, server_side: bool) {
     let lease_ns = cp.namespace("shard").await;
     let label = format!("kubewasm.test/shard={lease_ns}");
     let leases = Api::<Lease>::namespaced(client.clone(), &lease_ns);
-    let mut namespaces = Vec::new();
-    for _ in 0..NAMESPACES {
-        namespaces.push(cp.namespace("shard-objects").await);
+    // Names that differ only in their last characters, as `team-1`, `team-2` … do: FNV-1a puts
+    // them close together, the case equal slices of the hash space failed to split.
+    let namespaces: Vec<String> = (0..NAMESPACES).map(|i| format!("{lease_ns}-{i}")).collect();
+    for ns in &namespaces {
+        common::examples::create_namespace(&client, ns, serde_json::json!({})).await;
     }
     let total = objects();
     let name = |i: usize| (namespaces[i % NAMESPACES].clone(), format!("cm-{i}"));
@@ -274,6 +276,10 @@ async fn scenario(cp: &ControlPlane, server_side: bool) {
         replica.host.ready(TIMEOUT).await;
     }
     let owned = owners(&leases, &["replica-a", "replica-b", "replica-c"], &namespaces).await;
+    for replica in ["replica-a", "replica-b", "replica-c"] {
+        let share = owned.values().filter(|o| *o == replica).count();
+        assert!(share >= NAMESPACES / 6, "{replica} owns {share} of the {NAMESPACES} namespaces: {owned:?}");
+    }
     converged(&cache, &owned, total).await;
     let filter = if server_side { 0.0 } else { 1.0 };
     for replica in [&a, &b, &c] {

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use prometheus::{IntCounter, IntGauge, Registry};
@@ -12,8 +13,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::range::{HASH_SPACE_END, HashRange, split};
-use super::{Config, Error, Result, SERVING_ANNOTATION, ShardGate};
+use super::cuts::{Cuts, members_digest};
+use super::range::{HASH_SPACE_END, HashRange, fnv1a64};
+use super::{CUTS_ANNOTATION, Config, Error, Result, SERVING_ANNOTATION, ShardGate};
 use crate::leader::{self, Election};
 
 /// A running membership: this replica's Lease (renewed by the elector) and the task that moves
@@ -39,15 +41,18 @@ impl Membership {
         let election = Election::start(client.clone(), lease_config, registry).map_err(Error::Lease)?;
         let metrics = Metrics::register(registry)?;
         gate.register_metrics(registry).map_err(Error::Metrics)?;
-        let api = Api::namespaced(client, &config.namespace);
+        let api = Api::namespaced(client.clone(), &config.namespace);
         tracing::info!(lease = %format!("{}/{lease}", config.namespace), identity = %config.identity, "sharding: joining");
         let member = Member {
             api: api.clone(),
+            namespaces: Api::all(client),
             config,
             lease: lease.clone(),
             gate: gate.clone(),
             observed: HashMap::new(),
             serving: None,
+            cuts_checked: None,
+            listing_failed: false,
             metrics,
         };
         let stop = CancellationToken::new();
@@ -66,7 +71,7 @@ impl Membership {
         self.stop.cancel();
         let _ = self.task.await;
         self.gate.serve(None).await;
-        if let Err(e) = publish(&self.api, &self.lease, None).await {
+        if let Err(e) = publish(&self.api, &self.lease, SERVING_ANNOTATION, None).await {
             tracing::warn!(error = %e, "sharding: could not clear the served range; it expires with the Lease");
         }
         self.election.release().await;
@@ -77,10 +82,9 @@ impl Membership {
     }
 }
 
-/// Writes the served range (or none) into `lease`'s annotation.
-async fn publish(api: &Api<Lease>, lease: &str, range: Option<HashRange>) -> kube::Result<()> {
-    let value = range.map(|r| r.to_string()).unwrap_or_default();
-    let patch = serde_json::json!({"metadata": {"annotations": {SERVING_ANNOTATION: value}}});
+/// Writes `value` (or the empty string) into `lease`'s `annotation`.
+async fn publish(api: &Api<Lease>, lease: &str, annotation: &str, value: Option<String>) -> kube::Result<()> {
+    let patch = serde_json::json!({"metadata": {"annotations": {annotation: value.unwrap_or_default()}}});
     api.patch(lease, &PatchParams::default(), &Patch::Merge(&patch)).await.map(drop)
 }
 
@@ -124,18 +128,25 @@ struct Peer {
     lease: String,
     identity: String,
     serving: Option<HashRange>,
+    /// The cuts it published (the coordinator's are the ones that count).
+    cuts: Option<Cuts>,
     live: bool,
     resource_version: Option<String>,
 }
 
 struct Member {
     api: Api<Lease>,
+    namespaces: Api<Namespace>,
     config: Config,
     lease: String,
     gate: ShardGate,
     observed: HashMap<String, Observed>,
     /// The range this replica serves and has published.
     serving: Option<HashRange>,
+    /// When this replica, as coordinator, last compared its cuts with the namespaces.
+    cuts_checked: Option<Instant>,
+    /// Whether listing the namespaces failed (logged once until it works again).
+    listing_failed: bool,
     metrics: Metrics,
 }
 
@@ -156,9 +167,21 @@ impl Member {
     /// One round of the hand-over protocol (module doc, steps 1–4).
     async fn step(&mut self) -> kube::Result<()> {
         let peers = self.peers().await?;
-        let live: Vec<&str> = peers.iter().filter(|p| p.live).map(|p| p.identity.as_str()).collect();
+        let mut live: Vec<&str> = peers.iter().filter(|p| p.live).map(|p| p.identity.as_str()).collect();
+        live.sort_unstable();
+        live.dedup();
         self.metrics.members.set(i64::try_from(live.len()).unwrap_or(i64::MAX));
-        let Some(target) = assignment(&live, &self.config.identity) else { return Ok(()) };
+        let Some(index) = live.iter().position(|m| *m == self.config.identity) else { return Ok(()) };
+        let digest = members_digest(&live);
+        let cuts = if index == 0 {
+            Some(self.coordinate(&peers, live.len(), digest).await?)
+        } else {
+            coordinators_cuts(&peers, live[0], digest)
+        };
+        let Some(target) = cuts.and_then(|cuts| cuts.ranges().get(index).copied()) else {
+            tracing::debug!(coordinator = live[0], "sharding: waiting for the coordinator's cuts for this membership");
+            return Ok(());
+        };
         if self.serving == Some(target) {
             return Ok(());
         }
@@ -166,7 +189,7 @@ impl Member {
             tracing::info!(serving = %old, next = %target, "sharding: stopping a range to hand it over");
             self.gate.serve(None).await;
             self.metrics.serving.set(0);
-            publish(&self.api, &self.lease, None).await?;
+            publish(&self.api, &self.lease, SERVING_ANNOTATION, None).await?;
             self.serving = None;
             self.metrics.handovers.inc();
         }
@@ -178,11 +201,11 @@ impl Member {
             tracing::debug!(range = %target, %other, "sharding: waiting for another member to release");
             return Ok(());
         }
-        publish(&self.api, &self.lease, Some(target)).await?;
+        publish(&self.api, &self.lease, SERVING_ANNOTATION, Some(target.to_string())).await?;
         let peers = self.peers().await?;
         if let Some(other) = claimed_by_others(&peers, &self.lease, target) {
             tracing::info!(range = %target, %other, "sharding: claim collided; retracting");
-            publish(&self.api, &self.lease, None).await?;
+            publish(&self.api, &self.lease, SERVING_ANNOTATION, None).await?;
             return Ok(());
         }
         self.gate.serve(Some(target)).await;
@@ -190,6 +213,51 @@ impl Member {
         self.metrics.serving.set(per_mille(target));
         tracing::info!(range = %target, members = live.len(), "sharding: serving");
         Ok(())
+    }
+
+    /// As coordinator: the cuts for this membership. It keeps the cuts it published while they
+    /// fit the membership, and at most once a lease duration compares them with the namespaces
+    /// that exist, recomputing them only when they are clearly unbalanced
+    /// ([`Cuts::unbalanced`]), so a few new namespaces do not move every range.
+    async fn coordinate(&mut self, peers: &[Peer], members: usize, digest: u64) -> kube::Result<Cuts> {
+        let mine = peers.iter().find(|p| p.lease == self.lease).and_then(|p| p.cuts.clone()).filter(|c| c.fits(digest));
+        let due = self.cuts_checked.is_none_or(|at| at.elapsed() >= self.config.lease_duration);
+        if let Some(cuts) = mine.as_ref().filter(|_| !due) {
+            return Ok(cuts.clone());
+        }
+        let hashes = self.namespace_hashes().await;
+        let cuts = match (mine, hashes.as_deref()) {
+            (Some(cuts), Some(hashes)) if !cuts.unbalanced(hashes) => {
+                self.cuts_checked = Some(Instant::now());
+                return Ok(cuts);
+            }
+            (Some(cuts), None) => return Ok(cuts),
+            (_, Some(hashes)) => Cuts::balanced(digest, members, hashes),
+            (None, None) => Cuts::equal(digest, members),
+        };
+        publish(&self.api, &self.lease, CUTS_ANNOTATION, Some(cuts.to_string())).await?;
+        self.cuts_checked = Some(Instant::now());
+        let shares = hashes.as_deref().map(|h| cuts.shares(h));
+        tracing::info!(%cuts, members, namespaces_per_member = ?shares, "sharding: published the cuts");
+        Ok(cuts)
+    }
+
+    /// The hashes of every namespace, and of `""` (cluster-scoped keys); `None` if they cannot
+    /// be listed (then equal slices stand in).
+    async fn namespace_hashes(&mut self) -> Option<Vec<u64>> {
+        match self.namespaces.list_metadata(&ListParams::default()).await {
+            Ok(list) => {
+                self.listing_failed = false;
+                let names = list.items.into_iter().filter_map(|ns| ns.metadata.name);
+                Some(names.map(|name| fnv1a64(&name)).chain([fnv1a64("")]).collect())
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.listing_failed, true) {
+                    tracing::warn!(error = %e, "sharding: cannot list namespaces to balance the ranges; splitting the hash space evenly");
+                }
+                None
+            }
+        }
     }
 
     /// The member Leases, with liveness on our clock; removes Leases that expired.
@@ -215,11 +283,13 @@ impl Member {
             let live = holder.is_some() && observed.at.elapsed() < duration;
             let annotations = lease.metadata.annotations.unwrap_or_default();
             let serving = annotations.get(SERVING_ANNOTATION).and_then(|text| HashRange::parse(text).ok());
+            let cuts = annotations.get(CUTS_ANNOTATION).and_then(|text| Cuts::parse(text).ok());
             seen.insert(name.clone());
             peers.push(Peer {
                 lease: name,
                 identity: holder.unwrap_or_default(),
                 serving,
+                cuts,
                 live,
                 resource_version: lease.metadata.resource_version,
             });
@@ -236,13 +306,11 @@ impl Member {
     }
 }
 
-/// This member's range among the live members (sorted by identity); `None` if it is not one.
-fn assignment(live: &[&str], me: &str) -> Option<HashRange> {
-    let mut members = live.to_vec();
-    members.sort_unstable();
-    members.dedup();
-    let index = members.iter().position(|m| *m == me)?;
-    split(members.len()).get(index).copied()
+/// The cuts the coordinator (the live member with the lowest identity) published for the
+/// membership with `digest`; `None` until it has.
+fn coordinators_cuts(peers: &[Peer], coordinator: &str, digest: u64) -> Option<Cuts> {
+    let published = peers.iter().find(|p| p.live && p.identity == coordinator)?.cuts.clone()?;
+    published.fits(digest).then_some(published)
 }
 
 /// The identity of a live member other than `me` that publishes a range overlapping `range`.
@@ -266,18 +334,31 @@ fn jitter() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shard::split;
 
     fn peer(lease: &str, serving: Option<HashRange>, live: bool) -> Peer {
-        Peer { lease: lease.into(), identity: lease.into(), serving, live, resource_version: None }
+        Peer { lease: lease.into(), identity: lease.into(), serving, cuts: None, live, resource_version: None }
     }
 
     #[test]
-    fn members_compute_the_same_disjoint_assignment_from_the_same_view() {
-        let live = ["c", "a", "b"];
-        let ranges: Vec<HashRange> = live.iter().map(|m| assignment(&live, m).unwrap()).collect();
-        assert_eq!(ranges[1], split(3)[0], "sorted by identity: a gets the first range");
-        assert_eq!(ranges[0], split(3)[2]);
-        assert!(assignment(&live, "d").is_none(), "not a member, no range");
+    fn members_use_only_the_live_coordinators_cuts_for_the_membership_they_see() {
+        let digest = members_digest(&["a", "b"]);
+        let cuts = Cuts::equal(digest, 2);
+        let mut coordinator = peer("a", None, true);
+        coordinator.cuts = Some(cuts.clone());
+        let mut other = peer("b", None, true);
+        other.cuts = Some(Cuts::equal(digest, 2));
+        assert_eq!(coordinators_cuts(&[coordinator, other], "a", digest), Some(cuts.clone()));
+        let mut stale = peer("a", None, true);
+        stale.cuts = Some(cuts.clone());
+        assert_eq!(
+            coordinators_cuts(&[stale], "a", members_digest(&["a", "b", "c"])),
+            None,
+            "computed for another membership"
+        );
+        let mut dead = peer("a", None, false);
+        dead.cuts = Some(cuts);
+        assert_eq!(coordinators_cuts(&[dead], "a", digest), None, "an expired coordinator's cuts do not count");
     }
 
     #[test]

@@ -25,9 +25,21 @@
 //! Each replica holds its own Lease `<id>-shard-<fnv(identity)>` in the host's namespace,
 //! renewed by the leader-election elector ([`crate::leader`], the same timings and the same rule
 //! for expiry: a record unchanged for `leaseDurationSeconds` on the observer's clock). The
-//! live members are the unexpired Leases; sorted by holder identity, member `i` of `n` is
-//! assigned `[⌊i·2^64/n⌋, ⌊(i+1)·2^64/n⌋)` ([`range::split`]). A replica that cannot renew its
-//! Lease within the renew deadline exits, as a leader does.
+//! live members are the unexpired Leases, sorted by holder identity; member `i` of `n` is
+//! assigned the `i`-th of `n` contiguous ranges. A replica that cannot renew its Lease within
+//! the renew deadline exits, as a leader does.
+//!
+//! The ranges are cut so that each member gets about the same number of **namespaces**
+//! ([`Cuts`]): FNV-1a puts similar names (`bench-0` … `bench-99`) close together, so equal
+//! slices of 2^64 would leave one member with all of them. The **coordinator**, the live member
+//! with the lowest identity, lists the namespaces, computes the cuts and publishes them in its
+//! Lease's annotation [`CUTS_ANNOTATION`], tagged with a digest of the membership it saw; the
+//! others use them only when that digest matches the membership they see, and otherwise wait.
+//! The coordinator recomputes the cuts when the membership changes, and, at most once a lease
+//! duration, when the namespaces that exist left some member clearly more than its share.
+//! Balance is by namespace count, not by objects: a namespace much larger than the others
+//! still lands whole on one member. Without the right to list namespaces the coordinator cuts
+//! equal slices and logs why once.
 //!
 //! # Hand-over protocol
 //!
@@ -52,11 +64,13 @@
 //! eventually serves its part, and a dead member's part is reassigned within about one lease
 //! duration. A member that leaves gracefully stops serving, then deletes its Lease.
 
+mod cuts;
 mod gate;
 mod membership;
 pub mod range;
 pub mod selector;
 
+pub use cuts::Cuts;
 pub use gate::{Admission, ListedRange, ShardGate};
 pub use membership::Membership;
 pub use range::{HashRange, fnv1a64, key_hash, split};
@@ -65,6 +79,9 @@ use std::time::Duration;
 
 /// Annotation on a member's Lease: the range it serves now (`0x…-0x…`), empty when none.
 pub const SERVING_ANNOTATION: &str = "kubewasm.dev/shard-serving";
+
+/// Annotation on the coordinator's Lease: the [`Cuts`] it computed for the membership.
+pub const CUTS_ANNOTATION: &str = "kubewasm.dev/shard-cuts";
 
 /// Why sharding could not start.
 #[derive(Debug, thiserror::Error)]

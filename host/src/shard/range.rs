@@ -58,6 +58,16 @@ impl HashRange {
         if start < end && end <= HASH_SPACE_END { Ok(Self { start, end }) } else { Err(Error::Bounds { start, end }) }
     }
 
+    /// The first hash of the range.
+    pub fn start(&self) -> u128 {
+        self.start
+    }
+
+    /// The end of the range (exclusive; may be `2^64`).
+    pub fn end(&self) -> u128 {
+        self.end
+    }
+
     /// Whether `hash` falls in the range.
     pub fn contains(&self, hash: u64) -> bool {
         (self.start..self.end).contains(&u128::from(hash))

@@ -55,7 +55,8 @@ pub async fn crd_established(client: &Client, name: &str) {
     .await;
 }
 
-async fn create_namespace(client: &Client, name: &str, labels: serde_json::Value) {
+/// Creates the Namespace `name` with `labels`.
+pub async fn create_namespace(client: &Client, name: &str, labels: serde_json::Value) {
     let ns: Namespace =
         serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": labels}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
