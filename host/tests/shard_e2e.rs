@@ -23,15 +23,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kubewasm::app::App;
 use kubewasm::controller::RECONCILE_TRACE_TARGET;
-use kubewasm::shard::{HashRange, SERVING_ANNOTATION, fnv1a64};
+use kubewasm::hotload::WasmPlugin;
+use kubewasm::shard::{self, HashRange, Membership, SERVING_ANNOTATION, ShardGate, fnv1a64};
 use kubewasm_testenv::ControlPlane;
 use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
 
 use common::eventually;
 use common::process::{HostProcess, kubewasm_run};
@@ -365,4 +369,80 @@ async fn replicas_split_the_objects_with_the_server_side_shard_selector_and_hand
 async fn replicas_split_the_objects_by_filtering_themselves_when_the_server_ignores_the_selector() {
     let Some(cp) = ControlPlane::shared() else { return };
     scenario(cp, false).await;
+}
+
+/// Item 2 of issue 21: a plugin whose keys cannot be split says so in its WasmPlugin status.
+/// One in-process sharded host serves two WasmPlugins: the stamper (ConfigMaps, namespaced:
+/// split by namespace) and namespace-defaults (Namespaces, cluster-scoped: one replica), the
+/// latter without write grants, so it changes nothing in the shared control plane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_host_says_in_each_wasm_plugins_status_whether_its_keys_are_split() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    common::examples::install_wasm_plugin_crd(&client).await;
+    let lease_ns = cp.namespace("shard-status").await;
+    let modules = cp.namespace("shard-status-modules").await;
+    let module_api = Api::<ConfigMap>::namespaced(client.clone(), &modules);
+    for (name, file) in [("stamper", "fixture_stamper.wasm"), ("defaults", "namespace_defaults.wasm")] {
+        let cm = ConfigMap {
+            metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
+            binary_data: Some([("plugin.wasm".to_owned(), ByteString(common::plugin_wasm(file).to_vec()))].into()),
+            ..Default::default()
+        };
+        module_api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+
+    let mut app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
+    let gate = ShardGate::sharded();
+    app.set_shard_gate(gate.clone());
+    let mut config = shard::Config::new(&lease_ns, "kubewasm");
+    config.identity = format!("status-{lease_ns}");
+    let membership = Membership::start(client.clone(), config, gate, app.registry()).unwrap();
+    let stop = CancellationToken::new();
+    let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={lease_ns}")).run(stop.clone()));
+
+    let plugins: Api<WasmPlugin> = Api::all(client.clone());
+    let label = format!("kubewasm.test/shard-status={lease_ns}");
+    for (name, module, spec) in [
+        (
+            "stamper",
+            "stamper",
+            serde_json::json!({"grants": {"write": ["ConfigMap"]}, "settings": {"version": "v1", "selector": label}}),
+        ),
+        ("defaults", "defaults", serde_json::json!({"settings": {"optOutLabel": "kubewasm.dev/no-defaults"}})),
+    ] {
+        let mut spec = spec;
+        spec["module"] = serde_json::json!({"configMap": {"name": module, "key": "plugin.wasm"}});
+        let body = serde_json::json!({
+            "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+            "metadata": {"name": format!("{name}-{lease_ns}"), "labels": {"test": lease_ns}},
+            "spec": spec,
+        });
+        let name = format!("{name}-{lease_ns}");
+        plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap();
+    }
+    let sharded = |name: String| {
+        let plugins = plugins.clone();
+        async move {
+            let what = format!("{name}'s Sharded condition");
+            eventually(&what, TIMEOUT, || async {
+                let wp = plugins.get(&name).await.ok()?;
+                wp.status?.conditions.into_iter().find(|c| c.type_ == "Sharded")
+            })
+            .await
+        }
+    };
+    let split = sharded(format!("stamper-{lease_ns}")).await;
+    assert_eq!((split.status.as_str(), split.reason.as_str()), ("True", "ByNamespace"), "{split:?}");
+    let whole = sharded(format!("defaults-{lease_ns}")).await;
+    assert_eq!((whole.status.as_str(), whole.reason.as_str()), ("False", "ClusterScopedKind"), "{whole:?}");
+    assert!(whole.message.contains("Namespace is cluster-scoped"), "{}", whole.message);
+
+    for name in ["stamper", "defaults"] {
+        plugins.delete(&format!("{name}-{lease_ns}"), &DeleteParams::default()).await.unwrap();
+    }
+    stop.cancel();
+    source.await.unwrap();
+    membership.leave().await;
+    assert!(app.shut_down(Duration::from_secs(10)).await);
 }

@@ -181,16 +181,12 @@ impl Controller {
         let queue = WorkQueue::new(queue.rate_limiter(plugin.rate_limiter().build()));
         let reconciler = Reconciler::new(plugin.clone(), queue.clone(), ctx.metrics.controller(&name), ctx.max_retries);
         let reconciler = Arc::new(reconciler.breaker(ctx.breaker.clone()).shard(ctx.shard.clone()));
-        if ctx.shard.is_sharded() && !owner.namespaced {
-            let hash = crate::shard::fnv1a64("");
-            tracing::info!(controller = %name, kind = %owner.kind, "sharding: a cluster-scoped kind is not split; the replica whose range holds {hash:#018x} reconciles all of it");
-        }
         let wiring = Wiring::new(ctx, &plugin, cache, &reconciler, &owner, None).await?;
         let for_informer = wiring.informers().iter().find(|i| KindRef::of(i.gvk()) == owner.kind).cloned();
         let for_informer = for_informer.expect("the wiring reads the for kind");
         let for_filter = Some(&plugin.registration().for_filter);
         let for_registration = filter::add_filtered(&for_informer, for_filter, ForTrigger(reconciler.clone()));
-        Ok(Self {
+        let controller = Self {
             name,
             reconciler,
             for_watched: for_watched(&plugin),
@@ -202,7 +198,19 @@ impl Controller {
             leader: ctx.leader.clone(),
             shard: ctx.shard.clone(),
             stop: CancellationToken::new(),
-        })
+        };
+        if let Some(split @ crate::shard::Split::OneReplica(_)) = controller.split() {
+            tracing::info!(controller = %controller.name, "sharding: {}", split.condition().2);
+        }
+        Ok(controller)
+    }
+
+    /// How the sharded host splits this controller's keys; `None` when it does not shard.
+    pub fn split(&self) -> Option<crate::shard::Split> {
+        use crate::shard::Split;
+        let split =
+            if self.owner.namespaced { Split::ByNamespace } else { Split::OneReplica(self.owner.kind.to_string()) };
+        self.shard.is_sharded().then_some(split)
     }
 
     /// Waits for every cache the plugin reads to sync and for the leader gate, then starts its

@@ -421,6 +421,11 @@ impl WasmPluginSource {
                 p.retry,
             ),
         };
+        let mut status = status;
+        if let Some(split) = serving.as_ref().and_then(|s| s.split.as_ref()) {
+            let (ok, reason, message) = split.condition();
+            status.push(cond("Sharded", ok, reason, &message));
+        }
         let status = WasmPluginStatus {
             conditions: status,
             observed_generation: generation,

@@ -125,6 +125,8 @@ pub struct Serving {
     pub sha256: String,
     /// Its revision.
     pub revision: u64,
+    /// How a sharded host splits its keys; `None` when the host does not shard.
+    pub split: Option<crate::shard::Split>,
 }
 
 type Slots = BTreeMap<String, Arc<Mutex<Option<Slot>>>>;
@@ -272,7 +274,7 @@ impl Manager {
     pub async fn serving(&self, name: &str) -> Option<Serving> {
         let slot = self.slots.lock().get(name).cloned()?;
         let slot = slot.lock().await;
-        slot.as_ref().map(|s| Serving { sha256: s.sha256.clone(), revision: s.revision })
+        slot.as_ref().map(|s| Serving { sha256: s.sha256.clone(), revision: s.revision, split: s.controller.split() })
     }
 
     /// Whether `name` serves exactly this component (by sha256) and config.

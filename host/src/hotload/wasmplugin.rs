@@ -106,7 +106,8 @@ pub struct ConfigMapModule {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WasmPluginStatus {
-    /// `Loaded`, `Ready` and `Degraded`.
+    /// `Loaded`, `Ready` and `Degraded`; on a sharded host also `Sharded` (`True`: split by
+    /// namespace; `False`, reason `ClusterScopedKind`: one replica reconciles every key).
     #[serde(default)]
     pub conditions: Vec<Condition>,
     /// The generation this status describes.
@@ -127,7 +128,7 @@ pub struct WasmPluginStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// `Loaded`, `Ready` or `Degraded`.
+    /// `Loaded`, `Ready`, `Degraded` or `Sharded`.
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.

@@ -83,6 +83,36 @@ pub const SERVING_ANNOTATION: &str = "kubewasm.dev/shard-serving";
 /// Annotation on the coordinator's Lease: the [`Cuts`] it computed for the membership.
 pub const CUTS_ANNOTATION: &str = "kubewasm.dev/shard-cuts";
 
+/// How a sharded host splits one plugin's keys between its replicas (its WasmPlugin status
+/// says which).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// By namespace: each replica reconciles the namespaces whose hash falls in its range.
+    ByNamespace,
+    /// Not at all: the for kind (named) is cluster-scoped, so every key hashes as `""` and the
+    /// one replica whose range holds `fnv1a64("")` reconciles all of them.
+    OneReplica(String),
+}
+
+impl Split {
+    /// The status condition's (status, reason, message) for this split.
+    pub fn condition(&self) -> (bool, &'static str, String) {
+        match self {
+            Self::ByNamespace => {
+                (true, "ByNamespace", "each replica reconciles the namespaces in its hash range".to_owned())
+            }
+            Self::OneReplica(kind) => (
+                false,
+                "ClusterScopedKind",
+                format!(
+                    "{kind} is cluster-scoped and not split: the replica whose range holds {:#018x} reconciles all of it",
+                    fnv1a64("")
+                ),
+            ),
+        }
+    }
+}
+
 /// Why sharding could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
