@@ -8,7 +8,7 @@ use std::{
 
 use kube::{
     Client,
-    api::{Api, ApiResource, DynamicObject},
+    api::{Api, ApiResource},
     core::GroupVersionKind,
     discovery::{self, Scope},
 };
@@ -19,7 +19,8 @@ use crate::shard::ShardGate;
 use super::{
     Error, Result,
     metrics::InformerMetrics,
-    reflector::{ListStrategy, Reflector, ReflectorConfig, ReflectorShard, Transform},
+    raw::RawObject,
+    reflector::{ListStrategy, Reflector, ReflectorConfig, ReflectorShard},
     shared_informer::{Informer, InformerInner, Shared},
 };
 
@@ -105,7 +106,7 @@ impl SharedInformerFactory {
         Self::with_config(client, registry, ReflectorConfig::default())
     }
 
-    /// A factory with non-default list strategy, page size or transform.
+    /// A factory with non-default list strategy, page size or managed-fields handling.
     pub fn with_config(client: Client, registry: &Registry, config: ReflectorConfig) -> Result<Self> {
         Ok(Self {
             inner: Arc::new(FactoryInner {
@@ -120,12 +121,11 @@ impl SharedInformerFactory {
         })
     }
 
-    /// Replaces the transform applied to objects before they are cached (default: strip
-    /// `managedFields`). Affects informers created afterwards.
+    /// Whether informers created afterwards keep `metadata.managedFields` (default: no).
     #[must_use]
-    pub fn transform(self, transform: Transform) -> Self {
+    pub fn keep_managed_fields(self, keep: bool) -> Self {
         let mut config = self.inner.config.clone();
-        config.transform = transform;
+        config.keep_managed_fields = keep;
         self.rebuilt(config)
     }
 
@@ -184,7 +184,7 @@ impl SharedInformerFactory {
             (Some(ns), Scope::Cluster) => {
                 return Err(Error::ClusterScoped { gvk: gvk.clone(), namespace: ns.clone() });
             }
-            (None, _) => Api::<DynamicObject>::all_with(client, &resource),
+            (None, _) => Api::<RawObject>::all_with(client, &resource),
         };
         let gate = &self.inner.gate;
         let shard = match (key.params.sharded, gate.caching(), gate.register_informer()) {

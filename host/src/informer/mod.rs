@@ -38,6 +38,7 @@ pub mod index;
 pub mod labels;
 pub mod metrics;
 pub mod object;
+pub mod raw;
 pub mod reflector;
 pub mod selector;
 pub mod shared_informer;

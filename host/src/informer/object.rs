@@ -2,9 +2,9 @@
 
 use std::{fmt, sync::Arc};
 
-use kube::api::{ApiResource, DynamicObject, TypeMeta};
+use kube::api::ApiResource;
 
-use super::{Error, Result, labels::Labels, uid::Uid};
+use super::{Error, Result, labels::Labels, raw::RawObject, uid::Uid};
 
 /// The controller-relevant parts of an `ownerReference`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,9 +49,9 @@ impl ObjectMeta {
 
 /// One object in the cache: immutable, shared by `Arc` between the store, handlers and plugins.
 ///
-/// The JSON is produced once when the object arrives from the watch (after the informer's
-/// transform, which strips `managedFields` by default), so handing it to a plugin is a copy of
-/// bytes, never a re-serialization.
+/// The JSON is produced once when the object arrives from the watch (from its raw fields,
+/// without `managedFields` by default), so handing it to a plugin is a copy of bytes, never a
+/// re-serialization.
 pub struct CachedObject {
     key: Arc<str>,
     meta: ObjectMeta,
@@ -60,10 +60,10 @@ pub struct CachedObject {
 
 impl CachedObject {
     /// Builds a cached object from a watched object, filling `apiVersion`/`kind` from `resource`
-    /// (list responses omit them on items) so every cached body is self-describing.
-    pub fn from_dynamic(mut obj: DynamicObject, resource: &ApiResource) -> Result<Self> {
-        obj.types = Some(TypeMeta { api_version: resource.api_version.clone(), kind: resource.kind.clone() });
-        let json = serde_json::to_vec(&obj).map_err(Error::Serialize)?;
+    /// (list responses omit them on items) so every cached body is self-describing; without
+    /// `managedFields` unless `keep_managed_fields`.
+    pub fn from_raw(obj: RawObject, resource: &ApiResource, keep_managed_fields: bool) -> Result<Self> {
+        let json = obj.to_json(resource, keep_managed_fields);
         Self::new(obj.metadata, json)
     }
 
@@ -154,12 +154,6 @@ pub fn object_key(namespace: Option<&str>, name: &str) -> String {
     }
 }
 
-/// The default transform: drops `metadata.managedFields`, which is often most of an object's
-/// size and which no controller reads (client-go users install the same transform by hand).
-pub fn strip_managed_fields(obj: &mut DynamicObject) {
-    obj.metadata.managed_fields = None;
-}
-
 fn meta_from_k8s(m: kube::api::ObjectMeta) -> ObjectMeta {
     ObjectMeta {
         uid: m.uid.as_deref().map(Uid::new),
@@ -193,14 +187,10 @@ mod tests {
 
     #[test]
     fn a_listed_item_gets_api_version_and_kind_and_loses_managed_fields() {
-        let mut obj: DynamicObject = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "7",
-                         "managedFields": [{"manager": "kubectl"}]},
-            "data": {"k": "v"}
-        }))
-        .unwrap();
-        strip_managed_fields(&mut obj);
-        let cached = CachedObject::from_dynamic(obj, &configmap_resource()).unwrap();
+        let sent = br#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7",
+                        "managedFields":[{"manager":"kubectl"}]},"data":{"k":"v"}}"#;
+        let obj: RawObject = serde_json::from_slice(sent).unwrap();
+        let cached = CachedObject::from_raw(obj, &configmap_resource(), false).unwrap();
         let v = cached.value().unwrap();
         assert_eq!(v["apiVersion"], "v1");
         assert_eq!(v["kind"], "ConfigMap");

@@ -5,7 +5,7 @@ use std::{collections::HashSet, fmt, sync::Arc};
 
 use futures::StreamExt;
 use kube::{
-    api::{Api, ApiResource, DynamicObject},
+    api::{Api, ApiResource},
     runtime::{
         WatchStreamExt,
         watcher::{self, Event},
@@ -15,7 +15,7 @@ use kube::{
 use prometheus::IntGauge;
 use tokio::sync::watch;
 
-use super::{object::CachedObject, shared_informer::Shared};
+use super::{object::CachedObject, raw::RawObject, shared_informer::Shared};
 use crate::shard::{HashRange, ListedRange, fnv1a64, selector};
 
 /// How the initial list is fetched.
@@ -32,9 +32,6 @@ pub enum ListStrategy {
     Paginated,
 }
 
-/// Rewrites each object before it is cached (client-go `TransformFunc`).
-pub type Transform = Arc<dyn Fn(&mut DynamicObject) + Send + Sync>;
-
 /// How reflectors list and watch; set on the factory.
 #[derive(Clone)]
 pub struct ReflectorConfig {
@@ -42,18 +39,15 @@ pub struct ReflectorConfig {
     pub list_strategy: ListStrategy,
     /// Page size of paginated lists; 500 as in client-go's pager.
     pub page_size: u32,
-    /// Applied to each object before it is serialized into the cache; by default strips
-    /// `metadata.managedFields`.
-    pub transform: Transform,
+    /// Whether cached objects keep `metadata.managedFields`; off by default: it is often most
+    /// of an object's size and no controller reads it (client-go users strip it with a
+    /// transform by hand).
+    pub keep_managed_fields: bool,
 }
 
 impl Default for ReflectorConfig {
     fn default() -> Self {
-        Self {
-            list_strategy: ListStrategy::Auto,
-            page_size: 500,
-            transform: Arc::new(super::object::strip_managed_fields),
-        }
+        Self { list_strategy: ListStrategy::Auto, page_size: 500, keep_managed_fields: false }
     }
 }
 
@@ -68,7 +62,7 @@ impl fmt::Debug for ReflectorConfig {
 
 /// One reflector: what to watch and how.
 pub(crate) struct Reflector {
-    pub(crate) api: Api<DynamicObject>,
+    pub(crate) api: Api<RawObject>,
     pub(crate) resource: ApiResource,
     pub(crate) label_selector: Option<String>,
     pub(crate) field_selector: Option<String>,
@@ -149,7 +143,7 @@ impl Reflector {
     /// `filter`, objects outside its range are not cached and completed lists are reported.
     async fn watch(
         &self,
-        api: Api<DynamicObject>,
+        api: Api<RawObject>,
         filter: Option<Filter<'_>>,
         shared: &Arc<Shared>,
         stop: impl std::future::Future,
@@ -230,14 +224,13 @@ impl Reflector {
         }
     }
 
-    fn convert(&self, mut obj: DynamicObject, filter: Option<&Filter<'_>>) -> Option<Arc<CachedObject>> {
+    fn convert(&self, obj: RawObject, filter: Option<&Filter<'_>>) -> Option<Arc<CachedObject>> {
         // The same test the server applies: identical caches whether or not it honoured the
         // selector (and a no-op when it did).
         if filter.is_some_and(|f| !f.range.contains(fnv1a64(obj.metadata.namespace.as_deref().unwrap_or_default()))) {
             return None;
         }
-        (self.config.transform)(&mut obj);
-        match CachedObject::from_dynamic(obj, &self.resource) {
+        match CachedObject::from_raw(obj, &self.resource, self.config.keep_managed_fields) {
             Ok(o) => Some(Arc::new(o)),
             Err(err) => {
                 tracing::warn!(kind = %self.resource.kind, error = %err, "skipping an object that cannot be cached");

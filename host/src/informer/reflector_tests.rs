@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource};
 use kube::client::Body;
 use kube::core::GroupVersionKind;
 use prometheus::Registry;
@@ -34,7 +34,7 @@ fn informer_with(shard: Option<ReflectorShard>) -> (Informer, Server) {
     let gvk = GroupVersionKind::gvk("", "v1", "ConfigMap");
     let resource = ApiResource::from_gvk(&gvk);
     let reflector = Reflector {
-        api: Api::<DynamicObject>::all_with(client, &resource),
+        api: Api::<super::RawObject>::all_with(client, &resource),
         resource,
         label_selector: None,
         field_selector: None,
