@@ -40,7 +40,7 @@ export KUBEWASM_IMAGE_DIR ?= $(TARGET_DIR)/image
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy
 
-.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test control-plane test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools
+.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -119,6 +119,17 @@ sdk-test: $(PY_TOOL)/.pytest-installed
 		-q -p no:cacheprovider tests
 	cd plugins/sdk/js && node --import ./test/register.mjs --test test/*.test.mjs
 
+## The SDKs as packages, for plugin projects outside this repository (`kubewasm new python|js
+## --sdk FILE`): the Python SDK's wheel (flit_core, without writing into plugins/sdk/python) and
+## the JavaScript SDK's npm tarball, in $(SDK_DIST).
+SDK_DIST := $(TARGET_DIR)/sdk
+sdk-packages: $(PY_TOOL)/.installed
+	$(PY_TOOL)/bin/pip install --quiet --disable-pip-version-check -r plugins/python/requirements.txt
+	@mkdir -p $(SDK_DIST)
+	$(PY_TOOL)/bin/pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		-w $(SDK_DIST) plugins/sdk/python
+	cd plugins/sdk/js && npm pack --loglevel=error --pack-destination $(SDK_DIST)
+
 ## kube-apiserver, etcd and kubectl built from Go modules, cached by version.
 control-plane:
 	bash tests/control-plane/build.sh
@@ -148,7 +159,7 @@ lint:
 ## Formatting, then every test of the native crates (the guest crates are exercised through
 ## the components `plugins` builds, the container image through image_e2e). Missing docs fail
 ## the build itself (workspace lints).
-test: toolchain plugins control-plane image sdk-test
+test: toolchain plugins control-plane image sdk-test sdk-packages
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --no-fail-fast
 	$(CARGO) test --no-fail-fast -p kubewasm-go-component

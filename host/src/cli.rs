@@ -36,7 +36,7 @@ pub enum Command {
     /// plugins of a directory on it with hot reload, until Ctrl-C.
     Dev(Box<DevArgs>),
     /// Create a plugin project outside this repository: build script, config with a settings
-    /// schema, and an offline test that runs `kubewasm test` (Rust; Python and JS not yet).
+    /// schema, and an offline test that runs `kubewasm test` (cargo test, pytest, node --test).
     New(NewArgs),
 }
 
@@ -216,6 +216,10 @@ pub struct RecordArgs {
 pub enum Language {
     /// Rust, with the kubewasm Rust SDK.
     Rust,
+    /// Python, with the kubewasm Python SDK, built by componentize-py.
+    Python,
+    /// JavaScript, with the kubewasm JavaScript SDK, bundled by rolldown and built by componentize-js.
+    Js,
 }
 
 /// `kubewasm new`.
@@ -223,13 +227,17 @@ pub enum Language {
 pub struct NewArgs {
     /// The project's language.
     pub language: Language,
-    /// The plugin's name (a DNS label): it names the crate, `<name>.wasm` and `<name>.yaml`.
+    /// The plugin's name (a DNS label): it names the crate, module or package, `<name>.wasm` and
+    /// `<name>.yaml`.
     pub name: String,
     /// Where to create the project (must be absent or empty); default `./<name>`.
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// The Rust SDK (plugins/sdk/rust of a kubewasm checkout); default: the one this binary
-    /// was built from.
+    /// The SDK the project builds with; default: plugins/sdk/<language> of the kubewasm checkout
+    /// this binary was built from. Rust: the crate's directory (a path dependency). Python: the
+    /// SDK's directory, or the wheel or sdist `make sdk-packages` builds (build.sh installs it
+    /// with pip). JavaScript: the SDK's directory, or the tarball `make sdk-packages` packs (a
+    /// `file:` dependency).
     #[arg(long, env = "KUBEWASM_SDK")]
     pub sdk: Option<PathBuf>,
 }

@@ -30,7 +30,7 @@ fn main() -> anyhow::Result<()> {
             Command::Record(args) => kubewasm::offline::command::record(args).await,
             Command::Dev(args) => kubewasm::dev::run(*args).await,
             Command::New(args) => {
-                let dir = kubewasm::scaffold::new_rust(&args.name, args.dir.as_deref(), args.sdk.as_deref())?;
+                let dir = kubewasm::scaffold::new(args.language, &args.name, args.dir.as_deref(), args.sdk.as_deref())?;
                 println!("created {}: build with {0}/build.sh, test with `kubewasm test {0}/{1}.wasm --objects {0}/tests/fixtures.yaml --expect {0}/tests/expected.yaml`", dir.display(), args.name);
                 Ok(())
             }

@@ -1,18 +1,31 @@
 //! `kubewasm new`: a standalone plugin project (build script, config with a settings schema,
 //! offline test over fixtures) written from templates, outside this repository.
-//!
-//! Rust only so far: the Python and JavaScript SDKs are not packaged yet (issue 18).
 
 use std::path::{Path, PathBuf};
 
-/// The contract version the templates are written for (the Rust SDK's world).
+use crate::cli::Language;
+
+/// The contract version the templates are written for (the SDKs' world, `wit/` of a Python or
+/// JavaScript project).
 pub const CONTRACT: &str = "0.2.0";
 
-/// The Rust SDK of the checkout this binary was built from; `kubewasm new --sdk` overrides it.
-const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/sdk/rust");
+/// The SDKs of the checkout this binary was built from; `kubewasm new --sdk` overrides them.
+const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/sdk/");
 
 /// The toolchain this repository pins (with the wasm32-wasip2 target), pinned by the project too.
 const TOOLCHAIN: &str = include_str!("../../rust-toolchain.toml");
+
+/// The world a Python or JavaScript project builds against, pinned by copying it into `wit/`.
+const WIT: &str = include_str!("../../wit/controller@0.2.0/controller.wit");
+
+/// The Python tools this repository pins (componentize-py, flit_core; pytest for tests).
+const PY_PINS: [&str; 2] =
+    [include_str!("../../plugins/python/requirements.txt"), include_str!("../../plugins/python/requirements-test.txt")];
+
+/// The JavaScript toolchain this repository pins (componentize-js, rolldown), copied byte for
+/// byte, so a project's build finds the toolchain the Makefile installed under the same hash.
+const JS_TOOLCHAIN: [&str; 2] =
+    [include_str!("../../plugins/js/package.json"), include_str!("../../plugins/js/package-lock.json")];
 
 /// Why a project could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -24,8 +37,15 @@ pub enum Error {
     #[error("{0} exists and is not empty")]
     NotEmpty(PathBuf),
     /// No SDK where it was looked for.
-    #[error("no Rust SDK at {0} (pass --sdk DIR: plugins/sdk/rust of a kubewasm checkout)")]
-    NoSdk(PathBuf),
+    #[error("no {language:?} SDK at {path} (pass --sdk: {expected})")]
+    NoSdk {
+        /// The project's language.
+        language: Language,
+        /// Where it was looked for.
+        path: PathBuf,
+        /// What `--sdk` may name for this language.
+        expected: &'static str,
+    },
     /// A file could not be written.
     #[error("writing {path}: {source}")]
     Io {
@@ -49,46 +69,129 @@ fn check_name(name: &str) -> Result<()> {
     if ok { Ok(()) } else { Err(Error::Name(name.to_owned())) }
 }
 
-/// The files of a Rust plugin project named `name` using the SDK at `sdk`: (path, text, executable).
-fn rust_files(name: &str, sdk: &Path) -> Vec<(String, String, bool)> {
-    let fill = |template: &str| {
-        template
-            .replace("{{name}}", name)
-            .replace("{{crate}}", &name.replace('-', "_"))
-            .replace("{{sdk}}", &sdk.display().to_string())
-            .replace("{{contract}}", CONTRACT)
-    };
+/// A file of a project: its path, text and whether it is executable.
+type File = (String, String, bool);
+
+/// Fills a template's placeholders.
+fn fill(template: &str, name: &str, sdk: &Path) -> String {
+    template
+        .replace("{{name}}", name)
+        .replace("{{crate}}", &name.replace('-', "_"))
+        .replace("{{module}}", &name.replace('-', "_"))
+        .replace("{{sdk}}", &sdk.display().to_string())
+        .replace("{{contract}}", CONTRACT)
+}
+
+/// What every project shares: its config with the settings schema and the offline test's data.
+fn common_files(name: &str) -> Vec<File> {
+    let fill = |template: &str| fill(template, name, Path::new(""));
     vec![
+        (format!("{name}.yaml"), fill(include_str!("scaffold/common/config.yaml.tmpl")), false),
+        ("tests/fixtures.yaml".into(), fill(include_str!("scaffold/common/fixtures.yaml.tmpl")), false),
+        ("tests/expected.yaml".into(), fill(include_str!("scaffold/common/expected.yaml.tmpl")), false),
+    ]
+}
+
+/// The files of a Rust plugin project named `name` using the SDK at `sdk`.
+fn rust_files(name: &str, sdk: &Path) -> Vec<File> {
+    let fill = |template: &str| fill(template, name, sdk);
+    let mut files = vec![
         ("Cargo.toml".into(), fill(include_str!("scaffold/rust/Cargo.toml.tmpl")), false),
         ("rust-toolchain.toml".into(), TOOLCHAIN.to_owned(), false),
         (".gitignore".into(), fill(include_str!("scaffold/rust/gitignore.tmpl")), false),
         ("src/lib.rs".into(), fill(include_str!("scaffold/rust/lib.rs.tmpl")), false),
-        (format!("{name}.yaml"), fill(include_str!("scaffold/rust/config.yaml.tmpl")), false),
         ("build.sh".into(), fill(include_str!("scaffold/rust/build.sh.tmpl")), true),
-        ("tests/fixtures.yaml".into(), fill(include_str!("scaffold/rust/fixtures.yaml.tmpl")), false),
-        ("tests/expected.yaml".into(), fill(include_str!("scaffold/rust/expected.yaml.tmpl")), false),
         ("tests/offline.rs".into(), fill(include_str!("scaffold/rust/offline.rs.tmpl")), false),
-    ]
+    ];
+    files.extend(common_files(name));
+    files
 }
 
-/// Creates the Rust plugin project `name` in `dir` (default `./<name>`), its SDK dependency
-/// pointing at `sdk` (default: the checkout this binary was built from). Returns the directory.
-pub fn new_rust(name: &str, dir: Option<&Path>, sdk: Option<&Path>) -> Result<PathBuf> {
+/// The files of a Python plugin project named `name` installing the SDK package `sdk`.
+fn python_files(name: &str, sdk: &Path) -> Vec<File> {
+    let fill = |template: &str| fill(template, name, sdk);
+    let pins: Vec<&str> =
+        PY_PINS.iter().flat_map(|f| f.lines()).filter(|l| !l.trim().is_empty() && !l.starts_with('#')).collect();
+    let requirements =
+        fill(include_str!("scaffold/python/requirements.txt.tmpl")).replace("{{pins}}", &pins.join("\n"));
+    let module = name.replace('-', "_");
+    let mut files = vec![
+        ("requirements.txt".into(), requirements, false),
+        ("wit/controller.wit".into(), WIT.to_owned(), false),
+        (".gitignore".into(), fill(include_str!("scaffold/python/gitignore.tmpl")), false),
+        (format!("src/{module}.py"), fill(include_str!("scaffold/python/plugin.py.tmpl")), false),
+        ("build.sh".into(), fill(include_str!("scaffold/python/build.sh.tmpl")), true),
+        ("tests/test_offline.py".into(), fill(include_str!("scaffold/python/test_offline.py.tmpl")), false),
+    ];
+    files.extend(common_files(name));
+    files
+}
+
+/// The files of a JavaScript plugin project named `name` depending on the SDK package `sdk`.
+fn js_files(name: &str, sdk: &Path) -> Vec<File> {
+    let fill = |template: &str| fill(template, name, sdk);
+    let mut files = vec![
+        ("package.json".into(), fill(include_str!("scaffold/js/package.json.tmpl")), false),
+        ("toolchain/package.json".into(), JS_TOOLCHAIN[0].to_owned(), false),
+        ("toolchain/package-lock.json".into(), JS_TOOLCHAIN[1].to_owned(), false),
+        ("wit/controller.wit".into(), WIT.to_owned(), false),
+        (".gitignore".into(), fill(include_str!("scaffold/js/gitignore.tmpl")), false),
+        (format!("src/{name}.js"), fill(include_str!("scaffold/js/plugin.js.tmpl")), false),
+        ("build.sh".into(), fill(include_str!("scaffold/js/build.sh.tmpl")), true),
+        ("tests/offline.test.mjs".into(), fill(include_str!("scaffold/js/offline.test.mjs.tmpl")), false),
+    ];
+    files.extend(common_files(name));
+    files
+}
+
+/// Finds the SDK a `language` project builds with: `sdk`, or the one in the checkout this binary
+/// was built from. Rust takes the crate's directory; Python its source directory (with
+/// `pyproject.toml`), a wheel or an sdist; JavaScript its directory (with `package.json`) or the
+/// tarball `npm pack` makes.
+fn locate_sdk(language: Language, sdk: Option<&Path>) -> Result<PathBuf> {
+    let (dir, manifest, packages, expected): (&str, &str, &[&str], _) = match language {
+        Language::Rust => ("rust", "Cargo.toml", &[], "plugins/sdk/rust of a kubewasm checkout"),
+        Language::Python => (
+            "python",
+            "pyproject.toml",
+            &[".whl", ".tar.gz"],
+            "plugins/sdk/python of a kubewasm checkout, or the wheel or sdist `make sdk-packages` builds",
+        ),
+        Language::Js => (
+            "js",
+            "package.json",
+            &[".tgz"],
+            "plugins/sdk/js of a kubewasm checkout, or the tarball `make sdk-packages` packs",
+        ),
+    };
+    let path = sdk.map_or_else(|| PathBuf::from(format!("{BUILT_SDK}{dir}")), Path::to_owned);
+    let missing = |path: PathBuf| Error::NoSdk { language, path, expected };
+    let path = path.canonicalize().map_err(|_| missing(path.clone()))?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let package = path.is_file() && packages.iter().any(|ext| name.ends_with(ext));
+    if package || path.join(manifest).is_file() { Ok(path) } else { Err(missing(path)) }
+}
+
+/// Creates the `language` plugin project `name` in `dir` (default `./<name>`), building with the
+/// SDK `sdk` (default: the one of the checkout this binary was built from; see [`locate_sdk`]).
+/// Returns the directory.
+pub fn new(language: Language, name: &str, dir: Option<&Path>, sdk: Option<&Path>) -> Result<PathBuf> {
     check_name(name)?;
     let dir = dir.map_or_else(|| PathBuf::from(name), Path::to_owned);
     if dir.read_dir().is_ok_and(|mut entries| entries.next().is_some()) {
         return Err(Error::NotEmpty(dir));
     }
-    let sdk = sdk.map_or_else(|| PathBuf::from(BUILT_SDK), Path::to_owned);
-    let sdk = sdk.canonicalize().map_err(|_| Error::NoSdk(sdk.clone()))?;
-    if !sdk.join("Cargo.toml").is_file() {
-        return Err(Error::NoSdk(sdk));
-    }
+    let sdk = locate_sdk(language, sdk)?;
+    let files = match language {
+        Language::Rust => rust_files(name, &sdk),
+        Language::Python => python_files(name, &sdk),
+        Language::Js => js_files(name, &sdk),
+    };
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| Error::Io { path, source }
     };
-    for (file, text, executable) in rust_files(name, &sdk) {
+    for (file, text, executable) in files {
         let path = dir.join(file);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
@@ -129,10 +232,65 @@ mod tests {
     }
 
     #[test]
+    fn the_python_project_pins_the_repository_tools_and_builds_from_the_installed_sdk() {
+        let files = python_files("hello-ns", Path::new("/d/kubewasm_sdk-0.2.0-py3-none-any.whl"));
+        let text = |f: &str| files.iter().find(|(p, _, _)| p == f).map(|(_, t, _)| t.clone()).unwrap();
+        for pin in ["componentize-py==", "flit_core==", "pytest=="] {
+            assert!(text("requirements.txt").lines().any(|l| l.starts_with(pin)), "{pin}");
+        }
+        let build = text("build.sh");
+        assert!(build.contains(r#"SDK="/d/kubewasm_sdk-0.2.0-py3-none-any.whl""#), "{build}");
+        assert!(
+            build.contains("-p .kubewasm/site -p src hello_ns") && build.contains("-o hello-ns.wasm.tmp"),
+            "{build}"
+        );
+        assert!(
+            text("src/hello_ns.py").contains("@reconciler(") && text("tests/test_offline.py").contains("hello-ns.wasm")
+        );
+        assert!(text("wit/controller.wit").contains("package kubewasm:controller@0.2.0;"), "the WIT is pinned");
+        assert!(!files.iter().any(|(_, t, _)| t.contains("{{")), "every placeholder filled");
+        assert_eq!(PluginConfig::from_yaml(&text("hello-ns.yaml")).unwrap().check_settings(), Ok(()));
+    }
+
+    #[test]
+    fn the_js_project_carries_the_repository_toolchain_byte_for_byte_and_depends_on_the_sdk() {
+        let files = js_files("hello-ns", Path::new("/d/kubewasm-sdk-0.2.0.tgz"));
+        let text = |f: &str| files.iter().find(|(p, _, _)| p == f).map(|(_, t, _)| t.clone()).unwrap();
+        let package: serde_json::Value = serde_json::from_str(&text("package.json")).unwrap();
+        assert_eq!(package["dependencies"]["kubewasm-sdk"], "file:/d/kubewasm-sdk-0.2.0.tgz");
+        assert_eq!(package["scripts"]["test"], "node --test");
+        // The same bytes hash to the toolchain directory the Makefile installed (js-<hash>).
+        assert_eq!(text("toolchain/package.json"), include_str!("../../plugins/js/package.json"));
+        assert_eq!(text("toolchain/package-lock.json"), include_str!("../../plugins/js/package-lock.json"));
+        assert!(
+            text("src/hello-ns.js").contains("from 'kubewasm-sdk'")
+                && text("build.sh").contains("-o ../hello-ns.wasm.tmp")
+        );
+        assert!(text("tests/offline.test.mjs").contains("hello-ns.wasm"));
+        assert!(!files.iter().any(|(_, t, _)| t.contains("{{")), "every placeholder filled");
+        assert_eq!(PluginConfig::from_yaml(&text("hello-ns.yaml")).unwrap().check_settings(), Ok(()));
+    }
+
+    #[test]
+    fn an_sdk_is_its_languages_source_directory_or_package() {
+        for language in [Language::Rust, Language::Python, Language::Js] {
+            assert!(locate_sdk(language, None).is_ok(), "{language:?}: the checkout's SDK");
+        }
+        let rust = locate_sdk(Language::Rust, None).unwrap();
+        assert!(matches!(locate_sdk(Language::Python, Some(&rust)), Err(Error::NoSdk { .. })));
+        let dir = tempfile::tempdir().unwrap();
+        let wheel = dir.path().join("kubewasm_sdk-0.2.0-py3-none-any.whl");
+        std::fs::write(&wheel, "").unwrap();
+        assert!(locate_sdk(Language::Python, Some(&wheel)).is_ok());
+        assert!(locate_sdk(Language::Js, Some(&wheel)).is_err(), "a wheel is no npm package");
+        assert!(locate_sdk(Language::Js, Some(&dir.path().join("absent.tgz"))).is_err());
+    }
+
+    #[test]
     fn a_project_is_not_written_over_a_directory_that_has_files() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("keep"), "").unwrap();
-        let err = new_rust("p", Some(dir.path()), Some(Path::new(BUILT_SDK))).unwrap_err();
+        let err = new(Language::Rust, "p", Some(dir.path()), None).unwrap_err();
         assert!(matches!(err, Error::NotEmpty(_)), "{err}");
     }
 }

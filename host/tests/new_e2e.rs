@@ -1,10 +1,16 @@
-//! `kubewasm new rust`: a project outside the repository is scaffolded, built with its own
-//! build script, passes its offline test through `kubewasm test`, and reconciles on a real
-//! kube-apiserver + etcd when its directory is served by the host.
+//! `kubewasm new rust|python|js`: a project outside the repository is scaffolded, built with its
+//! own build script, passes its offline test through `kubewasm test` (cargo's, pytest, node
+//! --test), and reconciles on a real kube-apiserver + etcd when its directory is served by the host.
+//!
+//! The Python and JavaScript builds use the toolchains `make test` installed (`make py-plugins
+//! sdk-test js-plugins`, in `$KUBEWASM_TOOLS`, default ~/.cache/kubewasm/tools); without them
+//! these tests fail, saying so, rather than download them again. Cold, on 2 cores: the Python
+//! project builds in ~30 s and its component compiles once in ~50 s (debug host; the offline test
+//! fills the compile cache the host then loads from); the JavaScript one ~15 s and ~25 s.
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -17,6 +23,43 @@ use kubewasm_testenv::ControlPlane;
 /// The build before it is not bounded: cold, it compiles the SDK and k8s-openapi for
 /// wasm32-wasip2 (minutes on 2 cores); later runs reuse the target dir under CARGO_TARGET_TMPDIR.
 const CONVERGE: Duration = Duration::from_secs(120);
+
+/// Where the Makefile installs the Python and JavaScript toolchains (and build.sh looks).
+fn tools_dir() -> PathBuf {
+    std::env::var_os("KUBEWASM_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kubewasm/tools"))
+}
+
+/// The componentize-py venv `make py-plugins sdk-test` installed; panics, saying how to get it.
+fn python_toolchain() -> PathBuf {
+    let pins = include_str!("../../plugins/python/requirements.txt");
+    let version = pins.lines().find_map(|l| l.strip_prefix("componentize-py==")).expect("componentize-py pinned");
+    let venv = tools_dir().join(format!("componentize-py-{version}"));
+    for tool in ["componentize-py", "pytest"] {
+        assert!(
+            venv.join("bin").join(tool).is_file(),
+            "no {tool} in {}: install the Python toolchain with `make py-plugins sdk-test` (`make test` does)",
+            venv.display()
+        );
+    }
+    venv
+}
+
+/// The JavaScript toolchain `make js-plugins` installed (named by its lock file's hash, which a
+/// `kubewasm new js` project carries byte for byte); panics, saying how to get it.
+fn js_toolchain() -> PathBuf {
+    use sha2::Digest as _;
+    let manifests = [include_str!("../../plugins/js/package.json"), include_str!("../../plugins/js/package-lock.json")];
+    let hash = hex::encode(sha2::Sha256::digest(manifests.concat()));
+    let dir = tools_dir().join(format!("js-{}", &hash[..16]));
+    assert!(
+        dir.join(".installed").is_file(),
+        "no JavaScript toolchain in {}: install it with `make js-plugins` (`make test` does)",
+        dir.display()
+    );
+    dir
+}
 
 fn kubewasm(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kubewasm"));
@@ -45,14 +88,20 @@ async fn a_new_rust_project_builds_passes_its_offline_test_and_reconciles_on_the
     offline.env("KUBECONFIG", "/nonexistent");
     common::run_ok(offline);
 
+    serves_and_reconciles(&project, "hello-ns", None).await;
+}
+
+/// Serves `project` (a plugin directory: `<name>.wasm` beside `<name>.yaml`) from a host on the
+/// shared control plane, and waits for the scaffolded reconciler's owned ConfigMap.
+async fn serves_and_reconciles(project: &Path, name: &str, compile_cache: Option<&Path>) {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let ns = cp.namespace("new").await;
     // The project directory is a plugin directory: hello-ns.wasm beside hello-ns.yaml.
-    let app = App::new(client.clone(), None, None).unwrap();
-    let mut source = app.directory_source(&project);
+    let app = App::new(client.clone(), compile_cache, None).unwrap();
+    let mut source = app.directory_source(project);
     source.sync().await.unwrap();
-    assert!(app.manager().serving("hello-ns").await.is_some(), "hello-ns serves");
+    assert!(app.manager().serving(name).await.is_some(), "{name} serves");
     let welcome: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let greeting = common::eventually("the welcome ConfigMap", CONVERGE, || async {
         welcome.get_opt("welcome").await.ok().flatten()?.data?.remove("greeting")
@@ -63,4 +112,67 @@ async fn a_new_rust_project_builds_passes_its_offline_test_and_reconciles_on_the
     let cm = welcome.get("welcome").await.unwrap();
     assert_eq!(cm.metadata.owner_references.unwrap()[0].uid, owner.metadata.uid.unwrap(), "owned by its Namespace");
     assert!(app.shut_down(Duration::from_secs(10)).await);
+}
+
+/// Scaffolds a `language` project named `name` in a temporary directory and runs its build
+/// script; returns the directory (kept alive by the guard).
+fn scaffold_and_build(language: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
+    let work = tempfile::tempdir().unwrap();
+    let project = work.path().join(name);
+    let dir = project.display().to_string();
+    let created = common::run_ok(kubewasm(&["new", language, name, "--dir", &dir]));
+    assert!(created.contains("build.sh"), "{created}");
+    common::run_ok(Command::new(project.join("build.sh")));
+    assert!(project.join(format!("{name}.wasm")).is_file(), "build.sh wrote {name}.wasm");
+    (work, project)
+}
+
+/// Runs a project's own offline test command with `kubewasm` being this build's binary and the
+/// tests' compile cache (so the host below loads the component without compiling it again).
+fn offline_test(mut runner: Command, project: &Path) -> String {
+    runner
+        .current_dir(project)
+        .env("KUBEWASM", env!("CARGO_BIN_EXE_kubewasm"))
+        .env("KUBEWASM_COMPILE_CACHE", common::test_compile_cache())
+        .env("KUBECONFIG", "/nonexistent");
+    common::run_ok(runner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_python_project_builds_passes_its_pytest_and_reconciles_on_the_apiserver() {
+    let venv = python_toolchain();
+    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk/python");
+    let before = source_files(&sdk);
+    let (_work, project) = scaffold_and_build("python", "hello-py");
+    assert_eq!(source_files(&sdk), before, "the build wrote nothing into the SDK's sources");
+    let mut pytest = Command::new(venv.join("bin/pytest"));
+    pytest.args(["-q", "-p", "no:cacheprovider"]);
+    let out = offline_test(pytest, &project);
+    assert!(out.contains("1 passed"), "{out}");
+    serves_and_reconciles(&project, "hello-py", Some(&common::test_compile_cache())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_js_project_builds_passes_its_node_test_and_reconciles_on_the_apiserver() {
+    js_toolchain();
+    let (_work, project) = scaffold_and_build("js", "hello-js");
+    let mut node = Command::new("node");
+    node.arg("--test");
+    let out = offline_test(node, &project);
+    assert!(out.contains("# pass 1") && out.contains("# fail 0"), "{out}");
+    serves_and_reconciles(&project, "hello-js", Some(&common::test_compile_cache())).await;
+}
+
+/// Every file under `dir`, recursively (to see that a build wrote nothing there).
+fn source_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() { dirs.push(path) } else { files.push(path) }
+        }
+    }
+    files.sort();
+    files
 }

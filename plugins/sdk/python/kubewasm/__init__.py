@@ -16,7 +16,8 @@ A plugin is one module with one decorated function::
                                    "ownerReferences": [controller_reference(ns)]}})
 
 built with ``componentize-py -d wit/controller@0.2.0 -w controller componentize -p
-plugins/sdk/python -p <plugin dir> <module>`` (``make plugins`` does it). Objects are plain
+plugins/sdk/python -p <plugin dir> <module>`` (``make plugins`` does it; a ``kubewasm new python``
+project installs this package and builds from that copy, see README.md). Objects are plain
 dicts of the Kubernetes JSON; cache reads are local, writes go to the API server with field
 manager ``kubewasm/<plugin>``. A failing host call raises a :class:`HostError` subclass. What
 ``reconcile`` raises says how the key is retried: :class:`TerminalError` never (until the object
