@@ -86,8 +86,12 @@ $(GO_COMPONENT): tools/go-component/Cargo.toml $(wildcard tools/go-component/src
 $(KUBEWASM_PLUGIN_DIR)/%_py.wasm: $(PY_TOOL)/.installed $(WIT_02)/controller.wit \
 		$$(wildcard plugins/sdk/python/kubewasm/*.py) $$(wildcard plugins/python/$$(subst _,-,$$*)/*.py)
 	@mkdir -p $(@D)
+	@# componentize-py writes __pycache__ into the directories it reads: give it copies.
+	rm -rf $@.src && mkdir -p $@.src/sdk $@.src/plugin
+	cp -r plugins/sdk/python/kubewasm $@.src/sdk/ && cp plugins/python/$(subst _,-,$*)/*.py $@.src/plugin/
 	$(PY_TOOL)/bin/componentize-py -d $(WIT_02) -w controller componentize \
-		-p plugins/sdk/python -p plugins/python/$(subst _,-,$*) $* -o $@.tmp
+		-p $@.src/sdk -p $@.src/plugin $* -o $@.tmp
+	rm -rf $@.src
 	mv $@.tmp $@
 $(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT_02)/controller.wit \
 		$(wildcard plugins/sdk/js/*.js) $$(wildcard plugins/js/$$(subst _,-,$$*)/*.js)
@@ -115,7 +119,7 @@ $(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(GO_COMPONENT) $(JS_TOOL)/.installed $(WIT)/c
 sdk-test: $(PY_TOOL)/.pytest-installed
 	rm -rf $(TARGET_DIR)/py-bindings && $(PY_TOOL)/bin/componentize-py -d $(WIT_02) -w controller \
 		bindings $(TARGET_DIR)/py-bindings
-	cd plugins/sdk/python && KUBEWASM_PY_BINDINGS=$(TARGET_DIR)/py-bindings $(PY_TOOL)/bin/python -m pytest \
+	cd plugins/sdk/python && PYTHONDONTWRITEBYTECODE=1 KUBEWASM_PY_BINDINGS=$(TARGET_DIR)/py-bindings $(PY_TOOL)/bin/python -m pytest \
 		-q -p no:cacheprovider tests
 	cd plugins/sdk/js && node --import ./test/register.mjs --test test/*.test.mjs
 
