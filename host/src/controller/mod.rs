@@ -292,6 +292,13 @@ impl Controller {
         Ok(old)
     }
 
+    /// Queues every cached object of the for kind again (e.g. so a new canary sees them all).
+    pub fn requeue_all(&self) {
+        for key in self.for_informer.store().list_keys() {
+            self.reconciler.enqueue(NamespacedKey::from(key.as_str()));
+        }
+    }
+
     /// The caches the current version reads that have not synced yet.
     pub fn unsynced(&self) -> Vec<Unsynced> {
         let informers = self.wiring.informers().iter().filter(|i| !i.has_synced());

@@ -9,9 +9,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
 use super::metrics::HotloadMetrics;
+use crate::canary::{Canary, Count, Report, TapWriter};
 use crate::controller::{self, Controller, PluginCache};
-use crate::plugin::host::ApiWriter;
+use crate::informer::InformerParams;
+use crate::plugin::grants::KindRef;
+use crate::plugin::host::{ApiWriter, CacheReader};
 use crate::plugin::{LoadError, Plugin, PluginConfig, Runtime};
+use crate::writer::record::Recorder;
 
 /// Where a plugin came from. A name belongs to one source at a time.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +44,17 @@ pub enum ApplyError {
     /// Its informers, indexes or triggers could not be wired.
     #[error(transparent)]
     Wiring(#[from] controller::Error),
+    /// A canary candidate reconciles another kind than the serving version.
+    #[error("the candidate reconciles {candidate} but the serving version reconciles {serving}: nothing to compare")]
+    CanaryKind {
+        /// The serving version's for kind.
+        serving: KindRef,
+        /// The candidate's.
+        candidate: KindRef,
+    },
+    /// No version serves, so a canary has nothing to be compared with.
+    #[error("no version of `{0}` serves: a canary needs one to compare with")]
+    NothingServes(String),
     /// Another source already serves a plugin with this name.
     #[error("a plugin named `{name}` is already loaded from {owner}")]
     NameTaken {
@@ -64,6 +79,8 @@ impl ApplyError {
             ApplyError::Load(_) => "LoadFailed",
             ApplyError::Wiring(_) => "WiringFailed",
             ApplyError::NameTaken { .. } => "NameTaken",
+            ApplyError::CanaryKind { .. } => "CanaryKindChanged",
+            ApplyError::NothingServes(_) => "NothingServes",
         }
     }
 }
@@ -93,6 +110,22 @@ pub struct Desired {
     pub config: PluginConfig,
 }
 
+/// A candidate version to run as a dry-run canary beside the serving one.
+#[derive(Clone)]
+pub struct Candidate {
+    /// The component.
+    pub wasm: Arc<[u8]>,
+    /// Its configuration (grants and limits usually the serving version's).
+    pub config: PluginConfig,
+}
+
+/// A running canary and what it was made from.
+struct CanarySlot {
+    sha256: String,
+    config: PluginConfig,
+    canary: Arc<Canary>,
+}
+
 /// Hot-load behaviour.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -116,6 +149,8 @@ struct Slot {
     config: PluginConfig,
     revision: u64,
     controller: Controller,
+    /// A dry-run candidate compared with this version, if any.
+    canary: Option<CanarySlot>,
 }
 
 /// What is serving for one plugin.
@@ -152,6 +187,8 @@ impl Manager {
         options: Options,
         metrics: HotloadMetrics,
     ) -> Self {
+        // Every serving write passes the tap, which copies it for a canary when one watches.
+        let writer = Arc::new(TapWriter(writer));
         Self { ctx, runtime, writer, options, metrics, slots: Arc::default() }
     }
 
@@ -227,7 +264,7 @@ impl Manager {
             None => {
                 let mut controller = Controller::build(&self.ctx, plugin, cache).await?;
                 controller.start(gate);
-                *slot = Some(Slot { origin, sha256, config, revision, controller });
+                *slot = Some(Slot { origin, sha256, config, revision, controller, canary: None });
                 Applied::Loaded
             }
             Some(current) => {
@@ -240,7 +277,7 @@ impl Manager {
                     Err(controller::Error::ForChanged { .. }) => {
                         // Another kind: a new controller; the old one drains, then goes.
                         let controller = Controller::build(&self.ctx, plugin, cache).await?;
-                        let new = Slot { origin, sha256, config, revision, controller };
+                        let new = Slot { origin, sha256, config, revision, controller, canary: None };
                         let old = slot.replace(new).expect("matched Some");
                         old.controller.shut_down(self.options.grace).await;
                         slot.as_mut().expect("just set").controller.start(gate);
@@ -268,6 +305,109 @@ impl Manager {
         self.metrics.unloaded(name);
         tracing::info!(plugin = %name, revision = current.revision, "plugin unloaded");
         true
+    }
+
+    /// Runs `candidate` as a dry-run canary of the version of `name` that `origin` serves (or
+    /// stops the canary, with `None`); a candidate already running with the same component and
+    /// config is left alone. A candidate that does not load is reported and changes nothing:
+    /// the serving version, and a canary already running, go on. Returns whether it changed.
+    pub async fn set_canary(
+        &self,
+        name: &str,
+        origin: &Origin,
+        candidate: Option<Candidate>,
+    ) -> Result<bool, ApplyError> {
+        let slot = self.slot(name);
+        let mut slot = slot.lock().await;
+        let Some(current) = slot.as_mut().filter(|s| &s.origin == origin) else {
+            return match candidate {
+                Some(_) => Err(ApplyError::NothingServes(name.to_owned())),
+                None => Ok(false),
+            };
+        };
+        let Some(Candidate { wasm, config }) = candidate else {
+            let stopped = current.canary.take().is_some();
+            if stopped {
+                current.controller.reconciler().set_canary(None);
+                tracing::info!(plugin = %name, "canary stopped");
+            }
+            return Ok(stopped);
+        };
+        let sha256 = {
+            let wasm = wasm.clone();
+            tokio::task::spawn_blocking(move || crate::plugin::sha256_hex(&wasm)).await.expect("hashing does not panic")
+        };
+        if current.canary.as_ref().is_some_and(|c| c.sha256 == sha256 && c.config == config) {
+            return Ok(false);
+        }
+        let serving = KindRef::of(&current.controller.reconciler().plugin().registration().for_kind);
+        let result = self.load_canary(name, wasm, sha256.clone(), config.clone(), &serving).await;
+        let canary = match result {
+            Ok(canary) => canary,
+            Err(err) => {
+                self.metrics.rejected(name, "CanaryRejected");
+                tracing::error!(plugin = %name, error = format!("{err:#}"), "canary candidate rejected; the serving version is untouched");
+                return Err(err);
+            }
+        };
+        current.controller.reconciler().set_canary(Some(canary.clone()));
+        current.canary = Some(CanarySlot { sha256: sha256.clone(), config, canary });
+        // The candidate sees the keys the serving version reconciles: offer it every key now
+        // rather than only those that change from here on.
+        if self.options.requeue_on_swap {
+            current.controller.requeue_all();
+        }
+        tracing::info!(plugin = %name, %sha256, serving_revision = current.revision, "canary candidate running beside the serving version");
+        Ok(true)
+    }
+
+    /// Loads a candidate under the name `<name>/canary` (its metrics and logs apart from the
+    /// serving version's; one reconcile at a time), its writes going to a recorder, its reads
+    /// served by the shared informers.
+    async fn load_canary(
+        &self,
+        name: &str,
+        wasm: Arc<[u8]>,
+        sha256: String,
+        mut config: PluginConfig,
+        serving: &KindRef,
+    ) -> Result<Arc<Canary>, ApplyError> {
+        config.max_concurrent = Some(1);
+        let label = format!("{name}/canary");
+        let cache = Arc::new(PluginCache::new(&label));
+        let recorder = Arc::new(Recorder::new(Some(cache.clone() as Arc<dyn CacheReader>)));
+        let writer = recorder.clone() as Arc<dyn ApiWriter>;
+        let plugin = self.runtime.load_digested(&label, wasm, sha256, config, cache.clone(), writer).await?;
+        let candidate = KindRef::of(&plugin.registration().for_kind);
+        if &candidate != serving {
+            return Err(ApplyError::CanaryKind { serving: serving.clone(), candidate });
+        }
+        let mut informers = BTreeMap::new();
+        for (kind, (gvk, selector)) in controller::wanted_informers(&plugin) {
+            let params = InformerParams::default().labels(selector.as_deref().unwrap_or_default());
+            let informer = self.ctx.factory.informer(&gvk, params).await;
+            let informer = informer.map_err(|source| controller::Error::Informer { kind: kind.clone(), source })?;
+            informers.insert(kind, informer);
+        }
+        controller::serve_reads(&plugin, &cache, &informers).map_err(|e| *e)?;
+        let (metrics, name) = (self.metrics.clone(), name.to_owned());
+        let count: Count = Arc::new(move |result| metrics.canary(&name, result));
+        Ok(Arc::new(Canary::start(plugin, recorder, informers, count)))
+    }
+
+    /// The canary of `name`, if one runs: its candidate's sha256 and what it found so far.
+    pub async fn canary(&self, name: &str) -> Option<(String, Report)> {
+        let slot = self.slots.lock().get(name).cloned()?;
+        let slot = slot.lock().await;
+        let canary = &slot.as_ref()?.canary.as_ref()?.canary;
+        Some((canary.sha256().to_owned(), canary.report()))
+    }
+
+    /// Whether the canary of `name` runs exactly this component (by sha256) and config.
+    pub async fn canary_serves(&self, name: &str, sha256: &str, config: &PluginConfig) -> bool {
+        let Some(slot) = self.slots.lock().get(name).cloned() else { return false };
+        let slot = slot.lock().await;
+        slot.as_ref().and_then(|s| s.canary.as_ref()).is_some_and(|c| c.sha256 == sha256 && &c.config == config)
     }
 
     /// The version serving for `name`, if any.
