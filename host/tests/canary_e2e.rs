@@ -157,3 +157,52 @@ async fn a_canary_reports_differences_writes_nothing_and_is_promoted_compared_an
     source.await.unwrap();
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_files_canary_that_traps_is_counted_as_failed_and_the_serving_version_goes_on() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("canary-dir").await;
+    let label = format!("kubewasm.test/canary-dir={ns}");
+    let dir = tempfile::tempdir().unwrap();
+    // The candidate is a hidden file, so the directory does not load it as a plugin of its own.
+    std::fs::copy(common::plugin_dir().join("fixture_trapper.wasm"), dir.path().join(".stamper.canary.wasm")).unwrap();
+    let config = format!(
+        "grants: {{write: [ConfigMap]}}\nsettings: {{version: v1, selector: \"{label}\"}}\ncanary: {{wasm: .stamper.canary.wasm}}\n"
+    );
+    common::install_plugin(dir.path(), "stamper", "fixture_stamper.wasm", &config);
+
+    let app = App::new(client.clone(), None, None).unwrap();
+    let mut source = app.directory_source(dir.path());
+    source.sync().await.unwrap();
+    eventually("the canary runs", CONVERGE, || async { app.manager().canary("stamper").await }).await;
+
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let obj: ConfigMap =
+        serde_json::from_value(json!({ "metadata": { "name": "obj", "labels": { "kubewasm.test/canary-dir": ns } } }))
+            .unwrap();
+    cms.create(&Default::default(), &obj).await.unwrap();
+    let (_, report) = eventually("the candidate's trap counted as failed", CONVERGE, || async {
+        app.manager().canary("stamper").await.filter(|(_, r)| r.failed >= 1)
+    })
+    .await;
+    let difference = report.last_difference.unwrap();
+    assert_eq!((difference.key, difference.result), (format!("{ns}/obj"), "failed"));
+    assert!(difference.detail.starts_with("plugin trapped"), "{}", difference.detail);
+    eventually("the serving version stamped obj all the same", CONVERGE, || async {
+        let cm = cms.get("obj").await.ok()?;
+        (cm.metadata.annotations?.get("kubewasm.test/version")? == "v1").then_some(())
+    })
+    .await;
+    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    let failed = [("plugin", "stamper"), ("result", "failed")];
+    assert!(metric_value(&text, "kubewasm_canary_reconciles_total", &failed).unwrap_or(0.0) >= 1.0, "{text}");
+
+    // Dropping it from the config file stops it.
+    std::fs::write(dir.path().join("stamper.yaml"), config.replace("canary: {wasm: .stamper.canary.wasm}\n", ""))
+        .unwrap();
+    source.sync().await.unwrap();
+    assert!(app.manager().canary("stamper").await.is_none(), "the canary stopped");
+    assert!(app.manager().serving("stamper").await.is_some(), "the serving version goes on");
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}

@@ -173,7 +173,10 @@ impl Candidate {
                         .round(k8s_openapi::jiff::Unit::Second)
                         .unwrap_or_default()
                         .to_string();
-                    tracing::debug!(plugin = %name, key = %served.key, result, "canary differs");
+                    // Logged at the 1st, 2nd, 4th, 8th, … difference: bounded however many differ.
+                    if seq.is_power_of_two() {
+                        tracing::info!(plugin = %name, key = %served.key, result, differences = seq, detail = %detail, "canary candidate differs from the serving version");
+                    }
                     report.last_difference =
                         Some(Difference { seq, key: served.key.to_string(), result, detail, time });
                 }

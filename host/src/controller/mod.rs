@@ -292,10 +292,14 @@ impl Controller {
         Ok(old)
     }
 
-    /// Queues every cached object of the for kind again (e.g. so a new canary sees them all).
+    /// Queues every cached object of the for kind that its event filter selects again (e.g. so
+    /// a new canary sees them all).
     pub fn requeue_all(&self) {
-        for key in self.for_informer.store().list_keys() {
-            self.reconciler.enqueue(NamespacedKey::from(key.as_str()));
+        let filter = filter::Filter::new(&self.reconciler.plugin().registration().for_filter);
+        for object in self.for_informer.store().list() {
+            if filter.as_ref().is_none_or(|f| f.selects(&object)) {
+                self.reconciler.enqueue(NamespacedKey::from(object.key()));
+            }
         }
     }
 

@@ -231,6 +231,8 @@ impl WasmPluginSpec {
             max_concurrent: self.max_concurrent,
             // Not in the CRD yet: WasmPlugins retry with client-go's defaults.
             rate_limiter: Default::default(),
+            // A WasmPlugin's canary is `spec.canary`.
+            canary: None,
         }
     }
 }
