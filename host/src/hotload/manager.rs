@@ -52,6 +52,14 @@ pub enum ApplyError {
         /// The candidate's.
         candidate: KindRef,
     },
+    /// This candidate (same component and config) was rejected before; not loaded again.
+    #[error("{message}")]
+    CanaryRejected {
+        /// The first rejection's reason.
+        reason: &'static str,
+        /// Its message.
+        message: String,
+    },
     /// No version serves, so a canary has nothing to be compared with.
     #[error("no version of `{0}` serves: a canary needs one to compare with")]
     NothingServes(String),
@@ -81,6 +89,7 @@ impl ApplyError {
             ApplyError::NameTaken { .. } => "NameTaken",
             ApplyError::CanaryKind { .. } => "CanaryKindChanged",
             ApplyError::NothingServes(_) => "NothingServes",
+            ApplyError::CanaryRejected { reason, .. } => reason,
         }
     }
 }
@@ -151,6 +160,8 @@ struct Slot {
     controller: Controller,
     /// A dry-run candidate compared with this version, if any.
     canary: Option<CanarySlot>,
+    /// The last candidate that did not load (sha256, config) and why, so it is not tried again.
+    canary_rejected: Option<(String, PluginConfig, &'static str, String)>,
 }
 
 /// What is serving for one plugin.
@@ -264,7 +275,8 @@ impl Manager {
             None => {
                 let mut controller = Controller::build(&self.ctx, plugin, cache).await?;
                 controller.start(gate);
-                *slot = Some(Slot { origin, sha256, config, revision, controller, canary: None });
+                *slot =
+                    Some(Slot { origin, sha256, config, revision, controller, canary: None, canary_rejected: None });
                 Applied::Loaded
             }
             Some(current) => {
@@ -277,7 +289,8 @@ impl Manager {
                     Err(controller::Error::ForChanged { .. }) => {
                         // Another kind: a new controller; the old one drains, then goes.
                         let controller = Controller::build(&self.ctx, plugin, cache).await?;
-                        let new = Slot { origin, sha256, config, revision, controller, canary: None };
+                        let new =
+                            Slot { origin, sha256, config, revision, controller, canary: None, canary_rejected: None };
                         let old = slot.replace(new).expect("matched Some");
                         old.controller.shut_down(self.options.grace).await;
                         slot.as_mut().expect("just set").controller.start(gate);
@@ -340,11 +353,19 @@ impl Manager {
         if current.canary.as_ref().is_some_and(|c| c.sha256 == sha256 && c.config == config) {
             return Ok(false);
         }
+        if let Some((_, _, reason, message)) =
+            current.canary_rejected.as_ref().filter(|(sha, c, ..)| *sha == sha256 && *c == config)
+        {
+            return Err(ApplyError::CanaryRejected { reason, message: message.clone() });
+        }
         let serving = KindRef::of(&current.controller.reconciler().plugin().registration().for_kind);
         let result = self.load_canary(name, wasm, sha256.clone(), config.clone(), &serving).await;
         let canary = match result {
             Ok(canary) => canary,
             Err(err) => {
+                if !err.is_transient() {
+                    current.canary_rejected = Some((sha256, config, err.reason(), format!("{err:#}")));
+                }
                 self.metrics.rejected(name, "CanaryRejected");
                 tracing::error!(plugin = %name, error = format!("{err:#}"), "canary candidate rejected; the serving version is untouched");
                 return Err(err);
