@@ -12,13 +12,14 @@ use kube::{Client, Resource as _};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::manager::{Candidate, Desired, Manager, Origin};
-use super::wasmplugin::{
-    CanaryDifference, CanaryStatus, Condition, ConfigMapModule, ModuleSource, WasmPlugin, WasmPluginStatus,
-};
-use crate::canary::Report;
+mod canary;
+
+use canary::canary_status;
+pub use canary::{CANARY_DIFFERS, CANARY_FAILED, CANARY_REPORT_INTERVAL};
+
+use super::manager::{Desired, Manager, Origin};
+use super::wasmplugin::{Condition, ConfigMapModule, ModuleSource, WasmPlugin, WasmPluginStatus};
 use crate::informer::{CachedObject, Informer, InformerParams, ResourceEventHandler};
-use crate::plugin::host::{EventRecord, MAX_NOTE, ObjectRef};
 use crate::queue::{Config as QueueConfig, WorkQueue};
 
 /// How long a module download may take.
@@ -50,17 +51,6 @@ enum Next {
     /// A canary runs: report its findings again after [`CANARY_REPORT_INTERVAL`].
     Canary,
 }
-
-/// How often a running canary's findings are written to its WasmPlugin's status (only when
-/// they changed), with an Event for a new difference: at most one status write and one Event
-/// per canary per interval. 3 s.
-pub const CANARY_REPORT_INTERVAL: Duration = Duration::from_secs(3);
-
-/// Reason of the Event that reports a canary's new difference.
-pub const CANARY_DIFFERS: &str = "CanaryDiffers";
-
-/// Reason of the Event that reports a canary's reconcile that failed where the serving one did not.
-pub const CANARY_FAILED: &str = "CanaryFailed";
 
 /// Watches WasmPlugins and applies them through a [`Manager`].
 pub struct WasmPluginSource {
@@ -328,31 +318,6 @@ impl WasmPluginSource {
         self.report(name, Some(&plugin), result, canary).await
     }
 
-    /// Starts, keeps, replaces or stops the canary `spec.canary` asks for; why its candidate is
-    /// not running, if it is not.
-    async fn canary(&self, name: &str, plugin: &WasmPlugin, modules: &Informer) -> Option<String> {
-        let (Some(spec), Some(config)) = (&plugin.spec.canary, plugin.spec.canary_config()) else {
-            let _ = self.manager.set_canary(name, &Origin::WasmPlugin, None).await;
-            self.evented.lock().remove(name);
-            return None;
-        };
-        let module = spec.module.as_ref().unwrap_or(&plugin.spec.module);
-        if let Some(url) = &module.url
-            && self.manager.canary_serves(name, &url.sha256, &config).await
-        {
-            return None;
-        }
-        let wasm = match self.module_bytes(module, modules).await {
-            Ok(wasm) => wasm,
-            Err(problem) => return Some(format!("{}: {}", problem.reason, problem.message)),
-        };
-        let candidate = Some(Candidate { wasm, config });
-        match self.manager.set_canary(name, &Origin::WasmPlugin, candidate).await {
-            Ok(_) => None,
-            Err(e) => Some(format!("{}: {e:#}", e.reason())),
-        }
-    }
-
     /// What the version serving for `name` waits for, as a status message; `None` once its
     /// caches have synced (or nothing serves).
     async fn waiting_for(&self, name: &str) -> Option<String> {
@@ -528,42 +493,6 @@ impl WasmPluginSource {
             return if plugin.is_some() && next == Next::Done { Next::Retry } else { next };
         }
         next
-    }
-}
-
-impl WasmPluginSource {
-    /// Sends an Event on the WasmPlugin for the canary's latest difference, if it is new.
-    fn announce(&self, name: &str, sha256: &str, report: &Report) {
-        let Some(difference) = &report.last_difference else { return };
-        let seen = (sha256.to_owned(), difference.seq);
-        if self.evented.lock().insert(name.to_owned(), seen.clone()) == Some(seen) {
-            return;
-        }
-        let reason = if difference.result == "failed" { CANARY_FAILED } else { CANARY_DIFFERS };
-        let short = &sha256[..sha256.len().min(12)];
-        let mut note = format!("candidate {short} on {}: {}", difference.key, difference.detail);
-        note.truncate(note.floor_char_boundary(MAX_NOTE));
-        let regarding = ObjectRef { kind: gvk(), namespace: None, name: name.to_owned() };
-        self.events.publish(STATUS_MANAGER, &EventRecord { regarding, warning: true, reason: reason.into(), note });
-    }
-}
-
-/// The canary part of a WasmPlugin's status.
-fn canary_status(running: Option<&(String, Report)>, last_error: Option<String>) -> CanaryStatus {
-    let Some((sha256, report)) = running else { return CanaryStatus { last_error, ..Default::default() } };
-    CanaryStatus {
-        sha256: Some(sha256.clone()),
-        same: report.same,
-        differ: report.differ,
-        failed: report.failed,
-        skipped: report.skipped,
-        last_difference: report.last_difference.as_ref().map(|d| CanaryDifference {
-            key: d.key.clone(),
-            result: d.result.to_owned(),
-            diff: d.detail.clone(),
-            time: d.time.clone(),
-        }),
-        last_error,
     }
 }
 
