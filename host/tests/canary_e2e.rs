@@ -112,6 +112,19 @@ async fn a_canary_reports_differences_writes_nothing_and_is_promoted_compared_an
     // The serving version wrote its quota; the candidate, having reconciled, wrote nothing.
     eventually("the serving quota", CONVERGE, || async { quotas.get_opt("serving-quota").await.ok()? }).await;
     assert!(quotas.get_opt("canary-quota").await.unwrap().is_none(), "the candidate's write reached the cluster");
+    // Nor its Event: the serving version's DefaultsApplied (on the Namespace, so in `default`)
+    // arrived, the candidate's never does.
+    let notes = || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        let about_ns =
+            list.items.into_iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_ref()) == Some(&ns));
+        about_ns.filter_map(|e| e.note).collect::<Vec<_>>()
+    };
+    eventually("the serving version's DefaultsApplied Event", CONVERGE, || async {
+        notes().await.iter().any(|n| n.contains("serving-quota")).then_some(())
+    })
+    .await;
+    assert!(!notes().await.iter().any(|n| n.contains("canary-quota")), "the candidate's Event reached the cluster");
 
     // A candidate that does not load: the reason in status.canary, the serving version untouched.
     let garbage = json!({ "module": { "configMap": { "name": "nsdef-module", "key": "garbage.wasm" } } });
