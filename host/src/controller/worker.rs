@@ -301,15 +301,16 @@ impl Reconciler {
             (Some(breaker), Err(_)) => breaker.outage_since(mark).await,
             _ => false,
         };
-        let failed = result.as_ref().err().map(ToString::to_string);
+        let failed = log.as_ref().and_then(|_| result.as_ref().err().map(ToString::to_string));
         let outcome = span.in_scope(|| self.handle_result(&key, result, outage));
         // The reconcile is over before another worker may take the key (and, sharded, before
         // its range may move: the admission is dropped last).
         drop(span);
         tracing::trace!(target: RECONCILE_TRACE_TARGET, controller = %self.name, %key, "reconcile finished");
         self.queue.done(&key);
-        if let (Some(canary), Some(log)) = (canary, log) {
-            // After the key is done: the candidate never holds it up.
+        // After the key is done: the candidate never holds it up. A reconcile cut short by an
+        // API-server outage says nothing about the version, so it is not compared.
+        if let (Some(canary), Some(log), false) = (canary, log, outcome == Outcome::Deferred) {
             canary.offer(Served { key: object_key, attempt, side: Side { error: failed, writes: log.take() } });
         }
         outcome
