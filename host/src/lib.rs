@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod app;
 pub mod breaker;
+pub mod canary;
 pub mod cli;
 pub mod controller;
 pub mod dev;

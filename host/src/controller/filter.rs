@@ -34,7 +34,7 @@ impl Filter {
     }
 
     /// Whether `obj` is in the filter's namespace and matches its label selector.
-    fn selects(&self, obj: &CachedObject) -> bool {
+    pub(crate) fn selects(&self, obj: &CachedObject) -> bool {
         self.namespace.as_deref().is_none_or(|ns| obj.namespace() == Some(ns))
             && self.requirements.as_deref().is_none_or(|r| labels::matches(r, &obj.meta().labels))
     }

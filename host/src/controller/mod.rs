@@ -292,6 +292,17 @@ impl Controller {
         Ok(old)
     }
 
+    /// Queues every cached object of the for kind that its event filter selects again (e.g. so
+    /// a new canary sees them all).
+    pub fn requeue_all(&self) {
+        let filter = filter::Filter::new(&self.reconciler.plugin().registration().for_filter);
+        for object in self.for_informer.store().list() {
+            if filter.as_ref().is_none_or(|f| f.selects(&object)) {
+                self.reconciler.enqueue(NamespacedKey::from(object.key()));
+            }
+        }
+    }
+
     /// The caches the current version reads that have not synced yet.
     pub fn unsynced(&self) -> Vec<Unsynced> {
         let informers = self.wiring.informers().iter().filter(|i| !i.has_synced());

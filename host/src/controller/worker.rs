@@ -16,6 +16,7 @@ use tracing::Instrument;
 use super::NamespacedKey;
 use super::metrics::Handles;
 use crate::breaker::Breaker;
+use crate::canary::{Canary, Served, Side, WriteLog};
 use crate::plugin::{Action, CallFailed, Plugin};
 use crate::queue::WorkQueue;
 use crate::shard::ShardGate;
@@ -91,6 +92,8 @@ pub struct Reconciler {
     breaker: Option<Breaker>,
     shard: ShardGate,
     failure_log: FailureLog,
+    /// A dry-run candidate shown every reconcile of the serving version (its writes logged).
+    canary: RwLock<Option<Arc<Canary>>>,
 }
 
 /// Worker bookkeeping. Worker `i` runs while `i < desired`; it checks between keys, under this
@@ -126,6 +129,7 @@ impl Reconciler {
             breaker: None,
             shard: ShardGate::default(),
             failure_log: FailureLog::default(),
+            canary: RwLock::new(None),
         }
     }
 
@@ -142,6 +146,12 @@ impl Reconciler {
     pub fn shard(mut self, shard: ShardGate) -> Self {
         self.shard = shard;
         self
+    }
+
+    /// Shows every reconcile of the serving version from now on, with the writes it made, to
+    /// `canary` (none: stop).
+    pub fn set_canary(&self, canary: Option<Arc<Canary>>) {
+        *self.canary.write() = canary;
     }
 
     /// The plugin version serving now.
@@ -276,7 +286,10 @@ impl Reconciler {
         // settled like a trap (counted as a panic, retried with backoff) and the worker lives on.
         // Without this the task would die with the key marked processing and its slot taken.
         let object_key = key.to_object_key();
+        let canary = self.canary.read().clone();
+        let log = canary.as_ref().map(|_| Arc::new(WriteLog::default()));
         let reconcile = plugin.reconcile(&object_key, attempt).instrument(span.clone());
+        let reconcile = crate::canary::tap::logged(log.clone(), reconcile);
         let result = AssertUnwindSafe(reconcile).catch_unwind().await.unwrap_or_else(|panic| {
             let message = panic_message(panic.as_ref());
             span.in_scope(|| tracing::error!(panic = %message, "the host panicked during a reconcile"));
@@ -288,12 +301,18 @@ impl Reconciler {
             (Some(breaker), Err(_)) => breaker.outage_since(mark).await,
             _ => false,
         };
+        let failed = log.as_ref().and_then(|_| result.as_ref().err().map(ToString::to_string));
         let outcome = span.in_scope(|| self.handle_result(&key, result, outage));
         // The reconcile is over before another worker may take the key (and, sharded, before
         // its range may move: the admission is dropped last).
         drop(span);
         tracing::trace!(target: RECONCILE_TRACE_TARGET, controller = %self.name, %key, "reconcile finished");
         self.queue.done(&key);
+        // After the key is done: the candidate never holds it up. A reconcile cut short by an
+        // API-server outage says nothing about the version, so it is not compared.
+        if let (Some(canary), Some(log), false) = (canary, log, outcome == Outcome::Deferred) {
+            canary.offer(Served { key: object_key, attempt, side: Side { error: failed, writes: log.take() } });
+        }
         outcome
     }
 

@@ -12,8 +12,13 @@ use kube::{Client, Resource as _};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+mod canary;
+
+use canary::canary_status;
+pub use canary::{CANARY_DIFFERS, CANARY_FAILED, CANARY_REPORT_INTERVAL};
+
 use super::manager::{Desired, Manager, Origin};
-use super::wasmplugin::{Condition, WasmPlugin, WasmPluginStatus};
+use super::wasmplugin::{Condition, ConfigMapModule, ModuleSource, WasmPlugin, WasmPluginStatus};
 use crate::informer::{CachedObject, Informer, InformerParams, ResourceEventHandler};
 use crate::queue::{Config as QueueConfig, WorkQueue};
 
@@ -43,6 +48,8 @@ enum Next {
     Retry,
     /// It serves, but waits for caches: look again after [`CACHE_POLL`].
     WaitForCaches,
+    /// A canary runs: report its findings again after [`CANARY_REPORT_INTERVAL`].
+    Canary,
 }
 
 /// Watches WasmPlugins and applies them through a [`Manager`].
@@ -51,6 +58,10 @@ pub struct WasmPluginSource {
     client: Client,
     module_namespace: String,
     selector: Option<String>,
+    /// Events about WasmPlugins (canary differences).
+    events: crate::event_sink::EventSink,
+    /// Per WasmPlugin, the candidate and the last difference an Event was sent for.
+    evented: parking_lot::Mutex<std::collections::HashMap<String, (String, u64)>>,
 }
 
 fn gvk() -> GroupVersionKind {
@@ -143,7 +154,9 @@ impl WasmPluginSource {
     /// synced its caches or found that the CRD is not installed.
     pub fn new(manager: Manager, client: Client, module_namespace: impl Into<String>) -> Self {
         manager.context().readiness.set(READINESS_CHECK, false);
-        Self { manager, client, module_namespace: module_namespace.into(), selector: None }
+        let events = crate::event_sink::EventSink::new(client.clone());
+        let (module_namespace, selector, evented) = (module_namespace.into(), None, Default::default());
+        Self { manager, client, module_namespace, selector, events, evented }
     }
 
     /// Serve only the WasmPlugins matching this label selector (several hosts can split them).
@@ -253,6 +266,10 @@ impl WasmPluginSource {
                             queue.forget(&name);
                             queue.add_after(name.clone(), CACHE_POLL);
                         }
+                        Next::Canary => {
+                            queue.forget(&name);
+                            queue.add_after(name.clone(), CANARY_REPORT_INTERVAL);
+                        }
                     }
                     initial.settle(&name, next, sync_timeout);
                     queue.done(&name);
@@ -272,13 +289,13 @@ impl WasmPluginSource {
             Ok(p) => p,
             Err(e) => {
                 let problem = NotServing { reason: "InvalidSpec", message: e.to_string(), retry: false };
-                return self.report(name, None, Err(problem)).await;
+                return self.report(name, None, Err(problem), None).await;
             }
         };
         if plugin.spec.paused {
             self.manager.remove(name, &Origin::WasmPlugin).await;
             let problem = NotServing { reason: "Paused", message: "spec.paused is true".into(), retry: false };
-            return self.report(name, Some(&plugin), Err(problem)).await;
+            return self.report(name, Some(&plugin), Err(problem), None).await;
         }
         let result = match self.module(name, &plugin, modules).await {
             Err(problem) => Err(problem),
@@ -297,7 +314,8 @@ impl WasmPluginSource {
                 })
             }
         };
-        self.report(name, Some(&plugin), result).await
+        let canary = self.canary(name, &plugin, modules).await;
+        self.report(name, Some(&plugin), result, canary).await
     }
 
     /// What the version serving for `name` waits for, as a status message; `None` once its
@@ -315,14 +333,21 @@ impl WasmPluginSource {
         modules: &Informer,
     ) -> Result<Option<Arc<[u8]>>, NotServing> {
         let module = &plugin.spec.module;
+        if let Some(url) = &module.url
+            && self.manager.serves(name, &url.sha256, &plugin.spec.plugin_config()).await
+        {
+            return Ok(None);
+        }
+        self.module_bytes(module, modules).await.map(Some)
+    }
+
+    /// The bytes of `module`, from its ConfigMap or URL.
+    async fn module_bytes(&self, module: &ModuleSource, modules: &Informer) -> Result<Arc<[u8]>, NotServing> {
         match (&module.config_map, &module.url) {
-            (Some(_), None) => self.config_map_module(plugin, modules).map(Some),
+            (Some(source), None) => self.config_map_module(source, modules),
             (None, Some(url)) => {
-                if self.manager.serves(name, &url.sha256, &plugin.spec.plugin_config()).await {
-                    return Ok(None);
-                }
                 match super::fetch::fetch(&url.url, &url.sha256, FETCH_TIMEOUT).await {
-                    Ok(bytes) => Ok(Some(Arc::from(bytes))),
+                    Ok(bytes) => Ok(Arc::from(bytes)),
                     Err(e) => {
                         let reason = match e {
                             super::fetch::FetchError::DigestMismatch { .. } => "DigestMismatch",
@@ -341,8 +366,7 @@ impl WasmPluginSource {
         }
     }
 
-    fn config_map_module(&self, plugin: &WasmPlugin, modules: &Informer) -> Result<Arc<[u8]>, NotServing> {
-        let source = plugin.spec.module.config_map.as_ref().expect("checked by the caller");
+    fn config_map_module(&self, source: &ConfigMapModule, modules: &Informer) -> Result<Arc<[u8]>, NotServing> {
         let missing = |what: String| NotServing { reason: "ModuleNotFound", message: what, retry: true };
         let obj = modules
             .store()
@@ -373,7 +397,13 @@ impl WasmPluginSource {
     }
 
     /// Writes the status for `result`; says what to do next.
-    async fn report(&self, name: &str, plugin: Option<&WasmPlugin>, result: Result<(), NotServing>) -> Next {
+    async fn report(
+        &self,
+        name: &str,
+        plugin: Option<&WasmPlugin>,
+        result: Result<(), NotServing>,
+        canary_error: Option<String>,
+    ) -> Next {
         let serving = self.manager.serving(name).await;
         let waiting = match (&result, &serving) {
             (Ok(()), Some(_)) => self.waiting_for(name).await,
@@ -432,13 +462,26 @@ impl WasmPluginSource {
             loaded_sha256: serving.as_ref().map(|s| s.sha256.clone()),
             revision: serving.as_ref().map(|s| s.revision),
             last_error: result.as_ref().err().map(|p| p.message.clone()).or_else(|| waiting.clone()),
+            canary: None,
         };
+        let canary = self.manager.canary(name).await;
+        let wants_canary = plugin.is_some_and(|p| p.spec.canary.is_some());
+        let status =
+            WasmPluginStatus { canary: wants_canary.then(|| canary_status(canary.as_ref(), canary_error)), ..status };
         let next = match (retry, &waiting) {
             (_, Some(_)) => Next::WaitForCaches,
             (true, None) => Next::Retry,
+            (false, None) if canary.is_some() && wants_canary => Next::Canary,
             (false, None) => Next::Done,
         };
         if !self.manager.context().leader.is_leader() {
+            return next;
+        }
+        if let (true, Some((sha256, report))) = (wants_canary, &canary) {
+            self.announce(name, sha256, report);
+        }
+        // A canary's poll writes only what changed.
+        if wants_canary && plugin.and_then(|p| p.status.as_ref()) == Some(&status) {
             return next;
         }
         let api: Api<WasmPlugin> = Api::all(self.client.clone());

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use notify::RecursiveMode;
 use tokio_util::sync::CancellationToken;
 
-use super::manager::{Applied, Desired, Manager, Origin};
+use super::manager::{Applied, Candidate, Desired, Manager, Origin};
 use crate::plugin::PluginConfig;
 
 /// A plugin file found in the plugin directory.
@@ -62,6 +62,8 @@ pub const READINESS_CHECK: &str = "plugin directory";
 struct Fingerprint {
     wasm_sha256: String,
     config: Option<Vec<u8>>,
+    /// The sha256 of the canary's component file, if the config names one.
+    canary_sha256: Option<String>,
 }
 
 /// What one pass did to one plugin.
@@ -89,7 +91,16 @@ pub const RESCAN_INTERVAL: Duration = Duration::from_secs(30);
 /// A plugin file's bytes as one pass read them.
 struct Read {
     wasm: Vec<u8>,
+    /// The canary's component file named by the config, if any (`None` inside when unreadable).
+    canary_wasm: Option<Option<Vec<u8>>>,
     fingerprint: Fingerprint,
+}
+
+/// The canary component file `config` (a config file's bytes) names, in `dir`.
+fn canary_path(dir: &Path, config: Option<&[u8]>) -> Option<PathBuf> {
+    let text = std::str::from_utf8(config?).ok()?;
+    let wasm = PluginConfig::from_yaml(text).ok()?.canary?.wasm?;
+    Some(dir.join(wasm))
 }
 
 /// Reads and hashes `file` on a blocking thread (components are 10-20 MB); `None` if a file
@@ -101,8 +112,12 @@ async fn read_version(file: PluginFile) -> Option<Read> {
             Some(path) => Some(std::fs::read(path).ok()?),
             None => None,
         };
-        let fingerprint = Fingerprint { wasm_sha256: crate::plugin::sha256_hex(&wasm), config };
-        Some(Read { wasm, fingerprint })
+        let dir = file.wasm.parent().unwrap_or(Path::new("."));
+        let canary_wasm = canary_path(dir, config.as_deref()).map(|p| std::fs::read(p).ok());
+        let canary_sha256 =
+            canary_wasm.as_ref().map(|w| w.as_deref().map(crate::plugin::sha256_hex).unwrap_or_default());
+        let fingerprint = Fingerprint { wasm_sha256: crate::plugin::sha256_hex(&wasm), config, canary_sha256 };
+        Some(Read { wasm, canary_wasm, fingerprint })
     })
     .await
     .ok()
@@ -136,7 +151,7 @@ impl DirectorySource {
         for file in &files {
             // A file can vanish or be half-written between listing and reading: the next
             // event brings another pass.
-            let Some(Read { wasm, fingerprint }) = read_version(file.clone()).await else { continue };
+            let Some(Read { wasm, canary_wasm, fingerprint }) = read_version(file.clone()).await else { continue };
             if self.tried.get(&file.name) == Some(&fingerprint) {
                 continue;
             }
@@ -146,10 +161,23 @@ impl DirectorySource {
                     self.manager.rejected(&file.name, "InvalidConfig");
                     Change::Rejected(e)
                 }
-                Ok(config) => {
-                    let desired =
-                        Desired { name: file.name.clone(), origin: Origin::Directory, wasm: Arc::from(wasm), config };
-                    match self.manager.apply(desired).await {
+                Ok(mut config) => {
+                    let canary = config.canary.take();
+                    let wasm: Arc<[u8]> = Arc::from(wasm);
+                    let candidate = canary.map(|c| {
+                        let wasm = match canary_wasm {
+                            Some(bytes) => bytes.map(Arc::from).unwrap_or_else(|| Arc::from(Vec::new())),
+                            None => wasm.clone(),
+                        };
+                        let settings = c.settings.or_else(|| config.settings.clone());
+                        Candidate { wasm, config: PluginConfig { settings, ..config.clone() } }
+                    });
+                    let desired = Desired { name: file.name.clone(), origin: Origin::Directory, wasm, config };
+                    let applied = self.manager.apply(desired).await;
+                    if let Err(e) = self.manager.set_canary(&file.name, &Origin::Directory, candidate).await {
+                        tracing::error!(plugin = %file.name, error = format!("{e:#}"), "canary candidate not running");
+                    }
+                    match applied {
                         Ok(applied) => Change::Applied(applied),
                         Err(e) => {
                             if e.is_transient() {
@@ -213,6 +241,22 @@ impl DirectorySource {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn a_canary_component_named_by_the_config_is_part_of_the_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wasm, config) = (dir.path().join("p.wasm"), dir.path().join("p.yaml"));
+        std::fs::write(&wasm, b"serving").unwrap();
+        std::fs::write(&config, "canary: {wasm: .p.canary.wasm}\n").unwrap();
+        std::fs::write(dir.path().join(".p.canary.wasm"), b"one").unwrap();
+        let file = PluginFile { name: "p".into(), wasm, config: Some(config) };
+        let first = read_version(file.clone()).await.unwrap();
+        assert_eq!(first.canary_wasm, Some(Some(b"one".to_vec())));
+        std::fs::write(dir.path().join(".p.canary.wasm"), b"two").unwrap();
+        let second = read_version(file).await.unwrap();
+        assert!(first.fingerprint != second.fingerprint, "a new candidate is a new version to apply");
+        assert_eq!(plugin_files(dir.path()).unwrap().len(), 1, "the hidden candidate is not a plugin of its own");
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn reading_and_hashing_a_component_leaves_the_runtime_thread_free() {
         let dir = tempfile::tempdir().unwrap();
@@ -235,6 +279,7 @@ mod tests {
         ticker.abort();
         assert_eq!(read.wasm.len(), 64 << 20);
         assert_eq!(read.fingerprint.wasm_sha256, crate::plugin::sha256_hex(&read.wasm));
+        assert_eq!(read.canary_wasm, None, "no config names a canary");
         assert!(during > 0, "the only runtime thread ran nothing else while 64 MiB were read and hashed");
     }
 }

@@ -8,8 +8,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
 
+mod canary;
+
 use super::metrics::HotloadMetrics;
+use crate::canary::{Canary, TapWriter};
 use crate::controller::{self, Controller, PluginCache};
+use crate::plugin::grants::KindRef;
 use crate::plugin::host::ApiWriter;
 use crate::plugin::{LoadError, Plugin, PluginConfig, Runtime};
 
@@ -40,6 +44,25 @@ pub enum ApplyError {
     /// Its informers, indexes or triggers could not be wired.
     #[error(transparent)]
     Wiring(#[from] controller::Error),
+    /// A canary candidate reconciles another kind than the serving version.
+    #[error("the candidate reconciles {candidate} but the serving version reconciles {serving}: nothing to compare")]
+    CanaryKind {
+        /// The serving version's for kind.
+        serving: KindRef,
+        /// The candidate's.
+        candidate: KindRef,
+    },
+    /// This candidate (same component and config) was rejected before; not loaded again.
+    #[error("{message}")]
+    CanaryRejected {
+        /// The first rejection's reason.
+        reason: &'static str,
+        /// Its message.
+        message: String,
+    },
+    /// No version serves, so a canary has nothing to be compared with.
+    #[error("no version of `{0}` serves: a canary needs one to compare with")]
+    NothingServes(String),
     /// Another source already serves a plugin with this name.
     #[error("a plugin named `{name}` is already loaded from {owner}")]
     NameTaken {
@@ -64,6 +87,9 @@ impl ApplyError {
             ApplyError::Load(_) => "LoadFailed",
             ApplyError::Wiring(_) => "WiringFailed",
             ApplyError::NameTaken { .. } => "NameTaken",
+            ApplyError::CanaryKind { .. } => "CanaryKindChanged",
+            ApplyError::NothingServes(_) => "NothingServes",
+            ApplyError::CanaryRejected { reason, .. } => reason,
         }
     }
 }
@@ -93,6 +119,22 @@ pub struct Desired {
     pub config: PluginConfig,
 }
 
+/// A candidate version to run as a dry-run canary beside the serving one.
+#[derive(Clone)]
+pub struct Candidate {
+    /// The component.
+    pub wasm: Arc<[u8]>,
+    /// Its configuration (grants and limits usually the serving version's).
+    pub config: PluginConfig,
+}
+
+/// A running canary and what it was made from.
+struct CanarySlot {
+    sha256: String,
+    config: PluginConfig,
+    canary: Arc<Canary>,
+}
+
 /// Hot-load behaviour.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -116,6 +158,10 @@ struct Slot {
     config: PluginConfig,
     revision: u64,
     controller: Controller,
+    /// A dry-run candidate compared with this version, if any.
+    canary: Option<CanarySlot>,
+    /// The last candidate that did not load (sha256, config) and why, so it is not tried again.
+    canary_rejected: Option<(String, PluginConfig, &'static str, String)>,
 }
 
 /// What is serving for one plugin.
@@ -152,6 +198,8 @@ impl Manager {
         options: Options,
         metrics: HotloadMetrics,
     ) -> Self {
+        // Every serving write passes the tap, which copies it for a canary when one watches.
+        let writer = Arc::new(TapWriter(writer));
         Self { ctx, runtime, writer, options, metrics, slots: Arc::default() }
     }
 
@@ -227,7 +275,8 @@ impl Manager {
             None => {
                 let mut controller = Controller::build(&self.ctx, plugin, cache).await?;
                 controller.start(gate);
-                *slot = Some(Slot { origin, sha256, config, revision, controller });
+                *slot =
+                    Some(Slot { origin, sha256, config, revision, controller, canary: None, canary_rejected: None });
                 Applied::Loaded
             }
             Some(current) => {
@@ -240,7 +289,8 @@ impl Manager {
                     Err(controller::Error::ForChanged { .. }) => {
                         // Another kind: a new controller; the old one drains, then goes.
                         let controller = Controller::build(&self.ctx, plugin, cache).await?;
-                        let new = Slot { origin, sha256, config, revision, controller };
+                        let new =
+                            Slot { origin, sha256, config, revision, controller, canary: None, canary_rejected: None };
                         let old = slot.replace(new).expect("matched Some");
                         old.controller.shut_down(self.options.grace).await;
                         slot.as_mut().expect("just set").controller.start(gate);
@@ -263,6 +313,8 @@ impl Manager {
             return false;
         }
         let current = slot.take().expect("checked above");
+        // Its candidate stops now, not when the last reconcile that saw it lets go.
+        current.controller.reconciler().set_canary(None);
         self.ctx.readiness.remove(&format!("controller {name}"));
         current.controller.shut_down(self.options.grace).await;
         self.metrics.unloaded(name);

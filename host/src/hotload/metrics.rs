@@ -16,6 +16,7 @@ struct Inner {
     rejected: IntCounterVec,
     apply_seconds: HistogramVec,
     loaded: IntGaugeVec,
+    canary: IntCounterVec,
 }
 
 impl HotloadMetrics {
@@ -45,11 +46,19 @@ impl HotloadMetrics {
             Opts::new("kubewasm_plugin_loaded", "1 while a version of the plugin serves; its revision is logged."),
             &["plugin"],
         )?;
+        let canary = IntCounterVec::new(
+            Opts::new(
+                "kubewasm_canary_reconciles_total",
+                "Reconciles of the serving version compared with a dry-run candidate's, by result (same, differ, failed, skipped).",
+            ),
+            &["plugin", "result"],
+        )?;
+        registry.register(Box::new(canary.clone()))?;
         registry.register(Box::new(changes.clone()))?;
         registry.register(Box::new(rejected.clone()))?;
         registry.register(Box::new(apply_seconds.clone()))?;
         registry.register(Box::new(loaded.clone()))?;
-        Ok(Self(Some(Arc::new(Inner { changes, rejected, apply_seconds, loaded }))))
+        Ok(Self(Some(Arc::new(Inner { changes, rejected, apply_seconds, loaded, canary }))))
     }
 
     pub(crate) fn applied(&self, plugin: &str, applied: &Applied, took: Duration) {
@@ -69,6 +78,13 @@ impl HotloadMetrics {
     pub(crate) fn rejected(&self, plugin: &str, reason: &'static str) {
         if let Some(m) = &self.0 {
             m.rejected.with_label_values(&[plugin, reason]).inc();
+        }
+    }
+
+    /// Counts one canary comparison of `plugin` under `result`.
+    pub(crate) fn canary(&self, plugin: &str, result: &'static str) {
+        if let Some(m) = &self.0 {
+            m.canary.with_label_values(&[plugin, result]).inc();
         }
     }
 

@@ -14,6 +14,6 @@ pub mod wasmplugin;
 
 pub use crd_source::WasmPluginSource;
 pub use directory::{DirectorySource, PluginFile, plugin_files, read_config};
-pub use manager::{Applied, ApplyError, Desired, Manager, Options, Origin, Serving};
+pub use manager::{Applied, ApplyError, Candidate, Desired, Manager, Options, Origin, Serving};
 pub use metrics::HotloadMetrics;
 pub use wasmplugin::{WasmPlugin, WasmPluginSpec, WasmPluginStatus, crd, crd_yaml};

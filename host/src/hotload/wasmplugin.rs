@@ -54,6 +54,25 @@ pub struct WasmPluginSpec {
     /// Stop serving (the plugin is unloaded) without deleting the object.
     #[serde(default)]
     pub paused: bool,
+    /// A dry-run canary: a candidate version that reconciles every key after the serving
+    /// version, with its writes suppressed, and whose intended writes are compared with the
+    /// serving version's (`status.canary`, Events, `kubewasm_canary_reconciles_total`).
+    /// Promote it by moving its module and settings into the spec; drop it by removing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanarySpec>,
+}
+
+/// The candidate version of a dry-run canary. It runs with the spec's grants and limits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CanarySpec {
+    /// The candidate's component; unset: `spec.module` (a candidate of other settings only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<ModuleSource>,
+    /// The candidate's settings; unset: `spec.settings`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub settings: Option<Value>,
 }
 
 fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -122,6 +141,51 @@ pub struct WasmPluginStatus {
     /// Why the latest spec is not serving, if it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// The dry-run canary's findings while `spec.canary` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryStatus>,
+}
+
+/// What the dry-run canary found (counts since its candidate was loaded by this host).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStatus {
+    /// sha256 of the candidate running now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Reconciles the candidate would have written alike.
+    #[serde(default)]
+    pub same: u64,
+    /// Reconciles where its intended writes differ from the serving version's.
+    #[serde(default)]
+    pub differ: u64,
+    /// Reconciles where it failed and the serving version did not.
+    #[serde(default)]
+    pub failed: u64,
+    /// Comparisons skipped (the candidate lagged behind or its caches had not synced).
+    #[serde(default)]
+    pub skipped: u64,
+    /// The latest difference found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_difference: Option<CanaryDifference>,
+    /// Why the latest candidate is not running (it did not load), if it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// One reconcile where the candidate would have written otherwise than the serving version.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryDifference {
+    /// The key (`namespace/name`, or `name`).
+    pub key: String,
+    /// `differ` or `failed`.
+    pub result: String,
+    /// A unified diff of both versions' writes as YAML (serving → candidate), or the
+    /// candidate's error; at most 4 KiB.
+    pub diff: String,
+    /// When it was found (RFC 3339).
+    pub time: String,
 }
 
 /// A status condition (the shape of `metav1.Condition`).
@@ -147,6 +211,16 @@ pub struct Condition {
 }
 
 impl WasmPluginSpec {
+    /// The configuration of the canary's candidate: the spec's, with the canary's settings.
+    pub fn canary_config(&self) -> Option<PluginConfig> {
+        let canary = self.canary.as_ref()?;
+        let mut config = self.plugin_config();
+        if canary.settings.is_some() {
+            config.settings = canary.settings.clone();
+        }
+        Some(config)
+    }
+
     /// The operator configuration this spec asks for.
     pub fn plugin_config(&self) -> PluginConfig {
         PluginConfig {
@@ -157,6 +231,8 @@ impl WasmPluginSpec {
             max_concurrent: self.max_concurrent,
             // Not in the CRD yet: WasmPlugins retry with client-go's defaults.
             rate_limiter: Default::default(),
+            // A WasmPlugin's canary is `spec.canary`.
+            canary: None,
         }
     }
 }
@@ -213,9 +289,28 @@ mod tests {
         assert_eq!(spec.plugin_config().grants.write.len(), 1);
         assert_eq!(spec.plugin_config().limits, Limits::default());
         assert!(!spec.paused);
+        assert_eq!(spec.canary_config(), None, "no canary unless asked for");
         let err =
             serde_yaml::from_str::<WasmPluginSpec>("module: {configMap: {name: m, key: k}}\nlimitz: {}\n").unwrap_err();
         assert!(err.to_string().contains("limitz"), "{err}");
+    }
+
+    #[test]
+    fn a_canary_takes_the_specs_config_with_its_own_settings() {
+        let spec: WasmPluginSpec = serde_yaml::from_str(
+            "module: {configMap: {name: m, key: a}}\ngrants: {write: [ConfigMap]}\nsettings: {x: 1}\ncanary:\n  module: {configMap: {name: m, key: b}}\n  settings: {x: 2}\n",
+        )
+        .unwrap();
+        let config = spec.canary_config().unwrap();
+        assert_eq!(config.settings, Some(serde_json::json!({"x": 2})));
+        assert_eq!(config.grants, spec.plugin_config().grants, "the serving version's grants");
+        let same: WasmPluginSpec =
+            serde_yaml::from_str("module: {configMap: {name: m, key: a}}\ncanary: {}\n").unwrap();
+        assert_eq!(same.canary_config(), Some(same.plugin_config()), "an empty canary is the serving config");
+        assert!(
+            serde_yaml::from_str::<WasmPluginSpec>("module: {url: {url: u, sha256: s}}\ncanary: {modul: {}}\n")
+                .is_err()
+        );
     }
 
     #[test]

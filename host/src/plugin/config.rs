@@ -28,6 +28,23 @@ pub struct PluginConfig {
     /// Retry backoff of the plugin's keys (client-go's defaults). Read when the plugin's
     /// controller is made; a new version swapped in keeps its queue and limiter.
     pub rate_limiter: LimiterConfig,
+    /// A dry-run canary of this plugin (plugin directory; a WasmPlugin has `spec.canary`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryConfig>,
+}
+
+/// A plugin file's dry-run canary: a candidate version run beside the serving one with its
+/// writes suppressed and compared (`kubewasm_canary_reconciles_total`, logs). It runs with the
+/// plugin's grants and limits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct CanaryConfig {
+    /// The candidate's component, relative to the plugin directory; unset: the serving one.
+    /// Keep it where the directory does not load it as a plugin of its own: a subdirectory
+    /// (`canary/<name>.wasm`) or a hidden file (`.<name>.canary.wasm`).
+    pub wasm: Option<std::path::PathBuf>,
+    /// The candidate's settings; unset: the plugin's.
+    pub settings: Option<Value>,
 }
 
 /// A configuration file that cannot be used.
@@ -141,6 +158,16 @@ mod tests {
         let bad = PluginConfig::from_yaml("settingsSchema: {type: 12}\n").unwrap();
         assert!(matches!(bad.check_settings(), Err(InvalidSettings::Schema(_))));
         assert_eq!(PluginConfig::default().check_settings(), Ok(()));
+    }
+
+    #[test]
+    fn a_config_file_names_a_canary_strictly() {
+        let c =
+            PluginConfig::from_yaml("settings: {a: 1}\ncanary:\n  wasm: canary/p.wasm\n  settings: {a: 2}\n").unwrap();
+        let canary = c.canary.unwrap();
+        assert_eq!(canary.wasm.as_deref(), Some(std::path::Path::new("canary/p.wasm")));
+        assert_eq!(canary.settings, Some(serde_json::json!({"a": 2})));
+        assert!(PluginConfig::from_yaml("canary: {wasmm: x}\n").is_err());
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub mod registration;
 mod state;
 pub mod throttle;
 
-pub use config::PluginConfig;
+pub use config::{CanaryConfig, PluginConfig};
 pub use dispatch::{Action, CallFailed, ObjectKey};
 pub use engine::{CacheStats, Runtime, RuntimeConfig};
 pub use loader::{LoadError, WORLD};

@@ -1,5 +1,5 @@
 //! Recording mode of the write path: a plugin's writes and Events are kept as intended writes
-//! instead of being sent (`kubewasm test`, `kubewasm record`; later the dry-run canary).
+//! instead of being sent (`kubewasm test`, `kubewasm record`, and a dry-run canary's candidate).
 
 use std::sync::Arc;
 
