@@ -157,3 +157,35 @@ async fn while_a_python_version_compiles_the_serving_version_keeps_reconciling_a
     let app = std::sync::Arc::into_inner(app).expect("the swap task is done");
     assert!(app.shut_down(Duration::from_secs(30)).await);
 }
+
+/// Issue found while building the canary: a swap queued every cached object of the for kind
+/// again, also those outside a contract-0.2 plugin's label selector (the for informer is
+/// shared and holds every ConfigMap), so the new version reconciled objects that were never its
+/// own, even other tests'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_queues_again_only_the_objects_the_plugins_selector_selects() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("swap-selector").await;
+    let label = format!("kubewasm.test/swap-selector={ns}");
+    create_config_maps(&client, &ns, &label, ["selected".to_owned()].into_iter()).await;
+    let other = format!("kubewasm.test/not-selected={ns}");
+    create_config_maps(&client, &ns, &other, ["outside".to_owned()].into_iter()).await;
+
+    let app = App::new(client.clone(), None, None).unwrap();
+    app.manager().apply(stamper("v1", &label, 1)).await.unwrap();
+    eventually("selected stamped v1", CONVERGE, || async { (stamped(&client, &ns, "v1").await == 1).then_some(()) })
+        .await;
+    assert_eq!(app.manager().apply(stamper("v2", &label, 1)).await.unwrap(), Applied::Swapped);
+    // One worker takes keys in the order they were queued: an object created after the swap is
+    // reconciled after every key the swap queued.
+    create_config_maps(&client, &ns, &label, ["after".to_owned()].into_iter()).await;
+    let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    eventually("after stamped v2", CONVERGE, || async {
+        api.get("after").await.ok().filter(|cm| stamp_of(cm) == Some("v2")).map(drop)
+    })
+    .await;
+    let outside = api.get("outside").await.unwrap();
+    assert_eq!(stamp_of(&outside), None, "the object outside the selector was reconciled");
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}

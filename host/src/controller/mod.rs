@@ -134,8 +134,18 @@ async fn requeue_on_new_range(
             () = stop.cancelled() => return,
             changed = resyncs.changed() => if changed.is_err() { return },
         }
-        for key in store.list_keys() {
-            reconciler.enqueue(NamespacedKey::from(key.as_str()));
+        requeue_selected(&reconciler, &store);
+    }
+}
+
+/// Queues again every object in `store` (the for kind's cache) that the serving version's
+/// event filter selects: the for informer is shared, so it also holds objects outside a
+/// plugin's label or namespace filter, which must never reach the plugin.
+fn requeue_selected(reconciler: &Reconciler, store: &crate::informer::Store) {
+    let filter = filter::Filter::new(&reconciler.plugin().registration().for_filter);
+    for object in store.list() {
+        if filter.as_ref().is_none_or(|f| f.selects(&object)) {
+            reconciler.enqueue(NamespacedKey::from(object.key()));
         }
     }
 }
@@ -285,9 +295,7 @@ impl Controller {
         let old = self.reconciler.swap(plugin);
         self.wiring = wiring;
         if requeue_all || rescoped {
-            for key in self.for_informer.store().list_keys() {
-                self.reconciler.enqueue(NamespacedKey::from(key.as_str()));
-            }
+            self.requeue_all();
         }
         Ok(old)
     }
@@ -295,12 +303,7 @@ impl Controller {
     /// Queues every cached object of the for kind that its event filter selects again (e.g. so
     /// a new canary sees them all).
     pub fn requeue_all(&self) {
-        let filter = filter::Filter::new(&self.reconciler.plugin().registration().for_filter);
-        for object in self.for_informer.store().list() {
-            if filter.as_ref().is_none_or(|f| f.selects(&object)) {
-                self.reconciler.enqueue(NamespacedKey::from(object.key()));
-            }
-        }
+        requeue_selected(&self.reconciler, self.for_informer.store());
     }
 
     /// The caches the current version reads that have not synced yet.
