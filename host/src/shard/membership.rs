@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::cuts::{Cuts, members_digest};
 use super::range::{HASH_SPACE_END, HashRange, fnv1a64};
-use super::{CUTS_ANNOTATION, Config, Error, Result, SERVING_ANNOTATION, ShardGate};
+use super::{CLAIM_ANNOTATION, CUTS_ANNOTATION, Config, Error, Result, SERVING_ANNOTATION, ShardGate};
 use crate::leader::{self, Election};
 
 /// A running membership: this replica's Lease (renewed by the elector) and the task that moves
@@ -71,7 +71,7 @@ impl Membership {
         self.stop.cancel();
         let _ = self.task.await;
         self.gate.serve(None).await;
-        if let Err(e) = publish(&self.api, &self.lease, SERVING_ANNOTATION, None).await {
+        if let Err(e) = publish(&self.api, &self.lease, &[(SERVING_ANNOTATION, None), (CLAIM_ANNOTATION, None)]).await {
             tracing::warn!(error = %e, "sharding: could not clear the served range; it expires with the Lease");
         }
         self.election.release().await;
@@ -82,9 +82,11 @@ impl Membership {
     }
 }
 
-/// Writes `value` (or the empty string) into `lease`'s `annotation`.
-async fn publish(api: &Api<Lease>, lease: &str, annotation: &str, value: Option<String>) -> kube::Result<()> {
-    let patch = serde_json::json!({"metadata": {"annotations": {annotation: value.unwrap_or_default()}}});
+/// Writes each value (or the empty string) into `lease`'s annotation of that name, at once.
+async fn publish(api: &Api<Lease>, lease: &str, values: &[(&str, Option<String>)]) -> kube::Result<()> {
+    let annotations: serde_json::Map<String, serde_json::Value> =
+        values.iter().map(|(name, value)| ((*name).to_owned(), value.clone().unwrap_or_default().into())).collect();
+    let patch = serde_json::json!({"metadata": {"annotations": annotations}});
     api.patch(lease, &PatchParams::default(), &Patch::Merge(&patch)).await.map(drop)
 }
 
@@ -128,6 +130,8 @@ struct Peer {
     lease: String,
     identity: String,
     serving: Option<HashRange>,
+    /// The range it claims (and may be about to serve).
+    claim: Option<HashRange>,
     /// The cuts it published (the coordinator's are the ones that count).
     cuts: Option<Cuts>,
     live: bool,
@@ -189,7 +193,7 @@ impl Member {
             tracing::info!(serving = %old, next = %target, "sharding: stopping a range to hand it over");
             self.gate.serve(None).await;
             self.metrics.serving.set(0);
-            publish(&self.api, &self.lease, SERVING_ANNOTATION, None).await?;
+            publish(&self.api, &self.lease, &[(SERVING_ANNOTATION, None), (CLAIM_ANNOTATION, None)]).await?;
             self.serving = None;
             self.metrics.handovers.inc();
         }
@@ -201,13 +205,14 @@ impl Member {
             tracing::debug!(range = %target, %other, "sharding: waiting for another member to release");
             return Ok(());
         }
-        publish(&self.api, &self.lease, SERVING_ANNOTATION, Some(target.to_string())).await?;
+        publish(&self.api, &self.lease, &[(CLAIM_ANNOTATION, Some(target.to_string()))]).await?;
         let peers = self.peers().await?;
         if let Some(other) = claimed_by_others(&peers, &self.lease, target) {
             tracing::info!(range = %target, %other, "sharding: claim collided; retracting");
-            publish(&self.api, &self.lease, SERVING_ANNOTATION, None).await?;
+            publish(&self.api, &self.lease, &[(CLAIM_ANNOTATION, None)]).await?;
             return Ok(());
         }
+        publish(&self.api, &self.lease, &[(SERVING_ANNOTATION, Some(target.to_string()))]).await?;
         self.gate.serve(Some(target)).await;
         self.serving = Some(target);
         self.metrics.serving.set(per_mille(target));
@@ -235,7 +240,7 @@ impl Member {
             (_, Some(hashes)) => Cuts::balanced(digest, members, hashes),
             (None, None) => Cuts::equal(digest, members),
         };
-        publish(&self.api, &self.lease, CUTS_ANNOTATION, Some(cuts.to_string())).await?;
+        publish(&self.api, &self.lease, &[(CUTS_ANNOTATION, Some(cuts.to_string()))]).await?;
         self.cuts_checked = Some(Instant::now());
         let shares = hashes.as_deref().map(|h| cuts.shares(h));
         tracing::info!(%cuts, members, namespaces_per_member = ?shares, "sharding: published the cuts");
@@ -282,13 +287,15 @@ impl Member {
             let holder = spec.holder_identity.filter(|h| !h.is_empty());
             let live = holder.is_some() && observed.at.elapsed() < duration;
             let annotations = lease.metadata.annotations.unwrap_or_default();
-            let serving = annotations.get(SERVING_ANNOTATION).and_then(|text| HashRange::parse(text).ok());
+            let range = |name: &str| annotations.get(name).and_then(|text| HashRange::parse(text).ok());
+            let (serving, claim) = (range(SERVING_ANNOTATION), range(CLAIM_ANNOTATION));
             let cuts = annotations.get(CUTS_ANNOTATION).and_then(|text| Cuts::parse(text).ok());
             seen.insert(name.clone());
             peers.push(Peer {
                 lease: name,
                 identity: holder.unwrap_or_default(),
                 serving,
+                claim,
                 cuts,
                 live,
                 resource_version: lease.metadata.resource_version,
@@ -313,11 +320,13 @@ fn coordinators_cuts(peers: &[Peer], coordinator: &str, digest: u64) -> Option<C
     published.fits(digest).then_some(published)
 }
 
-/// The identity of a live member other than `me` that publishes a range overlapping `range`.
+/// The identity of a live member other than `me` that serves or claims a range overlapping
+/// `range`.
 fn claimed_by_others(peers: &[Peer], me: &str, range: HashRange) -> Option<String> {
+    let overlaps = |r: &Option<HashRange>| r.is_some_and(|r| r.overlaps(&range));
     peers
         .iter()
-        .find(|p| p.lease != me && p.live && p.serving.is_some_and(|s| s.overlaps(&range)))
+        .find(|p| p.lease != me && p.live && (overlaps(&p.serving) || overlaps(&p.claim)))
         .map(|p| p.identity.clone())
 }
 
@@ -337,7 +346,15 @@ mod tests {
     use crate::shard::split;
 
     fn peer(lease: &str, serving: Option<HashRange>, live: bool) -> Peer {
-        Peer { lease: lease.into(), identity: lease.into(), serving, cuts: None, live, resource_version: None }
+        Peer {
+            lease: lease.into(),
+            identity: lease.into(),
+            serving,
+            claim: None,
+            cuts: None,
+            live,
+            resource_version: None,
+        }
     }
 
     #[test]
@@ -367,6 +384,17 @@ mod tests {
         let peers = [peer("me", Some(a), true), peer("dead", Some(a), false), peer("other", Some(b), true)];
         assert_eq!(claimed_by_others(&peers, "me", a), None, "my own and an expired member's claims do not count");
         assert_eq!(claimed_by_others(&peers, "me", HashRange::FULL).as_deref(), Some("other"));
+    }
+
+    #[test]
+    fn another_members_claim_blocks_a_range_as_its_serving_does() {
+        let [a, b] = split(2)[..] else { panic!() };
+        let mut claiming = peer("other", None, true);
+        claiming.claim = Some(a);
+        assert_eq!(claimed_by_others(&[claiming], "me", a).as_deref(), Some("other"));
+        let mut elsewhere = peer("other", None, true);
+        elsewhere.claim = Some(b);
+        assert_eq!(claimed_by_others(&[elsewhere], "me", a), None);
     }
 
     #[test]

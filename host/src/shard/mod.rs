@@ -43,22 +43,26 @@
 //!
 //! # Hand-over protocol
 //!
-//! Each member publishes in its Lease's annotation [`SERVING_ANNOTATION`] the range it serves
-//! (empty: none). Every retry period a member lists the Leases (a quorum read) and:
+//! Each member publishes in its Lease's annotations the range it claims
+//! ([`CLAIM_ANNOTATION`]) and the range it serves ([`SERVING_ANNOTATION`]; empty: none). Every
+//! retry period a member lists the Leases (a quorum read) and:
 //!
 //! 1. if it serves a range other than its assignment, **stops**: it closes the gate (no new
-//!    reconcile starts; it waits for those in flight), then clears its annotation;
+//!    reconcile starts; it waits for those in flight), then clears both annotations;
 //! 2. points its sharded informers at the assignment and waits until each has **listed** it;
-//! 3. if no other live member publishes a range that overlaps the assignment, **claims** it
-//!    (writes the annotation), lists the Leases again, and if another live member's published
-//!    range overlaps it after all, **retracts** (clears it) and tries again next period;
-//! 4. otherwise opens the gate for the range and queues every key its caches hold in it.
+//! 3. if no other live member claims or serves a range that overlaps the assignment,
+//!    **claims** it (writes the claim), lists the Leases again, and if another live member's
+//!    claim or served range overlaps it after all, **retracts** (clears the claim) and tries
+//!    again next period;
+//! 4. otherwise publishes the range as served, opens the gate for it and queues every key its
+//!    caches hold in it.
 //!
 //! No key is reconciled by two replicas at once: a replica reconciles only inside the range it
-//! has published, and a published range is dropped only after its reconciles ended. Two
+//! publishes as served, and a served range is dropped only after its reconciles ended. Two
 //! replicas that claim overlapping ranges both see each other's claim when they re-read
-//! (whichever wrote last sees the other), so at most one keeps it; both may retract, and retry
-//! once their views of the membership agree. A dead member's claim stops counting once its
+//! (whichever wrote last sees the other), so at most one goes on to serve; both may retract,
+//! and retry once their views of the membership agree. So served ranges never overlap, while
+//! claims may, for the moment between a claim and its retraction. A dead member's claim stops counting once its
 //! Lease expired — by then it has stopped, because it stops within the renew deadline, which
 //! is shorter. No key stays unowned: the assignment covers the hash space, every live member
 //! eventually serves its part, and a dead member's part is reassigned within about one lease
@@ -79,6 +83,10 @@ use std::time::Duration;
 
 /// Annotation on a member's Lease: the range it serves now (`0x…-0x…`), empty when none.
 pub const SERVING_ANNOTATION: &str = "kubewasm.dev/shard-serving";
+
+/// Annotation on a member's Lease: the range it claims before it serves it (empty: none).
+/// Claims may overlap for a moment (both claimants then retract); serving ranges never do.
+pub const CLAIM_ANNOTATION: &str = "kubewasm.dev/shard-claim";
 
 /// Annotation on the coordinator's Lease: the [`Cuts`] it computed for the membership.
 pub const CUTS_ANNOTATION: &str = "kubewasm.dev/shard-cuts";
