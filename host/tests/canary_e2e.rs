@@ -6,10 +6,8 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -35,16 +33,9 @@ async fn a_canary_reports_differences_writes_nothing_and_is_promoted_compared_an
     common::examples::install_wasm_plugin_crd(&client).await;
     let ns = cp.namespace("canary").await;
     let modules = cp.namespace("canary-modules").await;
-    let cm = ConfigMap {
-        metadata: kube::api::ObjectMeta { name: Some("nsdef-module".into()), ..Default::default() },
-        binary_data: Some(BTreeMap::from([
-            ("plugin.wasm".to_owned(), ByteString(plugin_wasm("namespace_defaults.wasm").to_vec())),
-            ("garbage.wasm".to_owned(), ByteString(b"definitely not a component".to_vec())),
-        ])),
-        ..Default::default()
-    };
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &modules);
-    cms.patch("nsdef-module", &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&cm)).await.unwrap();
+    let entries: [(&str, &[u8]); 2] =
+        [("plugin.wasm", &plugin_wasm("namespace_defaults.wasm")), ("garbage.wasm", b"definitely not a component")];
+    common::examples::put_module_config_map(&client, &modules, "nsdef-module", &entries).await;
 
     let app = App::new(client.clone(), None, None).unwrap();
     let stop = CancellationToken::new();

@@ -4,11 +4,8 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kubewasm::app::App;
 use kubewasm::hotload::WasmPlugin;
@@ -27,16 +24,8 @@ async fn a_wasm_plugin_whose_settings_break_its_schema_is_rejected_and_the_old_v
     common::examples::install_wasm_plugin_crd(&client).await;
     let ns = cp.namespace("settings").await;
     let modules = cp.namespace("settings-modules").await;
-    let module = ConfigMap {
-        metadata: kube::api::ObjectMeta { name: Some("stamper-module".into()), ..Default::default() },
-        binary_data: Some(BTreeMap::from([(
-            "plugin.wasm".to_owned(),
-            ByteString(plugin_wasm("fixture_stamper.wasm").to_vec()),
-        )])),
-        ..Default::default()
-    };
-    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &modules);
-    configmaps.patch("stamper-module", &PatchParams::apply("kubewasm-test"), &Patch::Apply(&module)).await.unwrap();
+    let stamper = plugin_wasm("fixture_stamper.wasm");
+    common::examples::put_module_config_map(&client, &modules, "stamper-module", &[("plugin.wasm", &stamper)]).await;
 
     let app = App::new(client.clone(), None, None).unwrap();
     let stop = CancellationToken::new();

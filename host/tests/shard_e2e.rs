@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -383,14 +382,9 @@ async fn a_sharded_host_says_in_each_wasm_plugins_status_whether_its_keys_are_sp
     common::examples::install_wasm_plugin_crd(&client).await;
     let lease_ns = cp.namespace("shard-status").await;
     let modules = cp.namespace("shard-status-modules").await;
-    let module_api = Api::<ConfigMap>::namespaced(client.clone(), &modules);
     for (name, file) in [("stamper", "fixture_stamper.wasm"), ("defaults", "namespace_defaults.wasm")] {
-        let cm = ConfigMap {
-            metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
-            binary_data: Some([("plugin.wasm".to_owned(), ByteString(common::plugin_wasm(file).to_vec()))].into()),
-            ..Default::default()
-        };
-        module_api.create(&PostParams::default(), &cm).await.unwrap();
+        let module = common::plugin_wasm(file);
+        common::examples::put_module_config_map(&client, &modules, name, &[("plugin.wasm", &module)]).await;
     }
 
     let mut app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kubewasm::app::App;
@@ -25,13 +24,7 @@ use hotload_support::stamp_of;
 const CONVERGE: Duration = Duration::from_secs(120);
 
 async fn put_module(client: &kube::Client, ns: &str, bytes: &[u8]) {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let cm = ConfigMap {
-        metadata: kube::api::ObjectMeta { name: Some("stamper-module".into()), ..Default::default() },
-        binary_data: Some(BTreeMap::from([("plugin.wasm".to_owned(), ByteString(bytes.to_vec()))])),
-        ..Default::default()
-    };
-    api.patch("stamper-module", &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&cm)).await.unwrap();
+    common::examples::put_module_config_map(client, ns, "stamper-module", &[("plugin.wasm", bytes)]).await;
 }
 
 fn condition<'a>(wp: &'a WasmPlugin, type_: &str) -> Option<&'a Condition> {

@@ -45,6 +45,19 @@ pub async fn install_wasm_plugin_crd(client: &Client) {
     crd_established(client, "wasmplugins.kubewasm.dev").await;
 }
 
+/// Server-side applies the ConfigMap `name` in `ns` holding WasmPlugin modules: each entry is a
+/// `binaryData` key and its bytes.
+pub async fn put_module_config_map(client: &Client, ns: &str, name: &str, entries: &[(&str, &[u8])]) {
+    let binary = entries.iter().map(|(key, bytes)| ((*key).to_owned(), k8s_openapi::ByteString(bytes.to_vec())));
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta { name: Some(name.to_owned()), ..Default::default() },
+        binary_data: Some(binary.collect()),
+        ..Default::default()
+    };
+    let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    api.patch(name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&cm)).await.unwrap();
+}
+
 /// Waits until CRD `name` is established.
 pub async fn crd_established(client: &Client, name: &str) {
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
