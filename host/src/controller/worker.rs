@@ -269,7 +269,7 @@ impl Reconciler {
     /// Reconciles `key` (taken from the queue) and settles it.
     async fn process(&self, key: NamespacedKey) -> Outcome {
         // Held for the whole reconcile: the range cannot move to another replica meanwhile.
-        let Some(_admission) = self.shard.admit(&key.to_string()).await else {
+        let Some(_admission) = self.shard.admit(key.as_str()).await else {
             self.queue.forget(&key);
             self.queue.done(&key);
             return Outcome::NotOwned;

@@ -198,10 +198,9 @@ async fn answer_probe(server: &mut Server, range: &crate::shard::HashRange, echo
         .send_response(Response::builder().status(200).body(Body::from(serde_json::to_vec(&body).unwrap())).unwrap());
 }
 
-#[tokio::test]
-async fn a_server_that_ignores_the_shard_selector_is_filtered_on_the_client_and_a_new_range_relists() {
-    let gate = crate::shard::ShardGate::sharded();
-    let (a, b, [low, high]) = namespaces_in_halves();
+/// A cluster-wide ConfigMap informer sharded by `gate`, its scripted server, and its
+/// client-side-filter gauge.
+fn sharded_informer(gate: &crate::shard::ShardGate) -> (Informer, Server, prometheus::IntGauge) {
     let gauge = gate.client_side_filter("v1/ConfigMap").unwrap();
     let shard = ReflectorShard {
         caching: gate.caching().unwrap(),
@@ -209,7 +208,15 @@ async fn a_server_that_ignores_the_shard_selector_is_filtered_on_the_client_and_
         client_side_filter: Some(gauge.clone()),
         namespace: None,
     };
-    let (informer, mut server) = informer_with(Some(shard));
+    let (informer, server) = informer_with(Some(shard));
+    (informer, server, gauge)
+}
+
+#[tokio::test]
+async fn a_server_that_ignores_the_shard_selector_is_filtered_on_the_client_and_a_new_range_relists() {
+    let gate = crate::shard::ShardGate::sharded();
+    let (a, b, [low, high]) = namespaces_in_halves();
+    let (informer, mut server, gauge) = sharded_informer(&gate);
     let (_reg, mut rx) = subscribe(&informer);
     gate.cache(low);
     answer_probe(&mut server, &low, false).await;
@@ -230,14 +237,7 @@ async fn a_server_that_ignores_the_shard_selector_is_filtered_on_the_client_and_
 async fn a_server_that_honours_the_shard_selector_gets_it_on_every_list_and_watch() {
     let gate = crate::shard::ShardGate::sharded();
     let (a, _, [low, _]) = namespaces_in_halves();
-    let gauge = gate.client_side_filter("v1/ConfigMap").unwrap();
-    let shard = ReflectorShard {
-        caching: gate.caching().unwrap(),
-        listed: gate.register_informer().unwrap(),
-        client_side_filter: Some(gauge.clone()),
-        namespace: None,
-    };
-    let (informer, mut server) = informer_with(Some(shard));
+    let (informer, mut server, gauge) = sharded_informer(&gate);
     gate.cache(low);
     answer_probe(&mut server, &low, true).await;
     for expect in ["list", "10"] {
