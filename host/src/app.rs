@@ -195,6 +195,16 @@ impl App {
     }
 }
 
+/// This process's binary, for child processes: `/proc/self/exe`, which still runs it after the
+/// file was replaced or deleted (an upgrade in place), else what the OS says it was started from.
+fn own_executable() -> anyhow::Result<std::path::PathBuf> {
+    let proc_self = Path::new("/proc/self/exe");
+    if proc_self.exists() {
+        return Ok(proc_self.to_owned());
+    }
+    std::env::current_exe().context("finding the host's own executable to compile plugins in a child process")
+}
+
 /// `kubewasm run`: serve until `shutdown` is cancelled.
 pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let client = client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
@@ -210,6 +220,9 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         .write_timeout(Duration::from_secs(args.plugin_write_timeout_seconds));
     if let Some(dir) = &args.compile_cache {
         runtime = runtime.cache_dir(dir);
+        if args.compile_in_child {
+            runtime = runtime.compile_in_child(own_executable()?);
+        }
     }
     let mut app = App::with_runtime(client.clone(), runtime, args.max_retries, options)?;
     if args.leader_elect {

@@ -38,6 +38,9 @@ pub enum Command {
     /// Create a plugin project outside this repository: build script, config with a settings
     /// schema, and an offline test that runs `kubewasm test` (cargo test, pytest, node --test).
     New(NewArgs),
+    /// Compile one component (stdin) into a compile cache: what the host runs in a child process.
+    #[command(name = "compile-plugin", hide = true)]
+    CompilePlugin(CompileArgs),
 }
 
 /// `kubewasm run`.
@@ -77,6 +80,11 @@ pub struct RunArgs {
     /// Directory for compiled plugins, so restarts do not recompile; default: none.
     #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
     pub compile_cache: Option<PathBuf>,
+    /// With a compile cache, compile each new plugin in a child process (this binary, run as
+    /// `kubewasm compile-plugin`) that leaves it in the cache: the compiler's memory is returned
+    /// when the child exits, and a compiler crash fails only that plugin's load.
+    #[arg(long, env = "KUBEWASM_COMPILE_IN_CHILD", default_value_t = true, action = ArgAction::Set)]
+    pub compile_in_child: bool,
     /// Seconds to let in-flight reconciles finish after SIGTERM/SIGINT.
     #[arg(long, env = "KUBEWASM_SHUTDOWN_GRACE_SECONDS", default_value_t = 30)]
     pub shutdown_grace_seconds: u64,
@@ -139,6 +147,26 @@ pub enum Sharding {
     Off,
     /// Replicas find each other through their Leases and split the hash space evenly.
     Auto,
+}
+
+/// `kubewasm compile-plugin` (hidden): the engine settings of the host that runs it.
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    /// The compile cache to fill.
+    #[arg(long)]
+    pub compile_cache: PathBuf,
+    /// The host's largest linear memory.
+    #[arg(long)]
+    pub max_memory_bytes: u64,
+    /// The host's instance pool size.
+    #[arg(long)]
+    pub pool_instances: u32,
+    /// The host's bytes kept resident per freed slot.
+    #[arg(long)]
+    pub keep_resident: usize,
+    /// Whether the host uses the pagemap scan.
+    #[arg(long, action = ArgAction::Set)]
+    pub pagemap_scan: bool,
 }
 
 /// `kubewasm check`.

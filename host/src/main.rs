@@ -23,6 +23,14 @@ fn main() -> anyhow::Result<()> {
                 app::run(*args, token).await
             }
             Command::Check(args) => check(args).await,
+            Command::CompilePlugin(args) => {
+                // One line on stderr, for the host to quote; no backtrace.
+                if let Err(e) = kubewasm::plugin::compile_process::child(args) {
+                    eprintln!("{e:#}");
+                    std::process::exit(1);
+                }
+                Ok(())
+            }
             Command::Crd => {
                 print!("{}", kubewasm::hotload::crd_yaml());
                 Ok(())

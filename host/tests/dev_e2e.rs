@@ -38,7 +38,7 @@ impl Dev {
             .arg("--kubeconfig-out")
             .arg(&kubeconfig)
             .args(["--admin-addr", "127.0.0.1:0", "--wasm-plugins=false", "--compile-cache"])
-            .arg(common::test_compile_cache())
+            .arg(work.path().join("compile-cache"))
             .args(extra)
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -91,7 +91,8 @@ async fn create_namespace(client: &kube::Client, name: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dev_runs_a_directory_of_plugins_on_a_local_control_plane_until_sigint_stops_everything() {
+async fn dev_runs_a_directory_of_plugins_compiled_in_a_child_process_on_a_local_control_plane_until_sigint_stops_everything()
+ {
     let mut dev = Dev::start(&[]);
     let client = dev.client().await;
     create_namespace(&client, "dev-demo").await;
@@ -101,6 +102,9 @@ async fn dev_runs_a_directory_of_plugins_on_a_local_control_plane_until_sigint_s
     })
     .await;
     assert!(dev.logs().contains(&format!("kubectl --kubeconfig {}", dev.kubeconfig.display())), "{}", dev.logs());
+    // `kubewasm compile-plugin` leaves a marker beside the compiled component.
+    let markers = std::fs::read_dir(dev.work.path().join("compile-cache/kubewasm-compiled")).map(Iterator::count);
+    assert!(matches!(markers, Ok(1)), "no child process compiled the plugin ({markers:?}): {}", dev.logs());
     dev.stop_with("-INT", client).await;
 }
 

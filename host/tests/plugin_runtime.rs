@@ -290,6 +290,43 @@ async fn a_second_runtime_on_the_same_cache_directory_loads_without_recompiling(
 }
 
 #[tokio::test]
+async fn a_runtime_that_compiles_in_a_child_process_only_reads_the_compile_cache_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = RuntimeConfig::default().cache_dir(dir.path()).compile_in_child(env!("CARGO_BIN_EXE_kubewasm"));
+    let h = Harness::with_runtime(Runtime::new(config).unwrap());
+    let plugin = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    let stats = h.runtime.cache_stats().unwrap();
+    assert_eq!((stats.hits, stats.misses), (1, 0), "the child compiled; this process only read the cache");
+    h.cache.insert(&namespace("c", "uid-c", json!({})));
+    plugin.reconcile(&key(None, "c"), 0).await.unwrap();
+    assert_eq!(h.writer.calls().len(), 3, "the component from the child reconciles: {:?}", h.writer.calls());
+
+    // The child left a marker: a second runtime on the directory starts no child at all (its
+    // executable does not exist) and still loads without compiling.
+    let config = RuntimeConfig::default().cache_dir(dir.path()).compile_in_child("/nonexistent/kubewasm");
+    let second = Harness::with_runtime(Runtime::new(config).unwrap());
+    second.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    let stats = second.runtime.cache_stats().unwrap();
+    assert_eq!((stats.hits, stats.misses), (1, 0));
+}
+
+#[tokio::test]
+async fn a_component_the_compile_process_rejects_fails_only_its_own_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = RuntimeConfig::default().cache_dir(dir.path()).compile_in_child(env!("CARGO_BIN_EXE_kubewasm"));
+    let h = Harness::with_runtime(Runtime::new(config).unwrap());
+    // A component header followed by garbage: past the host's header check, refused by the compiler.
+    let broken: Arc<[u8]> = [&b"\0asm\x0d\0\x01\0"[..], &[0xff; 64]].concat().into();
+    let err =
+        h.runtime.load("broken", broken, PluginConfig::default(), h.cache.clone(), h.writer.clone()).await.unwrap_err();
+    assert!(matches!(err, LoadError::Compile(_)), "{err:?}");
+    assert!(format!("{err:?}").contains("compile process failed"), "{err:?}");
+    let stats = h.runtime.cache_stats().unwrap();
+    assert_eq!((stats.hits, stats.misses), (0, 0), "this process compiled nothing");
+    h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+}
+
+#[tokio::test]
 async fn a_new_version_with_the_bytes_of_a_loaded_one_is_not_compiled_again() {
     let dir = tempfile::tempdir().unwrap();
     let h = Harness::with_runtime(Runtime::new(RuntimeConfig::default().cache_dir(dir.path())).unwrap());

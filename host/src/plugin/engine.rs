@@ -11,6 +11,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::{self, ControllerPre};
+use super::compile_process::CompileProcess;
 use super::metrics::PluginMetrics;
 use super::pool::Ledger;
 use super::protected::Protected;
@@ -64,6 +65,7 @@ pub enum Error {
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
     cache_dir: Option<PathBuf>,
+    compile_process: Option<PathBuf>,
     max_memory_bytes: u64,
     pool_instances: u32,
     keep_resident: usize,
@@ -79,6 +81,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             cache_dir: None,
+            compile_process: None,
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             pool_instances: DEFAULT_POOL_INSTANCES,
             keep_resident: DEFAULT_KEEP_RESIDENT,
@@ -99,6 +102,26 @@ impl RuntimeConfig {
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cache_dir = Some(dir.into());
         self
+    }
+
+    /// Compile components in a child process running `exe` (the host's own binary), which leaves
+    /// them in the compile cache for this runtime to load: the compiler's memory and crashes stay
+    /// out of this process (see [`compile_process`](super::compile_process)). Only with a
+    /// [`cache_dir`](Self::cache_dir); without one, components compile in this process.
+    #[must_use]
+    pub fn compile_in_child(mut self, exe: impl Into<PathBuf>) -> Self {
+        self.compile_process = Some(exe.into());
+        self
+    }
+
+    /// The flags of `kubewasm compile-plugin` that give a child this configuration's engine.
+    pub(crate) fn engine_flags(&self) -> [(&'static str, String); 4] {
+        [
+            ("--max-memory-bytes", self.max_memory_bytes.to_string()),
+            ("--pool-instances", self.pool_instances.to_string()),
+            ("--keep-resident", self.keep_resident.to_string()),
+            ("--pagemap-scan", self.pagemap_scan.to_string()),
+        ]
     }
 
     /// The largest linear memory any plugin may be given.
@@ -182,6 +205,7 @@ pub struct Runtime {
     pub(crate) engine: Engine,
     pub(crate) linker: Arc<Linker<PluginCtx>>,
     cache: Option<Cache>,
+    compile_process: Option<CompileProcess>,
     pub(crate) metrics: PluginMetrics,
     pub(crate) max_memory_bytes: u64,
     /// Pre-linked components by sha256, while a loaded version holds them: a new version with
@@ -225,6 +249,10 @@ impl Runtime {
             None => None,
         };
         let engine = Engine::new(&wasm).map_err(Error::Engine)?;
+        let compile_process = match (&config.compile_process, &config.cache_dir) {
+            (Some(exe), Some(dir)) => Some(CompileProcess::new(exe.clone(), &config, dir, &engine)),
+            _ => None,
+        };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(Error::Engine)?;
         bindings::add_to_linker(&mut linker).map_err(Error::Engine)?;
@@ -243,6 +271,7 @@ impl Runtime {
             engine,
             linker: Arc::new(linker),
             cache,
+            compile_process,
             metrics: config.metrics.unwrap_or_default(),
             max_memory_bytes: config.max_memory_bytes,
             compiled: Arc::default(),
@@ -280,9 +309,18 @@ impl Runtime {
         self.pool.reserved()
     }
 
-    /// Compiles (or fetches from the compile cache) a component. CPU-bound: call it off the
+    /// Compiles (or fetches from the compile cache) the component with this sha256: in a child
+    /// process if the runtime has one, then loads it from the cache. CPU-bound: call it off the
     /// async workers.
-    pub(crate) fn compile(&self, wasm: &[u8]) -> wasmtime::Result<Component> {
+    pub(crate) fn compile(&self, wasm: &[u8], sha256: &str) -> wasmtime::Result<Component> {
+        if let Some(process) = &self.compile_process {
+            process.ensure_cached(wasm, sha256)?;
+        }
+        self.compile_here(wasm)
+    }
+
+    /// Compiles (or fetches from the compile cache) a component in this process.
+    pub(crate) fn compile_here(&self, wasm: &[u8]) -> wasmtime::Result<Component> {
         Component::new(&self.engine, wasm)
     }
 

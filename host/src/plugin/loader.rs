@@ -141,8 +141,9 @@ impl Runtime {
             Some(pre) => pre,
             None => {
                 let runtime = self.clone();
+                let sha = sha256.clone();
                 let pre = tokio::task::spawn_blocking(move || -> Result<_, LoadError> {
-                    let component = runtime.compile(&wasm).map_err(LoadError::Compile)?;
+                    let component = runtime.compile(&wasm, &sha).map_err(LoadError::Compile)?;
                     let contract = Contract::of(&component, &runtime.engine);
                     let pre = runtime.linker.instantiate_pre(&component).map_err(LoadError::WrongWorld)?;
                     ControllerPre::new(contract, pre).map_err(LoadError::WrongWorld)

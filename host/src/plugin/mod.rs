@@ -8,6 +8,7 @@
 //! plugins whose instantiation is expensive.
 
 pub mod bindings;
+pub mod compile_process;
 pub mod config;
 pub mod control;
 mod dispatch;
