@@ -18,10 +18,10 @@ RUN rustup toolchain install && rustup target add "$(uname -m)-unknown-linux-mus
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     musl="$(uname -m)-unknown-linux-musl" \
- && env "CC_$(echo "$musl" | tr - _)=musl-gcc" cargo build --release --locked --target "$musl" -p kubewasm \
+ && env "CC_$(echo "$musl" | tr - _)=musl-gcc" cargo build --profile image --locked --target "$musl" -p kubewasm \
  && cargo build --locked --profile plugin --target wasm32-wasip2 \
       -p namespace-defaults -p config-reloader -p configmap-sync \
- && deploy/image/rootfs.sh /image "target/$musl/release/kubewasm" target/wasm32-wasip2/plugin \
+ && deploy/image/rootfs.sh /image "target/$musl/image/kubewasm" target/wasm32-wasip2/plugin \
       /etc/ssl/certs/ca-certificates.crt
 
 # Runtime: nothing but deploy/image/rootfs.sh's files; user 65532 (nonroot, as in distroless).

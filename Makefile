@@ -151,8 +151,8 @@ image-tools: toolchain
 ## release binary and the example plugins, as the Dockerfile's final stage lays them out
 ## (deploy/image/build.sh). Prints the image's name; README "Deploy" says how to push it.
 image: image-tools rust-plugins
-	CC_$(subst -,_,$(MUSL_TARGET))=musl-gcc $(CARGO) build --release --locked --target $(MUSL_TARGET) -p kubewasm
-	bash deploy/image/build.sh $(KUBEWASM_IMAGE_DIR) $(TARGET_DIR)/$(MUSL_TARGET)/release/kubewasm \
+	CC_$(subst -,_,$(MUSL_TARGET))=musl-gcc $(CARGO) build --profile image --locked --target $(MUSL_TARGET) -p kubewasm
+	bash deploy/image/build.sh $(KUBEWASM_IMAGE_DIR) $(TARGET_DIR)/$(MUSL_TARGET)/image/kubewasm \
 		$(TARGET_DIR)/wasm32-wasip2/plugin
 
 lint:

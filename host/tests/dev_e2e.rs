@@ -85,6 +85,16 @@ impl Dev {
     }
 }
 
+/// A failed assertion must not leave `kubewasm dev` and its control plane running.
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 async fn create_namespace(client: &kube::Client, name: &str) {
     let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();

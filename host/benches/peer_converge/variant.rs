@@ -11,8 +11,12 @@ use clap::ValueEnum;
 pub enum Variant {
     /// `kubewasm run`, release build, with a compile cache warmed before the first round.
     Kubewasm,
-    /// `kubewasm run` without a compile cache: it compiles the component at start-up.
+    /// `kubewasm run` with an empty compile cache, as a new pod's `emptyDir`: it compiles the
+    /// component at start-up (in a child process, `--compile-in-child`).
     KubewasmCold,
+    /// As `kubewasm-cold`, compiling inside the host (`--compile-in-child=false`): what a cold
+    /// start cost before the compile moved to a child process.
+    KubewasmColdInProcess,
     /// As `kubewasm`, with the plugin write limit off (`--plugin-write-qps 0`), like the peer's
     /// client, which has no client-side limit.
     KubewasmUnlimited,
@@ -41,7 +45,7 @@ impl Variant {
 
     /// Whether this is controller-runtime (a peer) rather than kubewasm.
     pub fn is_peer(self) -> bool {
-        !matches!(self, Self::Kubewasm | Self::KubewasmCold | Self::KubewasmUnlimited)
+        !matches!(self, Self::Kubewasm | Self::KubewasmCold | Self::KubewasmColdInProcess | Self::KubewasmUnlimited)
     }
 }
 
@@ -93,6 +97,15 @@ pub fn kubewasm(setup: &Setup, kubeconfig: &Path, plugins: &Path, cache: Option<
     command
 }
 
+/// A new, empty compile cache beside the warm one.
+fn empty_cache(setup: &Setup) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = setup.compile_cache.with_file_name(format!("cold-compile-cache-{n}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The commands of `variant` with `plugins` controllers.
 pub fn commands(
     variant: Variant,
@@ -114,7 +127,12 @@ pub fn commands(
     let first = (plugins > 1).then_some(0);
     match variant {
         Variant::Kubewasm => vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache))],
-        Variant::KubewasmCold => vec![kubewasm(setup, kubeconfig, plugins_dir, None)],
+        Variant::KubewasmCold => vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)))],
+        Variant::KubewasmColdInProcess => {
+            let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)));
+            command.arg("--compile-in-child=false");
+            vec![command]
+        }
         Variant::KubewasmUnlimited => {
             let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache));
             command.args(["--plugin-write-qps", "0"]);
