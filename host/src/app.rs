@@ -196,13 +196,20 @@ impl App {
 }
 
 /// This process's binary, for child processes: `/proc/self/exe`, which still runs it after the
-/// file was replaced or deleted (an upgrade in place), else what the OS says it was started from.
-fn own_executable() -> anyhow::Result<std::path::PathBuf> {
+/// file was replaced or deleted (an upgrade in place), else what the OS says it was started from;
+/// `None` (logged) when neither is there, e.g. without a mounted /proc.
+fn own_executable() -> Option<std::path::PathBuf> {
     let proc_self = Path::new("/proc/self/exe");
     if proc_self.exists() {
-        return Ok(proc_self.to_owned());
+        return Some(proc_self.to_owned());
     }
-    std::env::current_exe().context("finding the host's own executable to compile plugins in a child process")
+    match std::env::current_exe() {
+        Ok(exe) => Some(exe),
+        Err(error) => {
+            tracing::warn!(%error, "cannot find the host's own executable: plugins compile inside the host");
+            None
+        }
+    }
 }
 
 /// `kubewasm run`: serve until `shutdown` is cancelled.
@@ -220,8 +227,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         .write_timeout(Duration::from_secs(args.plugin_write_timeout_seconds));
     if let Some(dir) = &args.compile_cache {
         runtime = runtime.cache_dir(dir);
-        if args.compile_in_child {
-            runtime = runtime.compile_in_child(own_executable()?);
+        if let Some(exe) = args.compile_in_child.then(own_executable).flatten() {
+            runtime = runtime.compile_in_child(exe);
         }
     }
     let mut app = App::with_runtime(client.clone(), runtime, args.max_retries, options)?;

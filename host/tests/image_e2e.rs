@@ -29,7 +29,10 @@ use common::{eventually, plugin_dir, run_ok};
 const POD_SH: &str = r#"set -e
 root=$0
 mount --bind "$root" "$root"
+mkdir -p "$root/proc"
 mount -o remount,bind,ro "$root"
+# /proc, as every container runtime mounts it (the host compiles plugins by running /proc/self/exe).
+mount -t proc proc "$root/proc"
 while [ "$1" != -- ]; do mount --bind "$1" "$root$2"; shift 2; done
 uid=$2 gid=$3 wd=$4; shift 4
 unshare=$(command -v unshare)
@@ -334,6 +337,12 @@ async fn the_images_binary_runs_the_examples_overlay_from_its_read_only_root_as_
     assert!(
         cache.values().any(|e| e.is_file_of(65532)),
         "no file of uid 65532 in the compile cache: {:?}",
+        cache.keys().collect::<Vec<_>>()
+    );
+    // Compiled by child processes (`kubewasm compile-plugin`), which leave a marker each.
+    assert!(
+        cache.keys().any(|path| path.contains("/kubewasm-compiled/")),
+        "no plugin was compiled in a child process: {:?}",
         cache.keys().collect::<Vec<_>>()
     );
 }
