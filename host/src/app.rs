@@ -195,14 +195,9 @@ impl App {
     }
 }
 
-/// This process's binary, for child processes: `/proc/self/exe`, which still runs it after the
-/// file was replaced or deleted (an upgrade in place), else what the OS says it was started from;
-/// `None` (logged) when neither is there, e.g. without a mounted /proc.
+/// This process's binary, for child processes (what `/proc/self/exe` points to); `None`, logged,
+/// when it cannot be found, e.g. without a mounted /proc.
 fn own_executable() -> Option<std::path::PathBuf> {
-    let proc_self = Path::new("/proc/self/exe");
-    if proc_self.exists() {
-        return Some(proc_self.to_owned());
-    }
     match std::env::current_exe() {
         Ok(exe) => Some(exe),
         Err(error) => {

@@ -302,8 +302,8 @@ async fn a_runtime_that_compiles_in_a_child_process_only_reads_the_compile_cache
     assert_eq!(h.writer.calls().len(), 3, "the component from the child reconciles: {:?}", h.writer.calls());
 
     // The child left a marker: a second runtime on the directory starts no child at all (its
-    // executable does not exist) and still loads without compiling.
-    let config = RuntimeConfig::default().cache_dir(dir.path()).compile_in_child("/nonexistent/kubewasm");
+    // "compiler" would fail every compile) and still loads without compiling.
+    let config = RuntimeConfig::default().cache_dir(dir.path()).compile_in_child("/bin/false");
     let second = Harness::with_runtime(Runtime::new(config).unwrap());
     second.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
     let stats = second.runtime.cache_stats().unwrap();

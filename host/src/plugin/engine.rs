@@ -314,7 +314,14 @@ impl Runtime {
     /// async workers.
     pub(crate) fn compile(&self, wasm: &[u8], sha256: &str) -> wasmtime::Result<Component> {
         if let Some(process) = &self.compile_process {
-            process.ensure_cached(wasm, sha256)?;
+            match process.ensure_cached(wasm, sha256) {
+                Ok(()) => {}
+                // Not the module's fault: compile it here rather than reject it.
+                Err(error @ super::compile_process::Error::Spawn { .. }) => {
+                    tracing::warn!(%error, "cannot start a compile process: compiling inside the host");
+                }
+                Err(error) => return Err(error.into()),
+            }
         }
         self.compile_here(wasm)
     }
