@@ -80,7 +80,8 @@ impl CompileProcess {
         let mut child = Command::new(&self.exe)
             .args(&self.args)
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            // Piped, not null: a container or chroot may have no /dev/null to open.
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .map_err(spawn)?;
