@@ -39,7 +39,7 @@ pub enum Command {
     /// schema, and an offline test that runs `kubewasm test` (cargo test, pytest, node --test).
     New(NewArgs),
     /// Compile one component (stdin) into a compile cache: what the host runs in a child process.
-    #[command(name = "compile-plugin", hide = true)]
+    #[command(name = crate::plugin::compile_process::SUBCOMMAND, hide = true)]
     CompilePlugin(CompileArgs),
 }
 
