@@ -241,7 +241,9 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         app.set_shard_gate(gate);
     }
     let router = admin::router(app.registry().clone(), app.readiness().clone());
-    let (addr, admin_task) = admin::serve(args.admin_addr, router, shutdown.clone().cancelled_owned()).await?;
+    let (addr, admin_task) = admin::serve(args.admin_addr, router, shutdown.clone().cancelled_owned())
+        .await
+        .with_context(|| format!("cannot serve the admin endpoints on {} (--admin-addr)", args.admin_addr))?;
     tracing::info!(%addr, "admin server listening");
     // Both sources register their (failing) readiness checks before either starts, so /readyz
     // cannot pass between the directory's first pass and the WasmPlugin source's start.

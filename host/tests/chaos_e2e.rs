@@ -176,10 +176,10 @@ async fn misses(api: &Api<ConfigMap>, expected: &BTreeSet<String>) -> Option<Mis
 
 /// `kubewasm run` on the control plane's kubeconfig with the stamper in `plugins`, ready.
 async fn start_host(cp: &ControlPlane, plugins: &std::path::Path) -> HostProcess {
-    let (mut command, addr) = kubewasm_run(plugins);
+    let mut command = kubewasm_run(plugins);
     command.arg("--kubeconfig").arg(cp.kubeconfig_path());
     command.args(["--wasm-plugins", "false", "--compile-cache"]).arg(test_compile_cache());
-    let mut host = HostProcess::spawn(command, addr);
+    let mut host = HostProcess::spawn(command);
     host.ready(PHASE).await;
     host
 }

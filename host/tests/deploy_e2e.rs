@@ -54,10 +54,10 @@ async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_requ
     let plugins = tempfile::tempdir().unwrap();
     install_examples(plugins.path());
     let start = || {
-        let (mut command, addr) = kubewasm_run(plugins.path());
+        let mut command = kubewasm_run(plugins.path());
         command.arg("--kubeconfig").arg(&kubeconfig).arg("--compile-cache").arg(test_compile_cache());
         command.args(["--leader-elect", "--leader-election-namespace", "kubewasm-system"]);
-        HostProcess::spawn(command, addr)
+        HostProcess::spawn(command)
     };
 
     let mut host = start();
@@ -142,7 +142,7 @@ async fn in_cluster_config_from_the_service_account_mount_and_service_env_works(
 
     let plugins = tempfile::tempdir().unwrap();
     common::install_plugin(plugins.path(), "namespace-defaults", "namespace_defaults.wasm", "{}\n");
-    let (mut command, addr) = kubewasm_run(plugins.path());
+    let mut command = kubewasm_run(plugins.path());
     // No kubeconfig anywhere (empty HOME, no KUBECONFIG): kube-rs falls back to in-cluster.
     let home = tempfile::tempdir().unwrap();
     command.args(["--wasm-plugins", "false", "--leader-elect", "--compile-cache"]).arg(test_compile_cache());
@@ -150,7 +150,7 @@ async fn in_cluster_config_from_the_service_account_mount_and_service_env_works(
     let port = cp.admin_config().cluster_url.port_u16().expect("the apiserver URL has a port");
     wrapped.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default()).env("HOME", home.path());
     wrapped.env("KUBERNETES_SERVICE_HOST", "127.0.0.1").env("KUBERNETES_SERVICE_PORT", port.to_string());
-    let mut host = HostProcess::spawn(wrapped, addr);
+    let mut host = HostProcess::spawn(wrapped);
     host.ready(CONVERGE).await;
 
     // The Lease lands in the namespace read from the mounted namespace file.

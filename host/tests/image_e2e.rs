@@ -9,7 +9,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -21,7 +20,7 @@ use serde_json::Value;
 use common::audit::{audit_events, code, describe, examples_cluster};
 use common::examples::{self, CONVERGE, deploy_dir};
 use common::image::{FinalStage, Image, config_of, expected_tree, final_stage_text, repo_dir, rootfs_sh, tree, unpack};
-use common::process::{HostProcess, service_account_token};
+use common::process::{ANY_PORT, HostProcess, service_account_token};
 use common::{eventually, plugin_dir, run_ok};
 
 /// Mounts the volumes, then runs the image's command in the root file system as its user:
@@ -312,10 +311,9 @@ async fn the_images_binary_runs_the_examples_overlay_from_its_read_only_root_as_
 
     let unpacked = image.unpack();
     let rootfs = unpacked.path().join("bundle/rootfs");
-    let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
     let port = cp.admin_config().cluster_url.port_u16().expect("the apiserver URL has a port");
-    let command = pod_command(&rootfs, &image.config(), &objects, &volumes, port, &addr);
-    let mut host = HostProcess::spawn(command, addr);
+    let command = pod_command(&rootfs, &image.config(), &objects, &volumes, port, ANY_PORT);
+    let mut host = HostProcess::spawn(command);
     host.ready(CONVERGE).await;
     eventually("the host leads", CONVERGE, || async {
         host.metric("leader_election_master_status", &[("name", "kubewasm")]).filter(|v| *v == 1.0)

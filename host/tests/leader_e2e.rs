@@ -21,7 +21,7 @@ const TIMEOUT: Duration = Duration::from_secs(90);
 
 /// A replica: namespace-defaults, electing on `lease_ns/kubewasm`, identity `<name>_<random>`.
 fn replica(plugins: &Path, cp: &ControlPlane, lease_ns: &str, name: &str) -> HostProcess {
-    let (mut command, addr) = kubewasm_run(plugins);
+    let mut command = kubewasm_run(plugins);
     command.arg("--kubeconfig").arg(cp.kubeconfig_path()).arg("--compile-cache").arg(common::test_compile_cache());
     // Plugins from the directory only: the shared control plane has no WasmPlugin CRD.
     command.args(["--wasm-plugins", "false", "--leader-elect", "--leader-election-namespace", lease_ns]);
@@ -29,7 +29,7 @@ fn replica(plugins: &Path, cp: &ControlPlane, lease_ns: &str, name: &str) -> Hos
     command.args(["--leader-election-lease-duration-seconds", "6", "--leader-election-renew-deadline-seconds", "4"]);
     command.args(["--leader-election-retry-period-seconds", "1"]);
     command.env("HOSTNAME", name);
-    HostProcess::spawn(command, addr)
+    HostProcess::spawn(command)
 }
 
 /// Takes the Lease for an `intruder`, for an hour: the holder's renewals fail from now on.
@@ -152,13 +152,13 @@ async fn a_leader_that_loses_its_lease_while_draining_exits_at_once_without_writ
     // A reconcile that takes 30 s and then writes; the grace period would let it finish.
     let config = "grants: {write: [ConfigMap]}\nlimits: {deadlineMs: 60000}\nsettings: {sleepMs: 30000}\n";
     common::install_plugin(plugins.path(), "sleeper", "fixture_sleeper.wasm", config);
-    let (mut command, addr) = kubewasm_run(plugins.path());
+    let mut command = kubewasm_run(plugins.path());
     command.arg("--kubeconfig").arg(cp.kubeconfig_path()).arg("--compile-cache").arg(common::test_compile_cache());
     command.args(["--wasm-plugins", "false", "--leader-elect", "--leader-election-namespace", &lease_ns]);
     command.args(["--leader-election-lease-duration-seconds", "6", "--leader-election-renew-deadline-seconds", "4"]);
     command.args(["--leader-election-retry-period-seconds", "1", "--shutdown-grace-seconds", "60"]);
     command.env("HOSTNAME", "replica-a");
-    let mut a = HostProcess::spawn(command, addr);
+    let mut a = HostProcess::spawn(command);
     a.ready(TIMEOUT).await;
     eventually("replica-a leads", TIMEOUT, || async { leading(&a).filter(|v| *v == 1.0) }).await;
 
@@ -183,4 +183,30 @@ async fn a_leader_that_loses_its_lease_while_draining_exits_at_once_without_writ
     let slept = configmaps.get("slow").await.unwrap().metadata.annotations.unwrap_or_default();
     assert!(!slept.contains_key("kubewasm.dev/slept"), "the reconcile in flight wrote after the lease was lost");
     assert_eq!(holder(&leases).await.as_deref(), Some("intruder"));
+}
+
+/// Hosts started at the same time (as these tests do) each bind a port of their own, and a test
+/// finds it from the process: a port picked by the test and handed over could be taken by
+/// another host first, and the test would then watch that host instead.
+#[test]
+fn a_test_finds_the_port_a_process_or_its_forked_child_chose_and_listens_on() {
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+
+    // `sh` forks python (`; true` keeps sh from exec'ing it), which picks any free port.
+    let mut server = Command::new("sh")
+        .args(["-c", "python3 -u -m http.server 0 --bind 127.0.0.1; true"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    // "Serving HTTP on 127.0.0.1 port 43210 (http://127.0.0.1:43210/) ..."
+    let port: u16 = line.split(" port ").nth(1).and_then(|rest| rest.split(' ').next()).unwrap().parse().unwrap();
+    let found = common::process::listening_addr(server.id());
+    let _ = Command::new("pkill").args(["-P", &server.id().to_string()]).status();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(found, Some(std::net::SocketAddr::from(([127, 0, 0, 1], port))), "python said: {line}");
 }

@@ -20,9 +20,9 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// `kubewasm run` on `plugins`, plugin files only (the shared control plane has no WasmPlugin
 /// CRD), without a compile cache: loading takes a compile, the window the old check passed in.
 fn host(plugins: &std::path::Path, cp: &ControlPlane) -> HostProcess {
-    let (mut command, addr) = kubewasm_run(plugins);
+    let mut command = kubewasm_run(plugins);
     command.arg("--kubeconfig").arg(cp.kubeconfig_path()).args(["--wasm-plugins", "false"]);
-    HostProcess::spawn(command, addr)
+    HostProcess::spawn(command)
 }
 
 fn is_ok(response: &str) -> bool {
@@ -108,4 +108,34 @@ async fn a_config_file_with_an_unknown_field_counts_as_a_rejected_version() {
     assert_eq!(rejected, Some(1.0), "{metrics}");
     assert!(app.manager().serving("typo").await.is_none());
     assert!(app.readiness().is_ready(), "the pass is over; a rejected file holds nothing down");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_whose_admin_address_is_taken_exits_1_naming_the_address() {
+    let cp = ControlPlane::shared().expect("kube-apiserver, etcd and kubectl: run `make control-plane`");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let plugins = tempfile::tempdir().unwrap();
+    let mut host = std::process::Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .args(["--log", "warn", "run", "--wasm-plugins", "false", "--admin-addr", &addr, "--plugins"])
+        .arg(plugins.path())
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig_path())
+        .env_remove("RUST_BACKTRACE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = host.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < TIMEOUT, "kubewasm still runs with its admin address taken");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut host.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("cannot serve the admin endpoints on {addr}")), "{stderr}");
 }

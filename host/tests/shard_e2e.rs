@@ -68,7 +68,7 @@ fn replica(cp: &ControlPlane, lease_ns: &str, label: &str, name: &'static str, l
         "maxConcurrent: 4\ngrants:\n  write: [ConfigMap]\nsettings:\n  version: {name}\n  selector: \"{label}\"\n"
     );
     common::install_plugin(dir.path(), "stamper", "fixture_stamper.wasm", &config);
-    let (mut command, addr) = kubewasm_run(dir.path());
+    let mut command = kubewasm_run(dir.path());
     command.arg("--kubeconfig").arg(cp.kubeconfig_path()).arg("--compile-cache").arg(common::test_compile_cache());
     command.args(["--wasm-plugins", "false", "--sharding", "auto", "--leader-election-namespace", lease_ns]);
     // Longer than controller-runtime's 15/10/2 s: with those (and with 6/4/1 s) replicas could
@@ -79,7 +79,7 @@ fn replica(cp: &ControlPlane, lease_ns: &str, label: &str, name: &'static str, l
     let log = logs.join(format!("{name}.log"));
     command.stderr(File::create(&log).unwrap());
     command.env("HOSTNAME", name);
-    Replica { name, host: HostProcess::spawn(command, addr), log, _dir: dir }
+    Replica { name, host: HostProcess::spawn(command), log, _dir: dir }
 }
 
 /// The live members' published ranges (`identity → range`), judged on the wall clock (every

@@ -1,9 +1,11 @@
 //! `kubewasm run` as a child process: its admin endpoints, and stopping it by signal.
 
+use std::collections::HashSet;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::Client;
@@ -11,29 +13,70 @@ use kube::api::{Api, PostParams};
 
 use super::metric_value;
 
+/// The admin address to give a host: any free port, which the host binds itself. A port picked
+/// by the test and handed over could be taken by another process first (concurrent tests start
+/// hosts), and the test would then talk to that process.
+pub const ANY_PORT: &str = "127.0.0.1:0";
+
 /// A running `kubewasm run`, killed when dropped (so a failed test leaves no process behind).
 pub struct HostProcess {
     child: Child,
-    /// Its admin address, `127.0.0.1:PORT`.
-    pub addr: String,
+    /// Its admin address, found once it listens.
+    addr: OnceLock<SocketAddr>,
 }
 
-/// `kubewasm run --plugins <plugins> --admin-addr <free port>`, ready for more arguments.
-pub fn kubewasm_run(plugins: &Path) -> (Command, String) {
-    let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+/// `kubewasm run --plugins <plugins> --admin-addr 127.0.0.1:0`, ready for more arguments.
+pub fn kubewasm_run(plugins: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kubewasm"));
     command
         .args(["--log", "warn", "run", "--plugins"])
         .arg(plugins)
-        .args(["--admin-addr", &addr])
+        .args(["--admin-addr", ANY_PORT])
         .stdout(Stdio::null());
-    (command, addr)
+    command
+}
+
+/// The IPv4 TCP address that process `pid` (or, through wrappers that fork, one of its
+/// descendants) listens on, from `/proc`; `None` until it listens. Hand-written: no crate
+/// maps a process to its sockets this simply.
+pub fn listening_addr(pid: u32) -> Option<SocketAddr> {
+    let sockets: HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter_map(|link| Some(link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned()))
+        .collect();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    // `sl local_address rem_address st ... inode`: addresses are hex `IP:PORT`, the IP in host
+    // (little-endian) byte order; state 0A is LISTEN; the inode is the tenth field.
+    let own = table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(3) != Some(&"0A") || !sockets.contains(*fields.get(9)?) {
+            return None;
+        }
+        let (ip, port) = fields[1].split_once(':')?;
+        let ip = Ipv4Addr::from(u32::from_str_radix(ip, 16).ok()?.swap_bytes());
+        Some(SocketAddr::from((ip, u16::from_str_radix(port, 16).ok()?)))
+    });
+    own.or_else(|| {
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        children.split_whitespace().filter_map(|c| c.parse().ok()).find_map(listening_addr)
+    })
 }
 
 impl HostProcess {
-    /// Spawns `command` (from [`kubewasm_run`]).
-    pub fn spawn(mut command: Command, addr: String) -> Self {
-        Self { child: command.spawn().expect("spawning kubewasm"), addr }
+    /// Spawns `command` (from [`kubewasm_run`], or any command whose host gets [`ANY_PORT`]).
+    pub fn spawn(mut command: Command) -> Self {
+        Self { child: command.spawn().expect("spawning kubewasm"), addr: OnceLock::new() }
+    }
+
+    /// Its admin address, once it listens.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        if let Some(addr) = self.addr.get() {
+            return Some(*addr);
+        }
+        let found = listening_addr(self.child.id())?;
+        Some(*self.addr.get_or_init(|| found))
     }
 
     /// The process id.
@@ -43,7 +86,7 @@ impl HostProcess {
 
     /// `GET path` on the admin server: the whole response, or `None` if it is not up.
     pub fn get(&self, path: &str) -> Option<String> {
-        let mut stream = TcpStream::connect(&self.addr).ok()?;
+        let mut stream = TcpStream::connect(self.addr()?).ok()?;
         write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
         let mut out = String::new();
         stream.read_to_string(&mut out).ok()?;
