@@ -58,8 +58,28 @@ impl Procs {
 
     /// User + system CPU time used so far, summed over the processes, in seconds.
     pub fn cpu_seconds(&self) -> f64 {
-        self.children.iter().map(|c| cpu_ticks(c.id())).sum::<u64>() as f64 / USER_HZ
+        cpu_seconds(self.children.iter().map(Child::id))
     }
+}
+
+/// User + system CPU time used so far by the processes `pids` (not their children), in seconds.
+pub fn cpu_seconds(pids: impl IntoIterator<Item = u32>) -> f64 {
+    pids.into_iter().map(cpu_ticks).sum::<u64>() as f64 / USER_HZ
+}
+
+/// The whole machine's CPU time so far (`/proc/stat`, all CPUs), in seconds: (busy, all). Busy is
+/// everything but idle and I/O wait; steal (time the hypervisor gave to others) counts as busy.
+pub fn machine_cpu_seconds() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .map(|l| l.split_whitespace().filter_map(|v| v.parse().ok()).collect())
+        .unwrap_or_default();
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    let field = |i: usize| ticks.get(i).copied().unwrap_or(0);
+    let all: u64 = (0..8).map(field).sum();
+    ((all - field(3) - field(4)) as f64 / USER_HZ, all as f64 / USER_HZ)
 }
 
 impl Drop for Procs {

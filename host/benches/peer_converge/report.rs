@@ -18,9 +18,9 @@ pub fn machine() {
 /// The per-round table's header.
 pub fn header() {
     println!(
-        "| round | variant | plugins | namespaces | converge s | settle s | RSS at converge MiB | peak RSS MiB | CPU to converge s | CPU to settle s | requests by verb |"
+        "| round | variant | plugins | namespaces | converge s | settle s | RSS at converge MiB | peak RSS MiB | CPU to converge s | CPU to settle s | apiserver + etcd CPU to converge s | machine busy to converge | requests by verb |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
 }
 
 fn verbs(requests: &BTreeMap<String, u64>) -> String {
@@ -32,7 +32,7 @@ fn verbs(requests: &BTreeMap<String, u64>) -> String {
 /// One round of one variant.
 pub fn line(round: usize, variant: Variant, plugins: usize, o: &Outcome) {
     println!(
-        "| {round} | {} | {plugins} | {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {} |",
+        "| {round} | {} | {plugins} | {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0}% | {} |",
         variant.name(),
         o.namespaces,
         o.converge,
@@ -41,6 +41,8 @@ pub fn line(round: usize, variant: Variant, plugins: usize, o: &Outcome) {
         o.peak,
         o.cpu_converge,
         o.cpu_settle,
+        o.control_plane_cpu,
+        o.machine_busy * 100.0,
         verbs(&o.requests)
     );
 }
@@ -61,6 +63,8 @@ struct Medians {
     rss: f64,
     peak: f64,
     cpu: f64,
+    control_plane_cpu: f64,
+    machine_busy: f64,
 }
 
 fn medians(outcomes: &[&Outcome]) -> Medians {
@@ -71,6 +75,8 @@ fn medians(outcomes: &[&Outcome]) -> Medians {
         rss: of(|o| o.rss_converge),
         peak: of(|o| o.peak),
         cpu: of(|o| o.cpu_settle),
+        control_plane_cpu: of(|o| o.control_plane_cpu),
+        machine_busy: of(|o| o.machine_busy),
     }
 }
 
@@ -82,17 +88,21 @@ pub fn summary(results: &[(usize, Variant, Outcome)]) {
     }
     let m: BTreeMap<Variant, Medians> = by_variant.iter().map(|(v, o)| (*v, medians(o))).collect();
     println!("medians of {} round(s):", by_variant.values().map(Vec::len).max().unwrap_or(0));
-    println!("| variant | converge s | settle s | RSS at converge MiB | peak RSS MiB | CPU to settle s |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| variant | converge s | settle s | RSS at converge MiB | peak RSS MiB | CPU to settle s | apiserver + etcd CPU to converge s | machine busy to converge |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for (v, x) in &m {
         println!(
-            "| {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} |",
+            "| {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0}% |",
             v.name(),
             x.converge,
             x.settle,
             x.rss,
             x.peak,
-            x.cpu
+            x.cpu,
+            x.control_plane_cpu,
+            x.machine_busy * 100.0
         );
     }
     let peers: Vec<&Variant> = m.keys().filter(|v| v.is_peer()).collect();

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::audit::{self, AuditTail};
 use crate::children::Children;
-use crate::procs::Procs;
+use crate::procs::{self, Procs};
 use crate::variant::{self, Setup, Variant};
 
 /// How often the bench looks at the counts and the audit log. Reading counts is free (the
@@ -52,6 +52,11 @@ pub struct Outcome {
     pub cpu_converge: f64,
     /// CPU seconds used until settled.
     pub cpu_settle: f64,
+    /// CPU seconds kube-apiserver and etcd used from the controllers' start until converged.
+    pub control_plane_cpu: f64,
+    /// The share of the machine's CPU time (all CPUs) that was busy from the controllers' start
+    /// until converged, whoever used it.
+    pub machine_busy: f64,
     /// The controllers' API requests by verb (from the audit log).
     pub requests: BTreeMap<String, u64>,
     /// The same by verb and resource.
@@ -77,6 +82,7 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
     variant::plugin_dir(setup, &plugins_dir, spec.plugins);
     let commands = variant::commands(variant, setup, cp.kubeconfig_path(), &plugins_dir, spec.plugins);
     let since = Timestamp::try_from(SystemTime::now()).unwrap();
+    let (control_plane_start, machine_start) = (procs::cpu_seconds(cp.pids()), procs::machine_cpu_seconds());
     let started = Instant::now();
     let mut procs = Procs::spawn(commands, work, &variant.name());
     let mut audit = AuditTail::new(&log, since);
@@ -98,6 +104,9 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
     }
     let converge = started.elapsed().as_secs_f64();
     let (rss_converge, cpu_converge) = (procs.rss_mib(), procs.cpu_seconds());
+    let control_plane_cpu = procs::cpu_seconds(cp.pids()) - control_plane_start;
+    let machine = procs::machine_cpu_seconds();
+    let machine_busy = (machine.0 - machine_start.0) / (machine.1 - machine_start.1);
     loop {
         audit.poll();
         let last = audit.last_write.unwrap_or(since);
@@ -118,6 +127,8 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
         peak: procs.peak_mib(),
         cpu_converge,
         cpu_settle: procs.cpu_seconds(),
+        control_plane_cpu,
+        machine_busy,
         requests: audit.requests.clone(),
         by_resource: audit.by_resource.clone(),
     };

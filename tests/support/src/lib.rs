@@ -379,6 +379,12 @@ impl ControlPlane {
         self.startup
     }
 
+    /// The process ids of etcd and, while it runs, the apiserver (for benchmarks that sample
+    /// the control plane's CPU time).
+    pub fn pids(&self) -> Vec<u32> {
+        std::iter::once(self.etcd.process.id()).chain(self.apiserver.as_ref().map(process::Supervised::id)).collect()
+    }
+
     /// The temporary directory holding certificates, the kubeconfig, etcd's data and the logs
     /// (`etcd.log`, `kube-apiserver.log`).
     pub fn dir(&self) -> &Path {
