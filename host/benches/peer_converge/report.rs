@@ -18,9 +18,9 @@ pub fn machine() {
 /// The per-round table's header.
 pub fn header() {
     println!(
-        "| round | variant | plugins | namespaces | converge s | settle s | RSS at converge MiB | peak RSS MiB | CPU to converge s | CPU to settle s | apiserver + etcd CPU to converge s | machine busy to converge | requests by verb |"
+        "| round | variant | plugins | namespaces | converge s | settle s | RSS at converge MiB | peak RSS MiB | CPU to converge s | CPU to settle s | apiserver + etcd CPU to converge s | machine busy to converge | applies answered by the API server s | requests by verb |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
 }
 
 fn verbs(requests: &BTreeMap<String, u64>) -> String {
@@ -32,7 +32,7 @@ fn verbs(requests: &BTreeMap<String, u64>) -> String {
 /// One round of one variant.
 pub fn line(round: usize, variant: Variant, plugins: usize, o: &Outcome) {
     println!(
-        "| {round} | {} | {plugins} | {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0}% | {} |",
+        "| {round} | {} | {plugins} | {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.0}% | {:.2} | {} |",
         variant.name(),
         o.namespaces,
         o.converge,
@@ -43,6 +43,7 @@ pub fn line(round: usize, variant: Variant, plugins: usize, o: &Outcome) {
         o.cpu_settle,
         o.control_plane_cpu,
         o.machine_busy * 100.0,
+        o.apply_server,
         verbs(&o.requests)
     );
 }
@@ -65,6 +66,7 @@ struct Medians {
     cpu: f64,
     control_plane_cpu: f64,
     machine_busy: f64,
+    apply_server: f64,
 }
 
 fn medians(outcomes: &[&Outcome]) -> Medians {
@@ -77,6 +79,7 @@ fn medians(outcomes: &[&Outcome]) -> Medians {
         cpu: of(|o| o.cpu_settle),
         control_plane_cpu: of(|o| o.control_plane_cpu),
         machine_busy: of(|o| o.machine_busy),
+        apply_server: of(|o| o.apply_server),
     }
 }
 
@@ -89,12 +92,12 @@ pub fn summary(results: &[(usize, Variant, Outcome)]) {
     let m: BTreeMap<Variant, Medians> = by_variant.iter().map(|(v, o)| (*v, medians(o))).collect();
     println!("medians of {} round(s):", by_variant.values().map(Vec::len).max().unwrap_or(0));
     println!(
-        "| variant | converge s | settle s | RSS at converge MiB | peak RSS MiB | CPU to settle s | apiserver + etcd CPU to converge s | machine busy to converge |"
+        "| variant | converge s | settle s | RSS at converge MiB | peak RSS MiB | CPU to settle s | apiserver + etcd CPU to converge s | machine busy to converge | applies answered by the API server s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (v, x) in &m {
         println!(
-            "| {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0}% |",
+            "| {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0}% | {:.2} |",
             v.name(),
             x.converge,
             x.settle,
@@ -102,7 +105,8 @@ pub fn summary(results: &[(usize, Variant, Outcome)]) {
             x.peak,
             x.cpu,
             x.control_plane_cpu,
-            x.machine_busy * 100.0
+            x.machine_busy * 100.0,
+            x.apply_server
         );
     }
     let peers: Vec<&Variant> = m.keys().filter(|v| v.is_peer()).collect();

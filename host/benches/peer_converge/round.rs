@@ -54,6 +54,8 @@ pub struct Outcome {
     pub cpu_settle: f64,
     /// CPU seconds kube-apiserver and etcd used from the controllers' start until converged.
     pub control_plane_cpu: f64,
+    /// Seconds the API server spent answering the controllers' applies until converged.
+    pub apply_server: f64,
     /// The share of the machine's CPU time (all CPUs) that was busy from the controllers' start
     /// until converged, whoever used it.
     pub machine_busy: f64,
@@ -103,6 +105,8 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
         audit.poll();
     }
     let converge = started.elapsed().as_secs_f64();
+    audit.poll();
+    let apply_server = audit.apply_seconds;
     let (rss_converge, cpu_converge) = (procs.rss_mib(), procs.cpu_seconds());
     let control_plane_cpu = procs::cpu_seconds(cp.pids()) - control_plane_start;
     let machine = procs::machine_cpu_seconds();
@@ -128,6 +132,7 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
         cpu_converge,
         cpu_settle: procs.cpu_seconds(),
         control_plane_cpu,
+        apply_server,
         machine_busy,
         requests: audit.requests.clone(),
         by_resource: audit.by_resource.clone(),
