@@ -116,26 +116,18 @@ async fn a_host_whose_admin_address_is_taken_exits_1_naming_the_address() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let plugins = tempfile::tempdir().unwrap();
-    let mut host = std::process::Command::new(env!("CARGO_BIN_EXE_kubewasm"))
-        .args(["--log", "warn", "run", "--wasm-plugins", "false", "--admin-addr", &addr, "--plugins"])
+    let mut host = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubewasm"));
+    host.args(["--log", "warn", "run", "--wasm-plugins", "false", "--admin-addr", &addr, "--plugins"])
         .arg(plugins.path())
         .arg("--kubeconfig")
         .arg(cp.kubeconfig_path())
         .env_remove("RUST_BACKTRACE")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(TIMEOUT, host.output())
+        .await
+        .expect("kubewasm still runs with its admin address taken")
         .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = host.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < TIMEOUT, "kubewasm still runs with its admin address taken");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut host.stderr.take().unwrap(), &mut stderr).unwrap();
+    let (status, stderr) = (output.status, String::from_utf8_lossy(&output.stderr));
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(&format!("cannot serve the admin endpoints on {addr}")), "{stderr}");
 }

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kubewasm_testenv::ControlPlane;
 
-use common::install_plugin;
 use common::process::{HostProcess, kubewasm_run};
+use common::{eventually, install_plugin};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_only_the_reconcile_in_flight_finish_hands_out_no_queued_key_and_exits_zero() {
@@ -39,7 +39,7 @@ async fn sigterm_lets_only_the_reconcile_in_flight_finish_hands_out_no_queued_ke
         .unwrap();
         configmaps.create(&PostParams::default(), &cm).await.unwrap();
     }
-    common::eventually("a reconcile in flight and the other keys queued", timeout, || async {
+    eventually("a reconcile in flight and the other keys queued", timeout, || async {
         let active = host.metric("controller_runtime_active_workers", &[("controller", "sleeper")])?;
         let queued = host.metric("workqueue_depth", &[("name", "sleeper")])?;
         (active >= 1.0 && queued >= (KEYS - 1) as f64).then_some(())
