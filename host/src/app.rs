@@ -114,6 +114,7 @@ impl App {
     ) -> anyhow::Result<Self> {
         let runtime_config = runtime_config.metrics(PluginMetrics::register(&registry)?);
         let protected = runtime_config.protected.clone();
+        protected.namespace(&leader::default_namespace(), "is the host's own namespace");
         let breaker_config = breaker::Config::default().write_timeout(runtime_config.write_timeout_of());
         let breaker = Breaker::kube(client.clone(), breaker_config, Some(BreakerMetrics::register(&registry)?));
         let writer = Arc::new(BreakerWriter::new(writer, breaker.clone()));
@@ -227,10 +228,10 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         }
     }
     let mut app = App::with_runtime(client.clone(), runtime, args.max_retries, options)?;
-    if args.leader_elect {
-        let namespace = args.leader_election_namespace.clone().unwrap_or_else(leader::default_namespace);
-        app.protected().lease(&namespace, &args.leader_election_id);
-    }
+    // The leader's and the shard members' Leases, whether or not this replica elects or shards:
+    // another replica of the same group may.
+    let lease_namespace = args.leader_election_namespace.clone().unwrap_or_else(leader::default_namespace);
+    app.protected().leases(&lease_namespace, &args.leader_election_id);
     let mut election = leader::election(&args, client.clone(), app.registry())?;
     if let Some(election) = &election {
         app.set_leader_gate(election.gate());

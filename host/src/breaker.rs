@@ -319,6 +319,9 @@ impl ApiWriter for BreakerWriter {
     async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError> {
         self.seen(self.inner.publish_event(manager, event)).await
     }
+    async fn scope(&self, kind: &kube::core::GroupVersionKind) -> Result<crate::plugin::host::Scope, CallError> {
+        self.seen(self.inner.scope(kind)).await
+    }
 }
 
 #[cfg(test)]

@@ -234,6 +234,10 @@ impl ApiWriter for KubeWriter {
         self.events.publish(manager, event);
         Ok(())
     }
+
+    async fn scope(&self, kind: &GroupVersionKind) -> Result<Scope, CallError> {
+        self.resource(kind).await.map(|(_, scope)| scope)
+    }
 }
 
 #[cfg(test)]

@@ -89,6 +89,10 @@ impl ApiWriter for TapWriter {
         note(|| IntendedWrite::Event(event.clone()));
         self.0.publish_event(manager, event).await
     }
+
+    async fn scope(&self, kind: &kube::core::GroupVersionKind) -> Result<crate::plugin::host::Scope, CallError> {
+        self.0.scope(kind).await
+    }
 }
 
 #[cfg(test)]

@@ -82,10 +82,29 @@ fn cached_meta(cache: &dyn CacheReader, kind: &GroupVersionKind, ns: Option<&str
     serde_json::from_slice::<Value>(&bytes).ok().map(|v| meta(&v))
 }
 
+/// Whether `object` (of the plugin's for kind) is one the plugin reconciles: its for filter's
+/// namespace and label selector admit it.
+pub fn reconciled(filter: &EventFilter, object: &Value) -> bool {
+    reconciled_meta(filter, &meta(object))
+}
+
+/// Checks that `object` has a controller ownerReference to an object of `for_kind`, whichever:
+/// for objects the plugin made, whose owner may since have left its selection.
+pub fn controller_of_kind(object: &Value, for_kind: &GroupVersionKind) -> Result<(), NotControlled> {
+    let meta = meta(object);
+    let owner = meta.owner_references.iter().find(|r| r.controller == Some(true)).ok_or(NotControlled::NoController)?;
+    let group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    if owner.kind == for_kind.kind && group == for_kind.group {
+        return Ok(());
+    }
+    let kind = KindRef { group: group.to_owned(), kind: owner.kind.clone() };
+    Err(NotControlled::OtherKind { kind: kind.to_string(), name: owner.name.clone(), for_kind: KindRef::of(for_kind) })
+}
+
 /// Whether `owner` is one of the objects the plugin reconciles: its for filter's namespace and
 /// label selector admit it (under contract 0.2 the cache holds every object of the kind, and
 /// only the filter says which the plugin reconciles).
-fn reconciled(filter: &EventFilter, owner: &Meta) -> bool {
+fn reconciled_meta(filter: &EventFilter, owner: &Meta) -> bool {
     use kube::core::SelectorExt as _;
     filter.namespace.as_deref().is_none_or(|ns| owner.namespace.as_deref() == Some(ns))
         && filter.label_selector.as_deref().is_none_or(|s| {
@@ -111,8 +130,9 @@ pub fn check(
         let kind = KindRef { group: group.to_owned(), kind: owner.kind.clone() };
         return Err(NotControlled::OtherKind { kind: kind.to_string(), name: owner.name.clone(), for_kind: wanted });
     }
-    let same_uid =
-        |m: &Meta| !owner.uid.is_empty() && m.uid.as_deref() == Some(owner.uid.as_str()) && reconciled(for_filter, m);
+    let same_uid = |m: &Meta| {
+        !owner.uid.is_empty() && m.uid.as_deref() == Some(owner.uid.as_str()) && reconciled_meta(for_filter, m)
+    };
     let namespaced = namespace.and_then(|ns| cached_meta(cache, for_kind, Some(ns), &owner.name));
     let cluster = || cached_meta(cache, for_kind, None, &owner.name).filter(|m| m.namespace.is_none());
     if namespaced.as_ref().is_some_and(same_uid) || cluster().as_ref().is_some_and(same_uid) {

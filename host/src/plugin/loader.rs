@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::Plugin;
+use super::authorizer::Authorizer;
 use super::bindings::{Contract, ControllerPre};
 use super::config::PluginConfig;
 use super::dispatch::{self, CallFailed};
@@ -169,8 +170,13 @@ impl Runtime {
             Arc::new(PluginShared {
                 name: name.into(),
                 manager: format!("kubewasm/{name}"),
-                grants,
-                protected: self.protected.clone(),
+                authorizer: Authorizer::new(
+                    name,
+                    &format!("kubewasm/{name}"),
+                    grants,
+                    self.protected.clone(),
+                    cache.clone(),
+                ),
                 limits: config.limits.clone(),
                 settings: config.settings_json(),
                 cache: cache.clone(),

@@ -7,6 +7,7 @@
 //! [`Plugin`]. An operator may let instances serve several calls (`limits.reuseInstances`) for
 //! plugins whose instantiation is expensive.
 
+pub mod authorizer;
 pub mod bindings;
 pub mod compile_process;
 pub mod config;
@@ -73,7 +74,7 @@ impl Plugin {
 
     /// The effective grants.
     pub fn grants(&self) -> &Grants {
-        &self.shared.grants
+        self.shared.authorizer.grants()
     }
 
     /// sha256 of the component's bytes, hex.
@@ -101,15 +102,7 @@ impl Plugin {
     /// namespaced objects by their namespace, Namespaces by name, other cluster-scoped objects
     /// always. Keys and `map` inputs outside it never reach the plugin (nor does their name).
     pub fn sees(&self, kind: &kube::core::GroupVersionKind, namespace: Option<&str>, name: &str) -> bool {
-        // Every trigger event asks: an unconfined plugin (most) answers without the scope's lock.
-        if self.grants().namespaces().is_none() {
-            return true;
-        }
-        match namespace {
-            Some(ns) => self.shared.cache.in_scope(ns),
-            None if kind.group.is_empty() && kind.kind == "Namespace" => self.shared.cache.in_scope(name),
-            None => true,
-        }
+        self.shared.authorizer.sees(kind, namespace, name)
     }
 
     /// Sets the revision (before the plugin starts serving).

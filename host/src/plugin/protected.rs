@@ -1,10 +1,11 @@
 //! Protected objects: what the host itself runs on, which no plugin may write whatever its grants.
 //!
-//! A plugin that could rewrite a module ConfigMap, a WasmPlugin or the host's Lease could run its
-//! code under another plugin's grants, grant itself more, or stop the host from leading. The host
-//! builds one [`Protected`] set (module namespace and Lease from its flags, WasmPlugins always)
-//! and every plugin write is checked against it next to the grants check
-//! (`plugin/host/client.rs`).
+//! A plugin that could rewrite a module ConfigMap, a WasmPlugin, the host's Deployment or one of
+//! its Leases could run its code under another plugin's grants, grant itself more, or stop the
+//! host from leading or serving. The host builds one [`Protected`] set (its own namespace, the
+//! module namespace and the Lease prefixes from its flags, WasmPlugins always); the authorizer
+//! (`plugin/authorizer.rs`) refuses every plugin write it matches and every Event in a protected
+//! namespace.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,38 +15,57 @@ use parking_lot::RwLock;
 use super::grants::KindRef;
 use super::host::ObjectRef;
 
-/// One rule: objects of `kind`, optionally only in `namespace` and/or only named `name`.
+/// Which names a rule covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Names {
+    /// Every name.
+    Any,
+    /// Exactly this name.
+    Exactly(String),
+    /// Every name starting with this prefix.
+    Prefix(String),
+}
+
+/// One rule: objects of `kind` (`None`: every kind), optionally only in `namespace`, with the
+/// names `names` covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
-    /// The kind, any version.
-    pub kind: KindRef,
+    /// The kind, any version; `None`: every kind.
+    pub kind: Option<KindRef>,
     /// Only objects in this namespace; `None`: any namespace (or cluster-scoped).
     pub namespace: Option<String>,
-    /// Only the object of this name; `None`: every name.
-    pub name: Option<String>,
+    /// Which names.
+    pub names: Names,
     /// Why the host protects it, shown to the plugin.
     pub why: String,
 }
 
 impl Rule {
     fn matches(&self, target: &ObjectRef) -> bool {
-        self.kind.kind == target.kind.kind
-            && self.kind.group == target.kind.group
+        self.kind.as_ref().is_none_or(|k| k.kind == target.kind.kind && k.group == target.kind.group)
             && self.namespace.as_ref().is_none_or(|ns| target.namespace.as_ref() == Some(ns))
-            && self.name.as_ref().is_none_or(|n| *n == target.name)
+            && match &self.names {
+                Names::Any => true,
+                Names::Exactly(n) => *n == target.name,
+                Names::Prefix(p) => target.name.starts_with(p.as_str()),
+            }
     }
 }
 
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.kind)?;
+        match &self.kind {
+            Some(kind) => write!(f, "{kind}")?,
+            None => f.write_str("every object")?,
+        }
         if let Some(ns) = &self.namespace {
             write!(f, " in {ns}")?;
         }
-        if let Some(name) = &self.name {
-            write!(f, " named {name}")?;
+        match &self.names {
+            Names::Any => Ok(()),
+            Names::Exactly(name) => write!(f, " named {name}"),
+            Names::Prefix(prefix) => write!(f, " named {prefix}…"),
         }
-        Ok(())
     }
 }
 
@@ -59,15 +79,15 @@ impl Default for Protected {
     fn default() -> Self {
         let rules = vec![
             Rule {
-                kind: KindRef { group: "kubewasm.dev".into(), kind: "WasmPlugin".into() },
+                kind: Some(KindRef { group: "kubewasm.dev".into(), kind: "WasmPlugin".into() }),
                 namespace: None,
-                name: None,
+                names: Names::Any,
                 why: "WasmPlugin objects configure the host's plugins".into(),
             },
             Rule {
-                kind: KindRef { group: "apiextensions.k8s.io".into(), kind: "CustomResourceDefinition".into() },
+                kind: Some(KindRef { group: "apiextensions.k8s.io".into(), kind: "CustomResourceDefinition".into() }),
                 namespace: None,
-                name: Some("wasmplugins.kubewasm.dev".into()),
+                names: Names::Exactly("wasmplugins.kubewasm.dev".into()),
                 why: "the WasmPlugin CRD configures the host's plugins".into(),
             },
         ];
@@ -84,36 +104,50 @@ impl Protected {
         }
     }
 
-    /// Protects the ConfigMaps holding WasmPlugin modules (every ConfigMap in `namespace`) and
-    /// the namespace itself (deleting it deletes them).
-    pub fn module_namespace(&self, namespace: &str) {
+    /// Protects every object in `namespace` and the Namespace itself (deleting it deletes
+    /// them): the host's own namespace (its Deployment, Service, ServiceAccount, config
+    /// ConfigMaps and Leases) and the module namespace (WasmPlugin modules).
+    pub fn namespace(&self, namespace: &str, why: &str) {
         self.add(Rule {
-            kind: KindRef { group: String::new(), kind: "ConfigMap".into() },
+            kind: None,
             namespace: Some(namespace.to_owned()),
-            name: None,
-            why: format!("ConfigMaps in {namespace} hold the host's plugin modules"),
+            names: Names::Any,
+            why: format!("{namespace} {why}"),
         });
         self.add(Rule {
-            kind: KindRef { group: String::new(), kind: "Namespace".into() },
+            kind: Some(KindRef { group: String::new(), kind: "Namespace".into() }),
             namespace: None,
-            name: Some(namespace.to_owned()),
-            why: format!("{namespace} holds the host's plugin modules"),
+            names: Names::Exactly(namespace.to_owned()),
+            why: format!("{namespace} {why}"),
         });
     }
 
-    /// Protects the host's leader-election Lease `namespace/name`.
-    pub fn lease(&self, namespace: &str, name: &str) {
+    /// Protects the namespace holding WasmPlugin modules.
+    pub fn module_namespace(&self, namespace: &str) {
+        self.namespace(namespace, "holds the host's plugin modules");
+    }
+
+    /// Protects every Lease in `namespace` whose name starts with `prefix`: the leader's Lease
+    /// (`<id>`) and every shard member's (`<id>-shard-…`).
+    pub fn leases(&self, namespace: &str, prefix: &str) {
         self.add(Rule {
-            kind: KindRef { group: "coordination.k8s.io".into(), kind: "Lease".into() },
+            kind: Some(KindRef { group: "coordination.k8s.io".into(), kind: "Lease".into() }),
             namespace: Some(namespace.to_owned()),
-            name: Some(name.to_owned()),
-            why: "the host elects its leader on this Lease".into(),
+            names: Names::Prefix(prefix.to_owned()),
+            why: "the host elects its leader and shares work among its replicas on these Leases".into(),
         });
     }
 
     /// Why `target` is protected, if it is.
     pub fn refuses(&self, target: &ObjectRef) -> Option<String> {
         self.0.read().iter().find(|r| r.matches(target)).map(|r| format!("{r} is protected: {}", r.why))
+    }
+
+    /// Why `namespace` as a whole is protected, if it is (no plugin publishes Events there).
+    pub fn refuses_namespace(&self, namespace: &str) -> Option<String> {
+        let rules = self.0.read();
+        let rule = rules.iter().find(|r| r.kind.is_none() && r.namespace.as_deref() == Some(namespace))?;
+        Some(format!("{namespace} is protected: {}", rule.why))
     }
 
     /// The rules, for diagnostics.
@@ -147,18 +181,22 @@ mod tests {
     }
 
     #[test]
-    fn the_module_namespace_and_the_lease_are_protected_once_added_to_any_clone() {
+    fn the_module_namespace_and_the_leases_are_protected_once_added_to_any_clone() {
         let p = Protected::default();
         let seen_by_runtime = p.clone();
-        p.module_namespace("kubewasm-system");
-        p.lease("kubewasm-system", "kubewasm");
+        p.module_namespace("modules");
+        p.leases("elect", "kubewasm");
         let refused = |t: ObjectRef| seen_by_runtime.refuses(&t).is_some();
-        assert!(refused(target("", "ConfigMap", Some("kubewasm-system"), "stamper-module")));
+        assert!(refused(target("", "ConfigMap", Some("modules"), "stamper-module")));
+        assert!(refused(target("apps", "Deployment", Some("modules"), "anything")));
         assert!(!refused(target("", "ConfigMap", Some("team-a"), "stamper-module")));
-        assert!(refused(target("", "Namespace", None, "kubewasm-system")));
-        assert!(refused(target("coordination.k8s.io", "Lease", Some("kubewasm-system"), "kubewasm")));
-        assert!(!refused(target("coordination.k8s.io", "Lease", Some("kubewasm-system"), "other")));
-        assert!(!refused(target("", "Secret", Some("kubewasm-system"), "kubewasm")));
+        assert!(refused(target("", "Namespace", None, "modules")));
+        assert!(refused(target("coordination.k8s.io", "Lease", Some("elect"), "kubewasm")));
+        assert!(refused(target("coordination.k8s.io", "Lease", Some("elect"), "kubewasm-shard-00ff")));
+        assert!(!refused(target("coordination.k8s.io", "Lease", Some("elect"), "other")));
+        assert!(!refused(target("", "Secret", Some("elect"), "kubewasm")));
+        assert!(seen_by_runtime.refuses_namespace("modules").is_some());
+        assert!(seen_by_runtime.refuses_namespace("elect").is_none(), "only its Leases");
     }
 
     #[test]

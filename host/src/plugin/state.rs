@@ -14,11 +14,10 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::grants::Grants;
+use super::authorizer::Authorizer;
 use super::host::{ApiWriter, CacheReader, CallError};
 use super::limits::{LimitHit, Limiter, Limits};
 use super::metrics::PluginMetrics;
-use super::protected::Protected;
 use super::throttle::WriteLimiter;
 
 /// What every reconcile of one plugin version shares.
@@ -26,9 +25,8 @@ pub(crate) struct PluginShared {
     pub(crate) name: Arc<str>,
     /// Field manager and event reporter: `kubewasm/<name>`.
     pub(crate) manager: String,
-    pub(crate) grants: Grants,
-    /// Host objects no plugin may write.
-    pub(crate) protected: Protected,
+    /// Decides every request the plugin makes.
+    pub(crate) authorizer: Authorizer,
     pub(crate) limits: Limits,
     /// The operator's settings as JSON.
     pub(crate) settings: Vec<u8>,

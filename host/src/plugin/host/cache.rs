@@ -2,8 +2,8 @@
 
 use kube::core::GroupVersionKind;
 
-use super::CallError;
-use super::ListOptions;
+use super::{CallError, ListOptions, ObjectRef};
+use crate::plugin::authorizer::{Body, Decision, Facts, Request, Verb};
 use crate::plugin::bindings::v0_2::{cache as c2, types as t2};
 use crate::plugin::bindings::{cache, types};
 use crate::plugin::state::PluginCtx;
@@ -11,18 +11,23 @@ use crate::plugin::state::PluginCtx;
 type CallResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
 impl PluginCtx {
-    /// `Forbidden` unless the plugin may read `kind`.
+    /// `Forbidden` unless the plugin may read `kind` (the cache shows a confined plugin only
+    /// what it may see); decided by the authorizer, which needs no lookup for a read.
     pub(crate) fn check_read(&mut self, kind: &GroupVersionKind) -> Result<(), CallError> {
-        if self.shared.grants.can_read(kind) {
-            return Ok(());
+        let target = ObjectRef { kind: kind.clone(), namespace: None, name: String::new() };
+        let request = Request { verb: Verb::Read, target: &target, status: false, body: Body::None };
+        match self.shared.authorizer.decide(&request, &Facts::default()) {
+            Decision::Allow { .. } => Ok(()),
+            decision => {
+                let why = match decision {
+                    Decision::Deny(why) => why,
+                    other => format!("unexpected decision {other:?}"),
+                };
+                let message = self.shared.authorizer.message(&request, &why);
+                self.denied.push(message.clone());
+                Err(CallError::Forbidden(message))
+            }
         }
-        let message = format!(
-            "plugin `{}` may not read {}: register the kind (for/owns/watches/reads) and have it granted",
-            self.shared.name,
-            crate::plugin::grants::KindRef::of(kind)
-        );
-        self.denied.push(message.clone());
-        Err(CallError::Forbidden(message))
     }
 
     /// Counts the call and converts its result to the WIT error (of either contract version).

@@ -1,98 +1,63 @@
-//! `kubewasm:controller/client`: writes through the host's API writer, checked against the
-//! protected host objects, the grants and control of owned objects.
+//! `kubewasm:controller/client`: writes (and the uncached get) through the host's API writer,
+//! each decided by the plugin's authorizer first.
 
 use serde_json::Value;
 
 use super::{CallError, DeleteOptions, ObjectRef, Patch, PatchOptions, Preconditions, Propagation, TypedObject};
+use crate::plugin::authorizer::{Body, Request, Verb, body};
 use crate::plugin::bindings::v0_2::{client as c2, types as t2};
 use crate::plugin::bindings::{client, types};
-use crate::plugin::control;
-use crate::plugin::grants::{KindRef, WriteScope};
 use crate::plugin::state::PluginCtx;
 
 type CallResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
 impl PluginCtx {
-    /// `Forbidden` unless the plugin may write `target` (`body`: what apply/create would write;
-    /// `status`: the status subresource). One place for every write rule: protected host
-    /// objects first, then the grants, then control of owned objects.
-    fn check_write(&mut self, target: &ObjectRef, body: Option<&Value>, status: bool) -> Result<(), CallError> {
-        let Some(why) = self.write_refusal(target, body, status) else { return Ok(()) };
-        let what = if status { "the status of " } else { "" };
-        let message = format!(
-            "plugin `{}` may not write {what}{} {}: {why}",
-            self.shared.name,
-            KindRef::of(&target.kind),
-            key(target)
-        );
-        self.denied.push(message.clone());
-        Err(CallError::Forbidden(message))
-    }
-
-    fn write_refusal(&self, target: &ObjectRef, body: Option<&Value>, status: bool) -> Option<String> {
-        if let Some(why) = self.shared.protected.refuses(target) {
-            return Some(why);
+    /// Authorizes and sends an apply (of the object or its status); marks what the plugin makes.
+    async fn apply_authorized(&mut self, object: &[u8], force: bool, status: bool) -> Result<Vec<u8>, CallError> {
+        let mut object = TypedObject::from_json(object)?;
+        let request = Request { verb: Verb::Apply, target: &object.target, status, body: Body::Object(&object.body) };
+        if self.authorize(&request).await? {
+            body::add_mark(&mut object.body, &self.shared.name);
         }
-        let is_namespace = target.kind.group.is_empty() && target.kind.kind == "Namespace";
-        let namespace = target.namespace.as_deref().or(is_namespace.then_some(target.name.as_str()));
-        if let Some(ns) = namespace.filter(|ns| !self.shared.cache.in_scope(ns)) {
-            return Some(format!(
-                "namespace {ns} is outside the namespaces the plugin is confined to (grants.namespaces)"
-            ));
-        }
-        let grants = &self.shared.grants;
-        if status && grants.can_write_status(&target.kind) {
-            return None;
-        }
-        let kind = KindRef::of(&target.kind);
-        match (grants.write_scope(&target.kind), grants.for_kind()) {
-            (Some(WriteScope::Anywhere), _) => None,
-            (Some(WriteScope::Controlled), Some(for_kind)) => {
-                let cache = self.shared.cache.as_ref();
-                let ns = target.namespace.as_deref();
-                let hint = || {
-                    format!(
-                        "a plugin writes objects of its owned kind {kind} only with a controller ownerReference to one of its {} objects, unless granted `write: [{kind}]`",
-                        KindRef::of(for_kind)
-                    )
-                };
-                let current = cache.get(&target.kind, ns, &target.name).ok().flatten();
-                let current = current.and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-                match (&current, body) {
-                    (None, None) => {
-                        return Some(format!(
-                            "it is not in the host's cache, so the host cannot tell that the plugin controls it; {}",
-                            hint()
-                        ));
-                    }
-                    (Some(current), _) => {
-                        if let Err(e) = control::check(cache, for_kind, grants.for_filter(), current, ns) {
-                            return Some(format!("the object it would change {e}; {}", hint()));
-                        }
-                    }
-                    (None, Some(_)) => {}
-                }
-                let body = body?;
-                control::check(cache, for_kind, grants.for_filter(), body, ns)
-                    .err()
-                    .map(|e| format!("the object written {e}; {}", hint()))
-            }
-            _ => Some("own the kind or register it under writes and have it granted".into()),
+        let shared = &self.shared;
+        if status {
+            shared.writer.apply_status(&shared.manager, &object, force).await
+        } else {
+            shared.writer.apply(&shared.manager, &object, force).await
         }
     }
 
-    fn writable_object(&mut self, bytes: &[u8], status: bool) -> Result<TypedObject, CallError> {
-        let object = TypedObject::from_json(bytes)?;
-        let body = (!status).then_some(&object.body);
-        self.check_write(&object.target, body, status)?;
-        Ok(object)
+    async fn create_authorized(&mut self, object: &[u8]) -> Result<Vec<u8>, CallError> {
+        let mut object = TypedObject::from_json(object)?;
+        let request =
+            Request { verb: Verb::Create, target: &object.target, status: false, body: Body::Object(&object.body) };
+        if self.authorize(&request).await? {
+            body::add_mark(&mut object.body, &self.shared.name);
+        }
+        self.shared.writer.create(&self.shared.manager, &object).await
     }
-}
 
-fn key(target: &ObjectRef) -> String {
-    match &target.namespace {
-        Some(ns) => format!("{ns}/{}", target.name),
-        None => target.name.clone(),
+    async fn patch_authorized(
+        &mut self,
+        target: &ObjectRef,
+        patch: Patch,
+        options: &PatchOptions,
+    ) -> Result<Vec<u8>, CallError> {
+        let request = Request { verb: Verb::Patch, target, status: options.status, body: Body::Patch(&patch) };
+        self.authorize(&request).await?;
+        self.shared.writer.patch(&self.shared.manager, target, &patch, options).await
+    }
+
+    async fn delete_authorized(&mut self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
+        let request = Request { verb: Verb::Delete, target, status: false, body: Body::None };
+        self.authorize(&request).await?;
+        self.shared.writer.delete(target, options).await
+    }
+
+    async fn get_authorized(&mut self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        let request = Request { verb: Verb::Get, target, status: false, body: Body::None };
+        self.authorize(&request).await?;
+        self.shared.writer.get(target).await
     }
 }
 
@@ -109,11 +74,7 @@ impl PluginCtx {
         if let Err(e) = self.throttle_write().await {
             return self.finish(function, Err(e));
         }
-        let result = match self.writable_object(object, status) {
-            Ok(o) if status => self.shared.writer.apply_status(&self.shared.manager, &o, force).await,
-            Ok(o) => self.shared.writer.apply(&self.shared.manager, &o, force).await,
-            Err(e) => Err(e),
-        };
+        let result = self.apply_authorized(object, force, status).await;
         self.finish(function, result)
     }
 
@@ -142,8 +103,8 @@ impl PluginCtx {
         if let Err(e) = self.throttle_write().await {
             return self.finish(function, Err(e));
         }
-        let result = match self.check_write(&target, None, options.status).and(patch) {
-            Ok(patch) => self.shared.writer.patch(&self.shared.manager, &target, &patch, &options).await,
+        let result = match patch {
+            Ok(patch) => self.patch_authorized(&target, patch, &options).await,
             Err(e) => Err(e),
         };
         self.finish(function, result)
@@ -153,10 +114,7 @@ impl PluginCtx {
         if let Err(e) = self.throttle_write().await {
             return self.finish(function, Err(e));
         }
-        let result = match self.writable_object(object, false) {
-            Ok(o) => self.shared.writer.create(&self.shared.manager, &o).await,
-            Err(e) => Err(e),
-        };
+        let result = self.create_authorized(object).await;
         self.finish(function, result)
     }
 
@@ -169,10 +127,7 @@ impl PluginCtx {
         if let Err(e) = self.throttle_write().await {
             return self.finish(function, Err(e));
         }
-        let result = match self.check_write(&target, None, false) {
-            Ok(()) => self.shared.writer.delete(&target, &options).await,
-            Err(e) => Err(e),
-        };
+        let result = self.delete_authorized(&target, &options).await;
         self.finish(function, result)
     }
 }
@@ -326,16 +281,7 @@ impl c2::Host for PluginCtx {
             return Ok(v2(self.finish("client.get", Err(e))));
         }
         let target = ObjectRef { kind: kind.into(), namespace, name };
-        let allowed = self.check_read(&target.kind).and_then(|()| match target.namespace.as_deref() {
-            Some(ns) if !self.shared.cache.in_scope(ns) => Err(CallError::Forbidden(format!(
-                "namespace {ns} is outside the namespaces the plugin is confined to (grants.namespaces)"
-            ))),
-            _ => Ok(()),
-        });
-        let result = match allowed {
-            Ok(()) => self.shared.writer.get(&target).await,
-            Err(e) => Err(e),
-        };
+        let result = self.get_authorized(&target).await;
         Ok(v2(self.finish("client.get", result)))
     }
 }

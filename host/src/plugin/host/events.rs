@@ -1,6 +1,7 @@
 //! `kubewasm:controller/events`: Kubernetes Events reported as `kubewasm/<plugin>`.
 
 use super::{CallError, EventRecord, ObjectRef};
+use crate::plugin::authorizer::{Body, Request, Verb};
 use crate::plugin::bindings::v0_2::{events as e2, types as t2};
 use crate::plugin::bindings::{events, types};
 use crate::plugin::state::PluginCtx;
@@ -28,7 +29,8 @@ impl PluginCtx {
         if reason.is_empty() || reason.len() > MAX_REASON {
             return Err(CallError::Invalid(format!("event reason must be 1..={MAX_REASON} characters")));
         }
-        self.check_read(&regarding.kind)?;
+        let request = Request { verb: Verb::Event, target: &regarding, status: false, body: Body::None };
+        self.authorize(&request).await?;
         // Events are droppable (WIT) and have a bucket of their own: past it an Event is dropped
         // and counted, so a reconcile never waits for an Event, nor its writes behind Events.
         if !self.shared.event_limiter.try_acquire() {

@@ -2,6 +2,7 @@
 //! [`CacheReader`] (the informer store) and [`ApiWriter`] (the API server) — so the runtime is
 //! testable without an API server.
 
+mod authorize;
 mod cache;
 mod client;
 mod config;
@@ -14,6 +15,7 @@ pub mod testing;
 
 use async_trait::async_trait;
 use kube::core::GroupVersionKind;
+pub use kube::discovery::Scope;
 use serde_json::Value;
 
 use super::bindings::{types, v0_2};
@@ -274,6 +276,55 @@ pub trait ApiWriter: Send + Sync + 'static {
     async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError>;
     /// Publishes an event reported by `manager`.
     async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError>;
+    /// Whether `kind` is namespaced or cluster-scoped, as the API server's discovery says. The
+    /// default, for writers with no server behind them, knows the built-in cluster-scoped kinds
+    /// and takes every other kind as namespaced.
+    async fn scope(&self, kind: &GroupVersionKind) -> Result<Scope, CallError> {
+        Ok(builtin_scope(kind))
+    }
+}
+
+/// The cluster-scoped kinds Kubernetes serves itself (`kubectl api-resources --namespaced=false`).
+const CLUSTER_SCOPED: &[(&str, &str)] = &[
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("", "ComponentStatus"),
+    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding"),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io", "APIService"),
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+    ("networking.k8s.io", "IngressClass"),
+    ("networking.k8s.io", "IPAddress"),
+    ("networking.k8s.io", "ServiceCIDR"),
+    ("node.k8s.io", "RuntimeClass"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("resource.k8s.io", "DeviceClass"),
+    ("resource.k8s.io", "ResourceSlice"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    ("storage.k8s.io", "CSIDriver"),
+    ("storage.k8s.io", "CSINode"),
+    ("storage.k8s.io", "StorageClass"),
+    ("storage.k8s.io", "VolumeAttachment"),
+    ("storage.k8s.io", "VolumeAttributesClass"),
+    ("kubewasm.dev", "WasmPlugin"),
+];
+
+/// [`ApiWriter::scope`]'s default: the built-in cluster-scoped kinds, every other namespaced.
+pub fn builtin_scope(kind: &GroupVersionKind) -> Scope {
+    if CLUSTER_SCOPED.iter().any(|(g, k)| *g == kind.group && *k == kind.kind) {
+        Scope::Cluster
+    } else {
+        Scope::Namespaced
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,343 @@
+//! The authorizer: the one place that decides whether a plugin may make a request, from who asks,
+//! what it addresses, what exists there and what it would write.
+//!
+//! Every host function that reads or writes on a plugin's behalf builds a [`Request`] and asks
+//! [`Authorizer::decide`]; none decides anything itself. A decision may first need facts the host
+//! must fetch (the kind's scope from discovery, the addressed object from the cache or, where the
+//! cache does not hold it, from the API server): `decide` then answers [`Decision::Lookup`] and
+//! is asked again with the fact filled in (`PluginCtx::authorize` in `plugin/host/mod.rs` runs
+//! that loop). So a write is always judged on the object as it exists, never on its body alone.
+//!
+//! The rules, in order:
+//! 1. Kind grants: reads of readable kinds, writes of writable kinds, status writes of the for
+//!    kind (or of a kind granted `write`).
+//! 2. Address: a cluster-scoped kind names no namespace; the object's namespace (a Namespace's
+//!    own name) lies in `grants.namespaces`; no write reaches a protected host object, no Event
+//!    a protected namespace.
+//! 3. Body: no write sets managedFields or the host's mark ([`body::PLUGIN_LABEL`]) to another
+//!    plugin; a status write changes nothing outside `status`, and only of an object the
+//!    plugin reconciles (its for filter) unless granted `write` on the kind.
+//! 4. Ownership, for owned kinds without a `write` grant: the plugin may create objects it
+//!    controls (a controller ownerReference to an object it reconciles), and may change or delete
+//!    only objects it made (the mark, or its field manager in managedFields) and controls (a
+//!    controller of its for kind, selected or not, so it can clean up after an owner leaves its
+//!    selection). What it creates or applies there carries its mark.
+
+pub mod body;
+#[cfg(test)]
+mod tests;
+
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+
+use super::control;
+use super::grants::{Grants, KindRef, WriteScope};
+use super::host::{CacheReader, ObjectRef, Patch, Scope};
+use super::protected::Protected;
+use body::StatusBody;
+
+/// What a plugin asks to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    /// A read of the cache (get, list, by-index), or a key or `map` input handed to the plugin.
+    Read,
+    /// The uncached `client.get`.
+    Get,
+    /// Server-side apply.
+    Apply,
+    /// Create.
+    Create,
+    /// Patch (merge, strategic or JSON).
+    Patch,
+    /// Delete.
+    Delete,
+    /// An Event regarding the object.
+    Event,
+}
+
+impl Verb {
+    fn as_str(self) -> &'static str {
+        match self {
+            Verb::Read => "read",
+            Verb::Get => "get",
+            Verb::Apply => "apply",
+            Verb::Create => "create",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::Event => "publish an Event about",
+        }
+    }
+}
+
+/// The body a write carries.
+#[derive(Clone, Copy, Debug)]
+pub enum Body<'a> {
+    /// None (delete, reads, Events).
+    None,
+    /// A whole object (apply, create).
+    Object(&'a Value),
+    /// A patch.
+    Patch(&'a Patch),
+}
+
+/// One request of one plugin.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// What it does.
+    pub verb: Verb,
+    /// The object as addressed (for apply and create: as the body names it).
+    pub target: &'a ObjectRef,
+    /// Whether it writes the status subresource.
+    pub status: bool,
+    /// What it writes.
+    pub body: Body<'a>,
+}
+
+/// What the host has found out for a request so far.
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    /// The kind's scope; `None` until looked up.
+    pub scope: Option<Scope>,
+    /// The addressed object.
+    pub existing: Existing,
+}
+
+/// The addressed object, as far as the host has looked.
+#[derive(Clone, Debug, Default)]
+pub enum Existing {
+    /// Not looked up yet.
+    #[default]
+    Unknown,
+    /// The cache's copy (without managedFields).
+    Cached(Value),
+    /// The API server's copy (`None`: it does not exist).
+    Server(Option<Value>),
+}
+
+/// A fact the authorizer needs before it decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The kind's scope, from discovery.
+    Scope,
+    /// The addressed object: the cache's copy, else the API server's.
+    Existing,
+    /// The addressed object as the API server has it (with managedFields).
+    Server,
+}
+
+/// The answer to a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Send it; with `mark`, the host first labels the body as made by this plugin.
+    Allow {
+        /// Whether to add the host's mark to the body.
+        mark: bool,
+    },
+    /// Refused, and why.
+    Deny(String),
+    /// The addressed object does not exist: answer not-found without sending anything.
+    Absent,
+    /// Ask again with this fact.
+    Lookup(Lookup),
+}
+
+/// One plugin version's authorizer: its grants, the host's protected objects, and its cache
+/// (for owners and namespace scope).
+pub struct Authorizer {
+    plugin: String,
+    manager: String,
+    grants: Grants,
+    protected: Protected,
+    cache: std::sync::Arc<dyn CacheReader>,
+}
+
+impl Authorizer {
+    /// The authorizer of plugin `plugin` (field manager `manager`).
+    pub fn new(
+        plugin: &str,
+        manager: &str,
+        grants: Grants,
+        protected: Protected,
+        cache: std::sync::Arc<dyn CacheReader>,
+    ) -> Self {
+        Self { plugin: plugin.to_owned(), manager: manager.to_owned(), grants, protected, cache }
+    }
+
+    /// The plugin's effective grants.
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    /// Whether the plugin may see an object at this address: namespaced objects in its
+    /// namespaces, Namespaces by name, other cluster-scoped objects always.
+    pub fn sees(&self, kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> bool {
+        // Asked for every trigger event: an unconfined plugin (most) answers without a lock.
+        if self.grants.namespaces().is_none() {
+            return true;
+        }
+        match namespace {
+            Some(ns) => self.cache.in_scope(ns),
+            None if is_namespace(kind) => self.cache.in_scope(name),
+            None => true,
+        }
+    }
+
+    /// Decides `request` on `facts`; see the module doc for the rules.
+    pub fn decide(&self, request: &Request<'_>, facts: &Facts) -> Decision {
+        match self.refusal(request, facts) {
+            Ok(decision) => decision,
+            Err(why) => Decision::Deny(why),
+        }
+    }
+
+    fn refusal(&self, req: &Request<'_>, facts: &Facts) -> Result<Decision, String> {
+        let (target, kind) = (req.target, &req.target.kind);
+        let kind_ref = || KindRef::of(kind);
+        let reads = matches!(req.verb, Verb::Read | Verb::Get | Verb::Event);
+        if reads && !self.grants.can_read(kind) {
+            return Err(format!("register the kind {} (for/owns/watches/reads) and have it granted", kind_ref()));
+        }
+        if req.verb == Verb::Read {
+            // The cache shows a confined plugin only what it may see.
+            return Ok(Decision::Allow { mark: false });
+        }
+        let Some(scope) = facts.scope.clone() else { return Ok(Decision::Lookup(Lookup::Scope)) };
+        if let (Scope::Cluster, Some(ns)) = (&scope, &target.namespace) {
+            return Err(format!(
+                "{} is cluster-scoped: a request for it names no namespace (it named {ns})",
+                kind_ref()
+            ));
+        }
+        let home = match scope {
+            Scope::Namespaced => target.namespace.as_deref(),
+            Scope::Cluster => is_namespace(kind).then_some(target.name.as_str()),
+        };
+        if let Some(ns) = home.filter(|ns| !self.cache.in_scope(ns)) {
+            return Err(format!(
+                "namespace {ns} is outside the namespaces the plugin is confined to (grants.namespaces)"
+            ));
+        }
+        match req.verb {
+            Verb::Get => return Ok(Decision::Allow { mark: false }),
+            Verb::Event => {
+                // Where the Event is created: the object's namespace, `default` for cluster-scoped.
+                let ns = target.namespace.as_deref().unwrap_or("default");
+                return match self.protected.refuses_namespace(ns) {
+                    Some(why) => Err(format!("no plugin publishes Events in {ns}: {why}")),
+                    None => Ok(Decision::Allow { mark: false }),
+                };
+            }
+            _ => {}
+        }
+        if let Some(why) = self.protected.refuses(target) {
+            return Err(why);
+        }
+        let write = self.grants.write_scope(kind);
+        let why = match (req.body, write) {
+            (Body::Object(object), _) => body::object_refusal(object, &self.plugin),
+            (Body::Patch(patch), scope) => {
+                body::patch_refusal(patch, &self.plugin, scope != Some(WriteScope::Anywhere) && !req.status)
+            }
+            (Body::None, _) => None,
+        };
+        if let Some(why) = why {
+            return Err(why);
+        }
+        if req.status {
+            return self.status_write(req, facts, write == Some(WriteScope::Anywhere));
+        }
+        match write {
+            None => Err(format!("own the kind {} or register it under writes and have it granted", kind_ref())),
+            Some(WriteScope::Anywhere) => Ok(Decision::Allow { mark: req.verb == Verb::Create }),
+            Some(WriteScope::Controlled) => self.controlled_write(req, facts),
+        }
+    }
+
+    /// A status write: only of objects the plugin reconciles (or of a kind granted `write`),
+    /// changing nothing outside `status`.
+    fn status_write(&self, req: &Request<'_>, facts: &Facts, granted: bool) -> Result<Decision, String> {
+        if !granted && !self.grants.can_write_status(&req.target.kind) {
+            return Err(format!(
+                "a plugin writes the status of its for kind only, or of a kind granted `write: [{}]`",
+                KindRef::of(&req.target.kind)
+            ));
+        }
+        let existing = match &facts.existing {
+            Existing::Unknown => return Ok(Decision::Lookup(Lookup::Existing)),
+            Existing::Server(None) => return Ok(Decision::Absent),
+            Existing::Cached(v) | Existing::Server(Some(v)) => v,
+        };
+        if !granted && !control::reconciled(self.grants.for_filter(), existing) {
+            return Err("it is not an object this plugin reconciles (its for kind's selector leaves it out)".into());
+        }
+        let body = match req.body {
+            Body::Object(object) => StatusBody::Object(object),
+            Body::Patch(patch) => StatusBody::Patch(patch),
+            Body::None => return Ok(Decision::Allow { mark: false }),
+        };
+        match body::status_write_changes(&body, existing) {
+            Some(path) => Err(format!("a status write changes only status, and this one changes {path}")),
+            None => Ok(Decision::Allow { mark: false }),
+        }
+    }
+
+    /// A write of an owned kind without a `write` grant (see the module doc, rule 4).
+    fn controlled_write(&self, req: &Request<'_>, facts: &Facts) -> Result<Decision, String> {
+        let for_kind = self.grants.for_kind().ok_or("the plugin has no for kind")?;
+        let kind = KindRef::of(&req.target.kind);
+        let hint = || {
+            format!(
+                "a plugin writes objects of its owned kind {kind} only if it made them and one of its {} objects controls them",
+                KindRef::of(for_kind)
+            )
+        };
+        let ns = req.target.namespace.as_deref();
+        let body_controlled = |object: &Value| {
+            control::check(self.cache.as_ref(), for_kind, self.grants.for_filter(), object, ns)
+                .map_err(|e| format!("the object written {e}; {}", hint()))
+        };
+        if let (Verb::Create, Body::Object(object)) = (req.verb, req.body) {
+            // A create never changes an existing object: the API server refuses it if one exists.
+            return body_controlled(object).map(|()| Decision::Allow { mark: true });
+        }
+        let existing = match &facts.existing {
+            Existing::Unknown => return Ok(Decision::Lookup(Lookup::Existing)),
+            Existing::Cached(v) if body::mark(v) != Some(&self.plugin) => return Ok(Decision::Lookup(Lookup::Server)),
+            Existing::Server(None) => {
+                return match (req.verb, req.body) {
+                    (Verb::Apply, Body::Object(object)) => {
+                        body_controlled(object).map(|()| Decision::Allow { mark: true })
+                    }
+                    _ => Ok(Decision::Absent),
+                };
+            }
+            Existing::Cached(v) | Existing::Server(Some(v)) => v,
+        };
+        if !body::made_by(existing, &self.plugin, &self.manager) {
+            return Err(format!("the plugin did not make it (no {} label naming it); {}", body::PLUGIN_LABEL, hint()));
+        }
+        control::controller_of_kind(existing, for_kind).map_err(|e| format!("the object {e}; {}", hint()))?;
+        match (req.verb, req.body) {
+            (Verb::Apply, Body::Object(object)) => body_controlled(object).map(|()| Decision::Allow { mark: true }),
+            _ => Ok(Decision::Allow { mark: false }),
+        }
+    }
+
+    /// The refusal message a plugin sees for `request` denied with `why`.
+    pub fn message(&self, req: &Request<'_>, why: &str) -> String {
+        let status = if req.status { "the status of " } else { "" };
+        let key = match &req.target.namespace {
+            Some(ns) => format!("{ns}/{}", req.target.name),
+            None => req.target.name.clone(),
+        };
+        let kind = KindRef::of(&req.target.kind);
+        if req.verb == Verb::Read {
+            return format!("plugin `{}` may not read {kind}: {why}", self.plugin);
+        }
+        format!("plugin `{}` may not {} {status}{kind} {key}: {why}", self.plugin, req.verb.as_str())
+    }
+}
+
+fn is_namespace(kind: &GroupVersionKind) -> bool {
+    kind.group.is_empty() && kind.kind == "Namespace"
+}
