@@ -208,6 +208,24 @@ fn own_executable() -> Option<std::path::PathBuf> {
     }
 }
 
+/// The host's own share of a memory-limited container: a quarter of the limit, at least this.
+const HOST_MEMORY_SHARE: u64 = 128 << 20;
+
+/// The plugins' memory budget in a memory-limited container: its cgroup's limit less the host's
+/// own share; `None` without a limit. Hand-written: reading one cgroup file (v2, else v1) needs
+/// no crate.
+fn container_memory_budget() -> Option<u64> {
+    let read = |path: &str| std::fs::read_to_string(path).ok()?.trim().parse::<u64>().ok();
+    let limit = read("/sys/fs/cgroup/memory.max").or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))?;
+    budget_within(limit)
+}
+
+/// What plugins may reserve within a container limit of `limit` bytes; `None` for "no limit"
+/// (cgroup v1 reports one as a number near `i64::MAX`).
+fn budget_within(limit: u64) -> Option<u64> {
+    (limit < 1 << 50).then(|| limit.saturating_sub((limit / 4).max(HOST_MEMORY_SHARE)))
+}
+
 /// `kubewasm run`: serve until `shutdown` is cancelled.
 pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let client = client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
@@ -218,6 +236,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
     };
     let mut runtime = RuntimeConfig::default()
         .pool_instances(args.pool_instances)
+        .memory_budget(args.plugin_memory_budget.or_else(container_memory_budget))
         .max_concurrent_cap(args.max_concurrent_cap)
         .write_rate(WriteRate { qps: args.plugin_write_qps, burst: args.plugin_write_burst })
         .write_timeout(Duration::from_secs(args.plugin_write_timeout_seconds));
@@ -339,4 +358,18 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
 fn exit_on_lost_leadership(lost: &leader::Error) -> ! {
     tracing::error!(error = %lost, "leader election lost; exiting");
     std::process::exit(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugins_get_a_containers_limit_less_the_hosts_share_and_no_budget_without_a_limit() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(budget_within(512 * MIB), Some(384 * MIB));
+        assert_eq!(budget_within(4096 * MIB), Some(3072 * MIB));
+        assert_eq!(budget_within(100 * MIB), Some(0), "a tiny container leaves plugins nothing");
+        assert_eq!(budget_within(9_223_372_036_854_771_712), None, "cgroup v1's 'no limit'");
+    }
 }

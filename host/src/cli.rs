@@ -96,6 +96,12 @@ pub struct RunArgs {
     /// version reserves its concurrency's share at load; a version that does not fit is rejected.
     #[arg(long, env = "KUBEWASM_POOL_INSTANCES", default_value_t = crate::plugin::engine::DEFAULT_POOL_INSTANCES, value_parser = clap::value_parser!(u32).range(1..))]
     pub pool_instances: u32,
+    /// Bytes of linear memory all plugins may reserve together: each loaded version reserves
+    /// its instances (maxConcurrent) × `limits.memoryBytes` per memory, and a version that does
+    /// not fit is rejected. Default: the container's memory limit (cgroup) less the host's own
+    /// share (a quarter, at least 128 MiB); unbounded outside a memory-limited container.
+    #[arg(long, env = "KUBEWASM_PLUGIN_MEMORY_BUDGET")]
+    pub plugin_memory_budget: Option<u64>,
     /// Writes per second each plugin may make (token bucket) unless its `limits.writeQps` says
     /// otherwise; 0: no limit.
     #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_QPS", default_value_t = crate::plugin::throttle::DEFAULT_WRITE_QPS)]

@@ -68,6 +68,7 @@ pub struct RuntimeConfig {
     compile_process: Option<PathBuf>,
     max_memory_bytes: u64,
     pool_instances: u32,
+    memory_budget: Option<u64>,
     keep_resident: usize,
     pagemap_scan: bool,
     metrics: Option<PluginMetrics>,
@@ -84,6 +85,7 @@ impl Default for RuntimeConfig {
             compile_process: None,
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             pool_instances: DEFAULT_POOL_INSTANCES,
+            memory_budget: None,
             keep_resident: DEFAULT_KEEP_RESIDENT,
             pagemap_scan: true,
             metrics: None,
@@ -135,6 +137,15 @@ impl RuntimeConfig {
     #[must_use]
     pub fn pool_instances(mut self, n: u32) -> Self {
         self.pool_instances = n;
+        self
+    }
+
+    /// Bytes of linear memory all loaded plugin versions may reserve together (each its
+    /// instances × `limits.memoryBytes`); `None`: unbounded. A version that does not fit is
+    /// rejected and the previous one keeps serving.
+    #[must_use]
+    pub fn memory_budget(mut self, bytes: Option<u64>) -> Self {
+        self.memory_budget = bytes;
         self
     }
 
@@ -276,7 +287,7 @@ impl Runtime {
             max_memory_bytes: config.max_memory_bytes,
             compiled: Arc::default(),
             compiled_reused: Arc::default(),
-            pool: Ledger::new(config.pool_instances),
+            pool: Ledger::new(config.pool_instances, config.memory_budget),
             max_concurrent_cap: config.max_concurrent_cap,
             write_rate: config.write_rate,
             protected: config.protected,

@@ -156,7 +156,7 @@ impl Runtime {
                 pre
             }
         };
-        let weight = pool::weight(pre.instance_pre().component());
+        let weight = pool::weight(pre.instance_pre().component(), config.limits.memory_bytes);
 
         let rate = WriteRate {
             qps: config.limits.write_qps.unwrap_or(self.write_rate.qps),

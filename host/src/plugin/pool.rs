@@ -1,10 +1,14 @@
-//! Per-plugin shares of the engine's instance pool: each plugin version reserves the slots its
-//! concurrency needs at load, and its calls wait for one of its own slots, never another's.
+//! Per-plugin shares of the engine's instance pool and of the host's plugin memory budget: each
+//! plugin version reserves the slots and the linear memory its concurrency needs at load, and
+//! its calls wait for one of its own instances, never another's.
 //!
 //! wasmtime's pooling allocator has a fixed number of slots shared by every store; without
 //! shares, one slow plugin at high concurrency fills them and every other plugin's calls fail to
-//! instantiate. The ledger is hand-written (wasmtime has no per-tenant quota); the waiting is a
-//! tokio [`Semaphore`].
+//! instantiate. Likewise each instance may grow its memories to `limits.memoryBytes`: a plugin's
+//! budget is its instances × that, and the sum over loaded versions may not pass the host's
+//! budget (`--plugin-memory-budget`, by default from the container's memory limit), so sixteen
+//! reconciles near their per-instance limit cannot take the host past its own. The ledger is
+//! hand-written (wasmtime has no per-tenant quota); the waiting is a tokio [`Semaphore`].
 
 use std::sync::Arc;
 
@@ -12,63 +16,107 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::Component;
 
-/// Every version's reservation would not fit in the pool. The version is rejected; the versions
-/// serving keep their slots.
+/// Every version's reservation would not fit in the pool or the memory budget. The version is
+/// rejected; the versions serving keep their reservations.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the instance pool cannot reserve {asked} more slots for plugin `{plugin}`: {reserved} of {capacity} are reserved by loaded plugin versions; lower its maxConcurrent (or --max-concurrent-cap) or raise --pool-instances"
-)]
-pub struct PoolFull {
-    /// The plugin.
-    pub plugin: String,
-    /// Slots asked for.
-    pub asked: u32,
-    /// Slots already reserved by others.
-    pub reserved: u32,
-    /// The pool's size.
-    pub capacity: u32,
+pub enum PoolFull {
+    /// Not enough pool slots.
+    #[error(
+        "the instance pool cannot reserve {asked} more slots for plugin `{plugin}`: {reserved} of {capacity} are reserved by loaded plugin versions; lower its maxConcurrent (or --max-concurrent-cap) or raise --pool-instances"
+    )]
+    Slots {
+        /// The plugin.
+        plugin: String,
+        /// Slots asked for.
+        asked: u32,
+        /// Slots already reserved by others.
+        reserved: u32,
+        /// The pool's size.
+        capacity: u32,
+    },
+    /// Not enough of the host's plugin memory budget.
+    #[error(
+        "plugin `{plugin}` needs {} MiB more linear memory (each instance may grow to limits.memoryBytes), but {} of the host's {} MiB plugin memory budget are reserved by loaded plugin versions; lower its maxConcurrent or limits.memoryBytes, or raise --plugin-memory-budget",
+        .asked >> 20, .reserved >> 20, .budget >> 20
+    )]
+    Memory {
+        /// The plugin.
+        plugin: String,
+        /// Bytes asked for.
+        asked: u64,
+        /// Bytes already reserved.
+        reserved: u64,
+        /// The host's budget.
+        budget: u64,
+    },
 }
 
-/// The host-wide count of reserved pool slots. Cheap to clone.
+/// The host-wide count of reserved pool slots and memory. Cheap to clone.
 #[derive(Clone, Debug)]
 pub(crate) struct Ledger(Arc<LedgerInner>);
 
 #[derive(Debug)]
 struct LedgerInner {
     capacity: u32,
-    reserved: Mutex<u32>,
+    /// The plugins' memory budget in bytes; `None`: unbounded.
+    budget: Option<u64>,
+    /// Slots and bytes reserved.
+    reserved: Mutex<(u32, u64)>,
 }
 
 impl Ledger {
-    /// A ledger for a pool of `capacity` component instances.
-    pub(crate) fn new(capacity: u32) -> Self {
-        Self(Arc::new(LedgerInner { capacity, reserved: Mutex::new(0) }))
+    /// A ledger for a pool of `capacity` component instances and `budget` bytes of plugin memory.
+    pub(crate) fn new(capacity: u32, budget: Option<u64>) -> Self {
+        Self(Arc::new(LedgerInner { capacity, budget, reserved: Mutex::new((0, 0)) }))
     }
 
     /// Slots reserved now, by every loaded plugin version.
     pub(crate) fn reserved(&self) -> u32 {
-        *self.0.reserved.lock()
+        self.0.reserved.lock().0
     }
 
-    fn take(&self, plugin: &str, slots: u32) -> Result<(), PoolFull> {
+    /// Bytes of linear memory reserved now, by every loaded plugin version.
+    pub(crate) fn reserved_bytes(&self) -> u64 {
+        self.0.reserved.lock().1
+    }
+
+    fn take(&self, plugin: &str, slots: u32, bytes: u64) -> Result<(), PoolFull> {
         let mut reserved = self.0.reserved.lock();
-        match reserved.checked_add(slots).filter(|&total| total <= self.0.capacity) {
-            Some(total) => {
-                *reserved = total;
-                Ok(())
-            }
-            None => {
-                Err(PoolFull { plugin: plugin.into(), asked: slots, reserved: *reserved, capacity: self.0.capacity })
-            }
+        let (held_slots, held_bytes) = *reserved;
+        let Some(total) = held_slots.checked_add(slots).filter(|&total| total <= self.0.capacity) else {
+            let capacity = self.0.capacity;
+            return Err(PoolFull::Slots { plugin: plugin.into(), asked: slots, reserved: held_slots, capacity });
+        };
+        let total_bytes = held_bytes.saturating_add(bytes);
+        if let Some(budget) = self.0.budget.filter(|&budget| total_bytes > budget) {
+            return Err(PoolFull::Memory { plugin: plugin.into(), asked: bytes, reserved: held_bytes, budget });
         }
+        *reserved = (total, total_bytes);
+        Ok(())
     }
 
-    /// Reserves `instances` concurrent instances of a component that takes `weight` slots each.
-    pub(crate) fn reserve(&self, plugin: &str, weight: u32, instances: u32) -> Result<Share, PoolFull> {
-        let slots = weight.saturating_mul(instances);
-        self.take(plugin, slots)?;
+    /// Reserves `instances` concurrent instances of a component that takes `weight` slots and
+    /// may grow to `bytes` of linear memory each.
+    pub(crate) fn reserve(&self, plugin: &str, weight: Weight, instances: u32) -> Result<Share, PoolFull> {
+        let (slots, bytes) = weight.times(instances);
+        self.take(plugin, slots, bytes)?;
         let semaphore = Arc::new(Semaphore::new(instances as usize));
-        Ok(Share { ledger: self.clone(), plugin: plugin.into(), weight, instances, slots, semaphore })
+        Ok(Share { ledger: self.clone(), plugin: plugin.into(), weight, instances, slots, bytes, semaphore })
+    }
+}
+
+/// What one instance of a plugin version takes: pool slots and linear memory at most.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Weight {
+    /// Pool slots.
+    pub(crate) slots: u32,
+    /// Bytes its memories may grow to.
+    pub(crate) bytes: u64,
+}
+
+impl Weight {
+    fn times(self, instances: u32) -> (u32, u64) {
+        (self.slots.saturating_mul(instances), self.bytes.saturating_mul(u64::from(instances)))
     }
 }
 
@@ -78,9 +126,10 @@ impl Ledger {
 pub(crate) struct Share {
     ledger: Ledger,
     plugin: String,
-    weight: u32,
+    weight: Weight,
     instances: u32,
     slots: u32,
+    bytes: u64,
     semaphore: Arc<Semaphore>,
 }
 
@@ -88,9 +137,10 @@ impl Share {
     /// Grows the share to `instances` concurrent instances (a share never shrinks).
     pub(crate) fn grow_to(&mut self, instances: u32) -> Result<(), PoolFull> {
         let Some(more) = instances.checked_sub(self.instances).filter(|&n| n > 0) else { return Ok(()) };
-        let slots = self.weight.saturating_mul(more);
-        self.ledger.take(&self.plugin, slots)?;
+        let (slots, bytes) = self.weight.times(more);
+        self.ledger.take(&self.plugin, slots, bytes)?;
         self.slots += slots;
+        self.bytes += bytes;
         self.instances = instances;
         self.semaphore.add_permits(more as usize);
         Ok(())
@@ -105,31 +155,40 @@ impl Share {
 
 impl Drop for Share {
     fn drop(&mut self) {
-        *self.ledger.0.reserved.lock() -= self.slots;
+        let mut reserved = self.ledger.0.reserved.lock();
+        reserved.0 -= self.slots;
+        reserved.1 -= self.bytes;
     }
 }
 
-/// Pool slots one instance of `component` takes. The pool holds one linear memory and four
-/// tables per component instance (`engine.rs`), so a component with more memories or tables per
-/// instance counts as several. Core instances are not weighed: wasmtime does not tell a
-/// component's count, and the pool's four per slot fit the Rust, Python and JavaScript
-/// components the SDKs build.
-pub(crate) fn weight(component: &Component) -> u32 {
-    component.resources_required().map_or(1, |r| r.num_memories.max(r.num_tables.div_ceil(4)).max(1))
+/// What one instance of `component` takes under `memory_bytes` per memory. The pool holds one
+/// linear memory and four tables per component instance (`engine.rs`), so a component with more
+/// memories or tables per instance counts as several slots; each of its memories may grow to
+/// `memory_bytes`. Core instances are not weighed: wasmtime does not tell a component's count,
+/// and the pool's four per slot fit the Rust, Python and JavaScript components the SDKs build.
+pub(crate) fn weight(component: &Component, memory_bytes: u64) -> Weight {
+    let required = component.resources_required();
+    let slots = required.as_ref().map_or(1, |r| r.num_memories.max(r.num_tables.div_ceil(4)).max(1));
+    let memories = required.map_or(1, |r| r.num_memories.max(1));
+    Weight { slots, bytes: memory_bytes.saturating_mul(u64::from(memories)) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn slots(n: u32) -> Weight {
+        Weight { slots: n, bytes: 0 }
+    }
+
     #[test]
     fn reservations_past_the_pool_are_refused_and_say_why() {
-        let ledger = Ledger::new(10);
-        let a = ledger.reserve("a", 2, 4).unwrap();
-        let err = ledger.reserve("b", 1, 3).unwrap_err();
-        assert_eq!(err, PoolFull { plugin: "b".into(), asked: 3, reserved: 8, capacity: 10 });
+        let ledger = Ledger::new(10, None);
+        let a = ledger.reserve("a", slots(2), 4).unwrap();
+        let err = ledger.reserve("b", slots(1), 3).unwrap_err();
+        assert_eq!(err, PoolFull::Slots { plugin: "b".into(), asked: 3, reserved: 8, capacity: 10 });
         assert!(err.to_string().contains("--pool-instances"), "{err}");
-        let b = ledger.reserve("b", 1, 2).unwrap();
+        let b = ledger.reserve("b", slots(1), 2).unwrap();
         assert_eq!(ledger.reserved(), 10);
         drop(a);
         assert_eq!(ledger.reserved(), 2, "a dropped version gives its slots back");
@@ -139,21 +198,41 @@ mod tests {
 
     #[test]
     fn a_share_grows_only_if_the_pool_has_room() {
-        let ledger = Ledger::new(5);
-        let mut share = ledger.reserve("a", 1, 1).unwrap();
+        let ledger = Ledger::new(5, None);
+        let mut share = ledger.reserve("a", slots(1), 1).unwrap();
         share.grow_to(4).unwrap();
         assert_eq!((share.instances, ledger.reserved()), (4, 4));
         let err = share.grow_to(6).unwrap_err();
-        assert_eq!((err.asked, err.reserved), (2, 4));
+        assert!(matches!(err, PoolFull::Slots { asked: 2, reserved: 4, .. }), "{err:?}");
         assert_eq!((share.instances, ledger.reserved()), (4, 4), "a refused growth leaves the share as it was");
         share.grow_to(2).unwrap();
         assert_eq!(share.instances, 4, "a share never shrinks");
     }
 
+    #[test]
+    fn a_plugins_instances_times_their_memory_must_fit_the_hosts_budget() {
+        const MIB: u64 = 1 << 20;
+        let ledger = Ledger::new(100, Some(512 * MIB));
+        let per_instance = Weight { slots: 1, bytes: 64 * MIB };
+        let mut a = ledger.reserve("a", per_instance, 4).unwrap();
+        assert_eq!(ledger.reserved_bytes(), 256 * MIB);
+        let err = ledger.reserve("greedy", per_instance, 16).unwrap_err();
+        assert_eq!(
+            err,
+            PoolFull::Memory { plugin: "greedy".into(), asked: 1024 * MIB, reserved: 256 * MIB, budget: 512 * MIB }
+        );
+        assert!(err.to_string().contains("--plugin-memory-budget"), "{err}");
+        assert_eq!(ledger.reserved(), 4, "a refused reservation takes no slots either");
+        a.grow_to(8).unwrap();
+        assert!(matches!(a.grow_to(9), Err(PoolFull::Memory { .. })));
+        drop(a);
+        assert_eq!(ledger.reserved_bytes(), 0, "a dropped version gives its memory back");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_plugin_at_its_share_waits_for_its_own_instance() {
-        let ledger = Ledger::new(3);
-        let share = ledger.reserve("a", 1, 2).unwrap();
+        let ledger = Ledger::new(3, None);
+        let share = ledger.reserve("a", slots(1), 2).unwrap();
         let first = share.acquire().await;
         let _second = share.acquire().await;
         let third = tokio::time::timeout(std::time::Duration::from_secs(1), share.acquire()).await;
