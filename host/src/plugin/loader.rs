@@ -166,6 +166,9 @@ impl Runtime {
         // Events get a bucket of their own at the same rate: a reconcile's writes never wait
         // behind its Events, and an Event past the budget is dropped, not waited for.
         let event_limiter = Arc::new(WriteLimiter::new(rate));
+        // Output: limits.outputBytes per call, and per second across calls.
+        let output_bytes = u32::try_from(config.limits.output_bytes).unwrap_or(u32::MAX);
+        let output_limiter = Arc::new(WriteLimiter::new(WriteRate { qps: output_bytes, burst: output_bytes }));
         let shared = |grants| {
             Arc::new(PluginShared {
                 name: name.into(),
@@ -183,6 +186,7 @@ impl Runtime {
                 writer: writer.clone(),
                 write_limiter: write_limiter.clone(),
                 event_limiter: event_limiter.clone(),
+                output_limiter: output_limiter.clone(),
                 metrics: self.metrics.clone(),
             })
         };

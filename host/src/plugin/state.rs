@@ -19,6 +19,8 @@ use super::host::{ApiWriter, CacheReader, CallError};
 use super::limits::{LimitHit, Limiter, Limits};
 use super::metrics::PluginMetrics;
 use super::throttle::WriteLimiter;
+#[cfg(test)]
+use super::throttle::WriteRate;
 
 /// What every reconcile of one plugin version shares.
 pub(crate) struct PluginShared {
@@ -36,6 +38,9 @@ pub(crate) struct PluginShared {
     pub(crate) write_limiter: Arc<WriteLimiter>,
     /// The plugin's Event token bucket (same rate); Events past it are dropped.
     pub(crate) event_limiter: Arc<WriteLimiter>,
+    /// The plugin's output bucket: `limits.outputBytes` a second across all its calls (a byte a
+    /// token); lines past it are dropped, so a plugin cannot flood the log by calling often.
+    pub(crate) output_limiter: Arc<WriteLimiter>,
     pub(crate) metrics: PluginMetrics,
 }
 
@@ -60,6 +65,7 @@ impl PluginCtx {
             plugin: shared.name.clone(),
             stream,
             budget: output.clone(),
+            rate: shared.output_limiter.clone(),
             metrics: shared.metrics.clone(),
         };
         // Deny by default: no preopens, env or args; stdin is empty; output is logged within a
@@ -170,6 +176,8 @@ struct GuestLog {
     plugin: Arc<str>,
     stream: &'static str,
     budget: Arc<OutputBudget>,
+    /// The plugin's output per second, shared by its instances.
+    rate: Arc<WriteLimiter>,
     metrics: PluginMetrics,
 }
 
@@ -229,6 +237,12 @@ impl LineWriter {
 
     fn emit(&mut self) {
         if self.line.is_empty() {
+            return;
+        }
+        let target = &self.target;
+        if !target.rate.try_acquire_n(self.line.len()) {
+            target.metrics.output_dropped(&target.plugin, target.stream, self.line.len() as u64);
+            self.line.clear();
             return;
         }
         let text = String::from_utf8_lossy(&self.line);
@@ -299,7 +313,8 @@ mod tests {
         let registry = prometheus::Registry::new();
         let metrics = PluginMetrics::register(&registry).unwrap();
         let budget = Arc::new(OutputBudget::new(150));
-        let log = GuestLog { plugin: "loud".into(), stream: "stdout", budget: budget.clone(), metrics };
+        let rate = Arc::new(WriteLimiter::new(WriteRate { qps: 0, burst: 0 }));
+        let log = GuestLog { plugin: "loud".into(), stream: "stdout", budget: budget.clone(), rate, metrics };
         let mut stdout = LineWriter::new(log.clone());
         let mut stderr = LineWriter::new(GuestLog { stream: "stderr", ..log });
         stdout.push(&[b'x'; 100]);
@@ -309,5 +324,30 @@ mod tests {
         assert_eq!((dropped(&registry, "stdout"), dropped(&registry, "stderr")), (10, 50));
         budget.reset(150);
         assert_eq!(budget.take(200), 150, "the next call has a full budget");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn output_past_the_plugins_bytes_per_second_is_dropped_across_calls() {
+        let registry = prometheus::Registry::new();
+        let metrics = PluginMetrics::register(&registry).unwrap();
+        let rate = Arc::new(WriteLimiter::new(WriteRate { qps: 100, burst: 100 }));
+        let call = || {
+            let budget = Arc::new(OutputBudget::new(1000));
+            LineWriter::new(GuestLog {
+                plugin: "chatty".into(),
+                stream: "stdout",
+                budget,
+                rate: rate.clone(),
+                metrics: metrics.clone(),
+            })
+        };
+        // Each call is within its own 1000-byte budget; together they pass the plugin's 100 bytes/s.
+        call().push(&[b'x'; 61]);
+        assert_eq!(dropped(&registry, "stdout"), 0, "the first call's line fits the rate");
+        call().push(&[b'y'; 60]);
+        assert_eq!(dropped(&registry, "stdout"), 60, "the next call's line in the same second is dropped");
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        call().push(&[b'w'; 60]);
+        assert_eq!(dropped(&registry, "stdout"), 60, "a second later the rate allows a line again");
     }
 }

@@ -88,6 +88,13 @@ impl WriteLimiter {
         self.bucket.as_ref().is_none_or(|bucket| bucket.check().is_ok())
     }
 
+    /// Takes `n` tokens at once if the bucket has them now (a line of output takes one per
+    /// byte); never waits.
+    pub(crate) fn try_acquire_n(&self, n: usize) -> bool {
+        let Some(n) = NonZeroU32::new(u32::try_from(n).unwrap_or(u32::MAX)) else { return true };
+        self.bucket.as_ref().is_none_or(|bucket| matches!(bucket.check_n(n), Ok(Ok(()))))
+    }
+
     /// Takes a token, waiting for one if none is left. Fails at once (as client-go's limiter
     /// does against a context deadline) if the next token comes only after `until`, and after
     /// waiting if other calls of the plugin took the tokens until then. Returns how long it
