@@ -155,8 +155,8 @@ impl ApiWriter for KubeWriter {
         let api = self.api(&object.target).await?;
         let mut params = PatchParams::apply(manager);
         params.force = force;
-        let stored =
-            api.patch(&object.target.name, &params, &KubePatch::Apply(&object.body)).await.map_err(call_error)?;
+        let body = object.sent_body();
+        let stored = api.patch(&object.target.name, &params, &KubePatch::Apply(&*body)).await.map_err(call_error)?;
         to_json(stored)
     }
 
@@ -200,7 +200,7 @@ impl ApiWriter for KubeWriter {
 
     async fn create(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
         let api = self.api(&object.target).await?;
-        let body: DynamicObject = serde_json::from_value(object.body.clone())
+        let body: DynamicObject = serde_json::from_value(object.sent_body().into_owned())
             .map_err(|e| CallError::Invalid(format!("not a Kubernetes object: {e}")))?;
         let params = PostParams { field_manager: Some(manager.to_owned()), ..Default::default() };
         to_json(api.create(&params, &body).await.map_err(call_error)?)

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// Two Namespaces: `team-a` gets the defaults; `quiet` opted out and still has a quota the
-/// plugin made, which it removes.
+/// plugin made (the host's mark names it: offline, a plugin is named after its file), which it
+/// removes.
 const NAMESPACES: &str = "\
 apiVersion: v1
 kind: Namespace
@@ -25,6 +26,7 @@ kind: ResourceQuota
 metadata:
   name: default-quota
   namespace: quiet
+  labels: {kubewasm.dev/plugin: namespace_defaults}
   ownerReferences:
   - {apiVersion: v1, kind: Namespace, name: quiet, uid: 6f1c2b9e-0000-4000-8000-000000000001, controller: true}
 spec: {hard: {pods: \"50\"}}

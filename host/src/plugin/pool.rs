@@ -76,6 +76,7 @@ impl Ledger {
     }
 
     /// Bytes of linear memory reserved now, by every loaded plugin version.
+    #[cfg(test)]
     pub(crate) fn reserved_bytes(&self) -> u64 {
         self.0.reserved.lock().1
     }

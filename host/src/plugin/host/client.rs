@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::{CallError, DeleteOptions, ObjectRef, Patch, PatchOptions, Preconditions, Propagation, TypedObject};
-use crate::plugin::authorizer::{Body, Request, Verb, body};
+use crate::plugin::authorizer::{Body, Request, Verb};
 use crate::plugin::bindings::v0_2::{client as c2, types as t2};
 use crate::plugin::bindings::{client, types};
 use crate::plugin::state::PluginCtx;
@@ -17,7 +17,7 @@ impl PluginCtx {
         let mut object = TypedObject::from_json(object)?;
         let request = Request { verb: Verb::Apply, target: &object.target, status, body: Body::Object(&object.body) };
         if self.authorize(&request).await? {
-            body::add_mark(&mut object.body, &self.shared.name);
+            object.mark = Some(self.shared.name.to_string());
         }
         let shared = &self.shared;
         if status {
@@ -32,7 +32,7 @@ impl PluginCtx {
         let request =
             Request { verb: Verb::Create, target: &object.target, status: false, body: Body::Object(&object.body) };
         if self.authorize(&request).await? {
-            body::add_mark(&mut object.body, &self.shared.name);
+            object.mark = Some(self.shared.name.to_string());
         }
         self.shared.writer.create(&self.shared.manager, &object).await
     }

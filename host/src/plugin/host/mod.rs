@@ -156,9 +156,25 @@ pub struct TypedObject {
     pub target: ObjectRef,
     /// The whole object.
     pub body: Value,
+    /// The plugin the host marks the object as made by when it sends it (the
+    /// `kubewasm.dev/plugin` label, set by the authorizer's decision); recorders keep the
+    /// plugin's own intent and leave it out.
+    pub mark: Option<String>,
 }
 
 impl TypedObject {
+    /// The body as sent: with the host's mark, if it carries one.
+    pub fn sent_body(&self) -> std::borrow::Cow<'_, Value> {
+        match &self.mark {
+            Some(plugin) => {
+                let mut body = self.body.clone();
+                crate::plugin::authorizer::body::add_mark(&mut body, plugin);
+                std::borrow::Cow::Owned(body)
+            }
+            None => std::borrow::Cow::Borrowed(&self.body),
+        }
+    }
+
     /// Parses a plugin's JSON bytes; the error says what is missing.
     pub fn from_json(bytes: &[u8]) -> Result<Self, CallError> {
         let body: Value =
@@ -177,7 +193,7 @@ impl TypedObject {
             namespace: field(&body, &["metadata", "namespace"]),
             name,
         };
-        Ok(Self { target, body })
+        Ok(Self { target, body, mark: None })
     }
 }
 
