@@ -48,7 +48,8 @@ fn expected() -> Value {
     let meta = |name: &str| {
         json!({
             "name": name, "namespace": "NS",
-            "labels": {"app.kubernetes.io/managed-by": "kubewasm-namespace-defaults"},
+            // The host's mark of who made it (the authorizer's "mine").
+            "labels": {"app.kubernetes.io/managed-by": "kubewasm-namespace-defaults", "kubewasm.dev/plugin": "namespace-defaults"},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Namespace", "name": "NS", "uid": "NS-UID",
                                  "controller": true, "blockOwnerDeletion": true}],
         })
@@ -58,7 +59,7 @@ fn expected() -> Value {
                 "fieldsV1": fields}])
     };
     let owned_meta = json!({
-        "f:labels": {"f:app.kubernetes.io/managed-by": {}},
+        "f:labels": {"f:app.kubernetes.io/managed-by": {}, "f:kubewasm.dev/plugin": {}},
         "f:ownerReferences": {"k:{\"uid\":\"NS-UID\"}": {}},
     });
     json!({

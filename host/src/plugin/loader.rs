@@ -169,13 +169,16 @@ impl Runtime {
         // Output: limits.outputBytes per call, and per second across calls.
         let output_bytes = u32::try_from(config.limits.output_bytes).unwrap_or(u32::MAX);
         let output_limiter = Arc::new(WriteLimiter::new(WriteRate { qps: output_bytes, burst: output_bytes }));
+        // A variant of a plugin (a canary candidate, `<name>/canary`) acts as that plugin: what
+        // the serving version made is its own too. Plugin names hold no `/`.
+        let identity = name.split_once('/').map_or(name, |(plugin, _)| plugin);
         let shared = |grants| {
             Arc::new(PluginShared {
                 name: name.into(),
                 manager: format!("kubewasm/{name}"),
                 authorizer: Authorizer::new(
-                    name,
-                    &format!("kubewasm/{name}"),
+                    identity,
+                    &format!("kubewasm/{identity}"),
                     grants,
                     self.protected.clone(),
                     cache.clone(),
