@@ -24,6 +24,9 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Load one plugin without a cluster and print its registration and effective grants.
     Check(CheckArgs),
+    /// Print the least-privilege RBAC of one plugin's own identity (YAML): its ServiceAccount,
+    /// the rules its effective grants need, and the host's right to impersonate it.
+    Rbac(RbacArgs),
     /// Print the WasmPlugin CustomResourceDefinition (YAML).
     Crd,
     /// Run a plugin's reconciles without a cluster over objects from YAML files and print the
@@ -187,6 +190,20 @@ pub struct CheckArgs {
     /// same component does not recompile it.
     #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
     pub compile_cache: Option<PathBuf>,
+}
+
+/// `kubewasm rbac`.
+#[derive(Debug, Args)]
+pub struct RbacArgs {
+    /// The plugin, loaded as `kubewasm check` loads it.
+    #[command(flatten)]
+    pub plugin: CheckArgs,
+    /// The host's namespace, where the plugin's ServiceAccount is made.
+    #[arg(long, default_value = "kubewasm-system")]
+    pub namespace: String,
+    /// The host's ServiceAccount, which impersonates the plugin's.
+    #[arg(long, default_value = "kubewasm")]
+    pub host_service_account: String,
 }
 
 /// `kubewasm test`.

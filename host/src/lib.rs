@@ -19,6 +19,7 @@ pub mod leader;
 pub mod offline;
 pub mod plugin;
 pub mod queue;
+pub mod rbac;
 pub mod scaffold;
 pub mod shard;
 pub mod shutdown;

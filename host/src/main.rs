@@ -23,6 +23,15 @@ fn main() -> anyhow::Result<()> {
                 app::run(*args, token).await
             }
             Command::Check(args) => check(args).await,
+            Command::Rbac(args) => {
+                let (name, plugin) = load(args.plugin).await?;
+                let identity = kubewasm::rbac::Identity {
+                    namespace: args.namespace,
+                    host_service_account: args.host_service_account,
+                };
+                print!("{}", kubewasm::rbac::manifest(&name, plugin.grants(), &identity)?);
+                Ok(())
+            }
             Command::CompilePlugin(args) => {
                 // One line on stderr, for the host to quote; no backtrace.
                 if let Err(e) = kubewasm::plugin::compile_process::child(args) {
@@ -52,8 +61,8 @@ fn main() -> anyhow::Result<()> {
     })
 }
 
-/// Loads a plugin with no cluster behind it and prints what it registers and may access.
-async fn check(args: CheckArgs) -> anyhow::Result<()> {
+/// Loads a plugin with no cluster behind it; returns its name (the file's) and the plugin.
+async fn load(args: CheckArgs) -> anyhow::Result<(String, kubewasm::plugin::Plugin)> {
     let name = args.wasm.file_stem().unwrap_or_default().to_string_lossy().into_owned();
     let config = args
         .config
@@ -69,6 +78,12 @@ async fn check(args: CheckArgs) -> anyhow::Result<()> {
     let plugin = runtime
         .load(&name, wasm.into(), config, Arc::new(MemoryCache::default()), Arc::new(RecordingWriter::default()))
         .await?;
+    Ok((name, plugin))
+}
+
+/// Loads a plugin with no cluster behind it and prints what it registers and may access.
+async fn check(args: CheckArgs) -> anyhow::Result<()> {
+    let (name, plugin) = load(args).await?;
     let reg = plugin.registration();
     println!("plugin:         {name} (sha256 {})", plugin.sha256());
     println!("reconciles:     {}", kinds([&reg.for_kind]));

@@ -302,6 +302,12 @@ impl Grants {
         self.write.iter()
     }
 
+    /// Kinds whose status the plugin may write (its for kind, and kinds writable anywhere), for
+    /// RBAC generation.
+    pub fn status_writable(&self) -> impl Iterator<Item = &KindRef> {
+        self.write_status.iter().chain(self.write.iter().filter(|k| !self.write_status.contains(k)))
+    }
+
     /// Kinds writable where the plugin controls the object, for RBAC generation and diagnostics.
     pub fn writable_controlled(&self) -> impl Iterator<Item = &KindRef> {
         self.write_controlled.iter()

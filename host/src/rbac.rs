@@ -1,0 +1,250 @@
+//! Least-privilege RBAC for one plugin's own identity: the ServiceAccount the host would
+//! impersonate for its requests, the rules its effective grants need, and the host's right to
+//! impersonate it (`kubewasm rbac`).
+//!
+//! Resources are named from kinds by kube's own pluralization (`ApiResource::from_gvk`), so the
+//! output needs no cluster; a CRD with an irregular plural needs its rule edited.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::{ApiResource, GroupVersionKind};
+
+use crate::plugin::grants::{Grants, KindRef};
+
+/// Verbs of a readable kind.
+const READ: &[&str] = &["get", "list", "watch"];
+/// Verbs of a writable kind (reads included: the authorizer reads the server's copy).
+const WRITE: &[&str] = &["get", "list", "watch", "create", "update", "patch", "delete"];
+/// Verbs of a status subresource.
+const STATUS: &[&str] = &["get", "update", "patch"];
+/// Verbs of Events (the host's event sink creates, then patches a series).
+const EVENTS: &[&str] = &["create", "patch"];
+
+/// Where the identities live and who impersonates them.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// The host's namespace, where the plugin's ServiceAccount is made.
+    pub namespace: String,
+    /// The host's ServiceAccount, which may impersonate the plugin's.
+    pub host_service_account: String,
+}
+
+/// The name of plugin `plugin`'s ServiceAccount.
+pub fn service_account_name(plugin: &str) -> String {
+    format!("kubewasm-plugin-{plugin}")
+}
+
+/// The user the host impersonates for `plugin` (`Impersonate-User`).
+pub fn user(identity: &Identity, plugin: &str) -> String {
+    format!("system:serviceaccount:{}:{}", identity.namespace, service_account_name(plugin))
+}
+
+/// The rules `grants` need, one per API group and verb set, resources sorted.
+pub fn rules(grants: &Grants) -> Vec<PolicyRule> {
+    let mut by_verbs: BTreeMap<(String, &[&str]), Vec<String>> = BTreeMap::new();
+    let mut add = |kind: &KindRef, verbs: &'static [&'static str], suffix: &str| {
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&kind.group, "v1", &kind.kind));
+        let entry = by_verbs.entry((kind.group.clone(), verbs)).or_default();
+        let name = format!("{}{suffix}", resource.plural);
+        if !entry.contains(&name) {
+            entry.push(name);
+        }
+    };
+    let writable: Vec<&KindRef> = grants.writable().chain(grants.writable_controlled()).collect();
+    for kind in grants.readable().filter(|k| !writable.contains(k)) {
+        add(kind, READ, "");
+    }
+    for kind in &writable {
+        add(kind, WRITE, "");
+    }
+    for kind in grants.status_writable() {
+        add(kind, STATUS, "/status");
+    }
+    add(&KindRef { group: "events.k8s.io".into(), kind: "Event".into() }, EVENTS, "");
+    by_verbs
+        .into_iter()
+        .map(|((group, verbs), mut resources)| {
+            resources.sort();
+            PolicyRule {
+                api_groups: Some(vec![group]),
+                resources: Some(resources),
+                verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+                ..PolicyRule::default()
+            }
+        })
+        .collect()
+}
+
+/// The objects, as multi-document YAML: the ServiceAccount, the plugin's rules (a Role and
+/// RoleBinding per namespace when `grants.namespaces` names them, else a ClusterRole and
+/// ClusterRoleBinding), and a Role letting the host's ServiceAccount impersonate it.
+pub fn manifest(plugin: &str, grants: &Grants, identity: &Identity) -> Result<String, serde_yaml::Error> {
+    let sa = service_account_name(plugin);
+    let meta = |name: &str, namespace: Option<&str>| ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        labels: Some([("kubewasm.dev/plugin".to_owned(), plugin.to_owned())].into()),
+        ..ObjectMeta::default()
+    };
+    let subject = |name: &str| Subject {
+        kind: "ServiceAccount".into(),
+        name: name.to_owned(),
+        namespace: Some(identity.namespace.clone()),
+        ..Subject::default()
+    };
+    let role_ref = |kind: &str, name: &str| RoleRef {
+        api_group: "rbac.authorization.k8s.io".into(),
+        kind: kind.into(),
+        name: name.to_owned(),
+    };
+    let mut docs = vec![serde_yaml::to_string(&typed(ServiceAccount {
+        metadata: meta(&sa, Some(&identity.namespace)),
+        ..ServiceAccount::default()
+    }))?];
+    let rules = rules(grants);
+    // A selector over Namespaces cannot be written as RBAC: such a plugin gets cluster-wide
+    // rules, and the host's authorizer alone keeps it to its namespaces.
+    let namespaces = grants.namespaces().filter(|s| s.selector.is_none()).map(|s| s.names.clone());
+    match namespaces {
+        Some(names) => {
+            for ns in names {
+                docs.push(serde_yaml::to_string(&typed(Role {
+                    metadata: meta(&sa, Some(&ns)),
+                    rules: Some(rules.clone()),
+                }))?);
+                docs.push(serde_yaml::to_string(&typed(RoleBinding {
+                    metadata: meta(&sa, Some(&ns)),
+                    role_ref: role_ref("Role", &sa),
+                    subjects: Some(vec![subject(&sa)]),
+                }))?);
+            }
+        }
+        None => {
+            docs.push(serde_yaml::to_string(&typed(ClusterRole {
+                metadata: meta(&sa, None),
+                rules: Some(rules),
+                ..ClusterRole::default()
+            }))?);
+            docs.push(serde_yaml::to_string(&typed(ClusterRoleBinding {
+                metadata: meta(&sa, None),
+                role_ref: role_ref("ClusterRole", &sa),
+                subjects: Some(vec![subject(&sa)]),
+            }))?);
+        }
+    }
+    let impersonate = format!("{sa}-impersonate");
+    docs.push(serde_yaml::to_string(&typed(Role {
+        metadata: meta(&impersonate, Some(&identity.namespace)),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["serviceaccounts".into()]),
+            resource_names: Some(vec![sa.clone()]),
+            verbs: vec!["impersonate".into()],
+            ..PolicyRule::default()
+        }]),
+    }))?);
+    docs.push(serde_yaml::to_string(&typed(RoleBinding {
+        metadata: meta(&impersonate, Some(&identity.namespace)),
+        role_ref: role_ref("Role", &impersonate),
+        subjects: Some(vec![subject(&identity.host_service_account)]),
+    }))?);
+    Ok(docs.join("---\n"))
+}
+
+/// The object as JSON with its `apiVersion` and `kind`.
+fn typed<K: k8s_openapi::Resource + serde::Serialize>(object: K) -> serde_json::Value {
+    let mut value = serde_json::to_value(&object).expect("a Kubernetes object serializes");
+    value["apiVersion"] = K::API_VERSION.into();
+    value["kind"] = K::KIND.into();
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::grants::GrantConfig;
+    use crate::plugin::registration::Registration;
+
+    fn grants(config: &str) -> Grants {
+        let registration = Registration {
+            owns: vec![
+                GroupVersionKind::gvk("", "v1", "ConfigMap"),
+                GroupVersionKind::gvk("networking.k8s.io", "v1", "NetworkPolicy"),
+            ],
+            writes: vec![GroupVersionKind::gvk("apps", "v1", "Deployment")],
+            ..Registration::new(GroupVersionKind::gvk("", "v1", "Namespace"))
+        };
+        Grants::resolve(&registration, &serde_yaml::from_str::<GrantConfig>(config).unwrap()).unwrap()
+    }
+
+    fn identity() -> Identity {
+        Identity { namespace: "kubewasm-system".into(), host_service_account: "kubewasm".into() }
+    }
+
+    fn rule<'a>(rules: &'a [PolicyRule], group: &str, verb: &str) -> &'a PolicyRule {
+        rules
+            .iter()
+            .find(|r| r.api_groups.as_deref() == Some(&[group.to_owned()]) && r.verbs.iter().any(|v| v == verb))
+            .unwrap_or_else(|| panic!("no {verb} rule for group {group:?} in {rules:?}"))
+    }
+
+    #[test]
+    fn the_rules_grant_reads_writes_status_and_events_and_nothing_more() {
+        let rules = rules(&grants("write: [Deployment.apps]"));
+        assert_eq!(rule(&rules, "", "delete").resources, Some(vec!["configmaps".to_owned()]));
+        assert_eq!(
+            rule(&rules, "", "list").resources,
+            Some(vec!["configmaps".to_owned()]),
+            "reads of a writable kind are in its rule"
+        );
+        assert_eq!(rule(&rules, "", "watch").resources.as_ref().map(Vec::len), Some(1));
+        let read_only = rules.iter().find(|r| r.verbs == READ).unwrap();
+        assert_eq!(read_only.resources, Some(vec!["namespaces".to_owned()]), "the for kind is read only");
+        assert_eq!(rule(&rules, "", "update").resources.as_ref().unwrap().len(), 1);
+        let status = rules.iter().find(|r| r.verbs == STATUS).unwrap();
+        assert_eq!(status.resources, Some(vec!["namespaces/status".to_owned()]));
+        assert_eq!(rule(&rules, "apps", "patch").resources, Some(vec!["deployments".to_owned()]));
+        assert_eq!(rule(&rules, "networking.k8s.io", "create").resources, Some(vec!["networkpolicies".to_owned()]));
+        assert_eq!(rule(&rules, "events.k8s.io", "create").resources, Some(vec!["events".to_owned()]));
+        assert!(rules.iter().all(|r| r.resources.as_ref().unwrap().iter().all(|res| res != "secrets")));
+    }
+
+    #[test]
+    fn a_plugin_confined_to_named_namespaces_gets_roles_there_and_the_host_may_impersonate_it() {
+        let yaml = manifest("defaults", &grants("write: [Deployment.apps]\nnamespaces: {names: [a, b]}"), &identity())
+            .unwrap();
+        let docs: Vec<serde_json::Value> =
+            serde_yaml::Deserializer::from_str(&yaml).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+        let kinds: Vec<(&str, &str)> = docs
+            .iter()
+            .map(|d| (d["kind"].as_str().unwrap(), d["metadata"]["namespace"].as_str().unwrap_or("")))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("ServiceAccount", "kubewasm-system"),
+                ("Role", "a"),
+                ("RoleBinding", "a"),
+                ("Role", "b"),
+                ("RoleBinding", "b"),
+                ("Role", "kubewasm-system"),
+                ("RoleBinding", "kubewasm-system"),
+            ]
+        );
+        assert_eq!(docs[0]["metadata"]["name"], "kubewasm-plugin-defaults");
+        assert_eq!(docs[2]["subjects"][0]["name"], "kubewasm-plugin-defaults");
+        assert_eq!(docs[5]["rules"][0]["verbs"][0], "impersonate");
+        assert_eq!(docs[5]["rules"][0]["resourceNames"][0], "kubewasm-plugin-defaults");
+        assert_eq!(docs[6]["subjects"][0]["name"], "kubewasm", "the host's ServiceAccount impersonates");
+        assert_eq!(user(&identity(), "defaults"), "system:serviceaccount:kubewasm-system:kubewasm-plugin-defaults");
+    }
+
+    #[test]
+    fn an_unconfined_plugin_gets_a_cluster_role() {
+        let yaml = manifest("defaults", &grants("write: [Deployment.apps]"), &identity()).unwrap();
+        assert!(yaml.contains("kind: ClusterRole\n") && yaml.contains("kind: ClusterRoleBinding\n"), "{yaml}");
+    }
+}
