@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod examples;
+pub mod hostile;
 pub mod image;
 pub mod process;
 

@@ -1,0 +1,119 @@
+//! The hostile fixtures (`fixture-hostile`, contract 0.2, and `fixture-hostile-legacy`, 0.1) as
+//! the attack tests install them, and what those tests read back: refused calls in the host's
+//! metrics, Events a plugin reported, the host's own namespace.
+
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use kubewasm::app::{App, PluginFile};
+use serde_json::{Value, json};
+
+use super::{install_plugin, metric_value};
+
+/// Kinds as the fixtures' settings write them.
+pub fn config_map_kind() -> Value {
+    json!({"group": "", "version": "v1", "kind": "ConfigMap"})
+}
+
+/// See [`config_map_kind`].
+pub fn namespace_kind() -> Value {
+    json!({"group": "", "version": "v1", "kind": "Namespace"})
+}
+
+/// See [`config_map_kind`].
+pub fn lease_kind() -> Value {
+    json!({"group": "coordination.k8s.io", "version": "v1", "kind": "Lease"})
+}
+
+/// See [`config_map_kind`].
+pub fn deployment_kind() -> Value {
+    json!({"group": "apps", "version": "v1", "kind": "Deployment"})
+}
+
+/// A `fixture-hostile` plugin file named `name` with `grants` (a YAML line, or empty) and
+/// `settings`.
+pub fn hostile(dir: &Path, name: &str, grants: &str, settings: Value) -> PluginFile {
+    plugin_file(dir, name, "fixture_hostile.wasm", grants, settings)
+}
+
+/// A `fixture-hostile-legacy` (contract 0.1) plugin file, as [`hostile`].
+pub fn hostile_legacy(dir: &Path, name: &str, grants: &str, settings: Value) -> PluginFile {
+    plugin_file(dir, name, "fixture_hostile_legacy.wasm", grants, settings)
+}
+
+fn plugin_file(dir: &Path, name: &str, built: &str, grants: &str, settings: Value) -> PluginFile {
+    let config = format!("{grants}settings: {settings}\n");
+    PluginFile {
+        name: name.into(),
+        wasm: install_plugin(dir, name, built, &config),
+        config: Some(dir.join(format!("{name}.yaml"))),
+    }
+}
+
+/// An `apply` of a ConfigMap `name` beside the reconciled object, controlled by it: the last call
+/// of an attack, whose result shows the reconcile made the calls before it.
+pub fn marker(name: &str) -> Value {
+    json!({"op": "apply", "kind": config_map_kind(), "namespace": "$trigger", "name": name,
+           "controlled": true, "body": {"data": {"done": "yes"}}})
+}
+
+/// Calls of `function` by `plugin` the host refused as forbidden.
+pub fn forbidden_calls(app: &App, plugin: &str, function: &str) -> f64 {
+    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    let labels = [("plugin", plugin), ("function", function), ("result", "forbidden")];
+    metric_value(&text, "kubewasm_plugin_host_calls_total", &labels).unwrap_or(0.0)
+}
+
+/// Events in `ns` reported by `kubewasm/<plugin>`.
+pub async fn events_from(client: &Client, ns: &str, plugin: &str) -> Vec<Event> {
+    let reporter = format!("kubewasm/{plugin}");
+    let list = Api::<Event>::namespaced(client.clone(), ns).list(&ListParams::default()).await.unwrap();
+    list.items.into_iter().filter(|e| e.reporting_controller.as_deref() == Some(reporter.as_str())).collect()
+}
+
+/// The note of an `AccessDenied` Event in `ns` reported by `kubewasm/<plugin>`, if there is one.
+pub async fn access_denied(client: &Client, ns: &str, plugin: &str) -> Option<String> {
+    let events = events_from(client, ns, plugin).await;
+    events.into_iter().find(|e| e.reason.as_deref() == Some("AccessDenied")).map(|e| e.note.unwrap_or_default())
+}
+
+/// The host's own namespace outside a pod (`kubewasm::leader::DEFAULT_NAMESPACE`), created if
+/// missing: writes into it must be refused by the host, not by the API server for want of it.
+pub async fn host_namespace(client: &Client) -> &'static str {
+    let name = kubewasm::leader::DEFAULT_NAMESPACE;
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    match Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+    name
+}
+
+/// What an attack changed or got through, collected so that one failure lists every breach.
+#[derive(Default)]
+pub struct Breaches(Vec<String>);
+
+impl Breaches {
+    /// Records `breach` unless the defence `held`.
+    pub fn check(&mut self, held: bool, breach: impl FnOnce() -> String) {
+        if !held {
+            self.0.push(breach());
+        }
+    }
+
+    /// Records a breach unless `plugin`'s calls of `function` were refused as forbidden at least
+    /// `times` times.
+    pub fn refused(&mut self, app: &App, plugin: &str, function: &str, times: f64) {
+        let refused = forbidden_calls(app, plugin, function);
+        self.check(refused >= times, || format!("{plugin}'s {function} refused {refused} times, not {times}"));
+    }
+
+    /// Panics listing every breach, if there is one.
+    pub fn assert_none(self, attack: &str) {
+        assert!(self.0.is_empty(), "{attack} got through:\n  {}", self.0.join("\n  "));
+    }
+}
