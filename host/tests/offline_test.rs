@@ -190,10 +190,8 @@ fn test_gives_the_python_and_javascript_builds_the_same_report_as_the_rust_one()
     for build in ["namespace_defaults_py.wasm", "namespace_defaults_js.wasm"] {
         // The quota is the one this build made: the host's mark names the plugin (its file).
         let stem = build.trim_end_matches(".wasm");
-        let made_by_build = NAMESPACES.replace(
-            "kubewasm.dev/plugin: namespace_defaults}",
-            &format!("kubewasm.dev/plugin: {stem}}}"),
-        );
+        let made_by_build =
+            NAMESPACES.replace("kubewasm.dev/plugin: namespace_defaults}", &format!("kubewasm.dev/plugin: {stem}}}"));
         let objects = write(dir.path(), &format!("{stem}.yaml"), &made_by_build);
         let out = kubewasm_test(build, &["--objects", &objects, "--expect", &expected]);
         let stderr = String::from_utf8_lossy(&out.stderr);

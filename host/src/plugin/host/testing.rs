@@ -107,9 +107,16 @@ pub enum WriteCall {
 pub struct RecordingWriter {
     calls: Mutex<Vec<WriteCall>>,
     fail_with: Mutex<Option<CallError>>,
+    /// What its uncached `get` reads: the test's cluster (often the plugin's cache itself).
+    server: Option<std::sync::Arc<dyn CacheReader>>,
 }
 
 impl RecordingWriter {
+    /// A recording writer whose uncached `get` answers from `server`.
+    pub fn serving(server: std::sync::Arc<dyn CacheReader>) -> Self {
+        Self { server: Some(server), ..Self::default() }
+    }
+
     /// The calls so far, in order.
     pub fn calls(&self) -> Vec<WriteCall> {
         self.calls.lock().clone()
@@ -158,9 +165,12 @@ impl ApiWriter for RecordingWriter {
         self.record(WriteCall::Delete(target.clone()))
     }
 
-    /// Reads nothing: the recording writer has no objects.
-    async fn get(&self, _target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        Ok(None)
+    /// Reads from the server it was given, if any; else nothing exists.
+    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        match &self.server {
+            Some(server) => server.get(&target.kind, target.namespace.as_deref(), &target.name),
+            None => Ok(None),
+        }
     }
 
     async fn publish_event(&self, _manager: &str, event: &EventRecord) -> Result<(), CallError> {
