@@ -182,6 +182,22 @@ impl Authorizer {
         }
     }
 
+    /// Whether the plugin may read `kind` at all: [`Verb::Read`]'s whole rule (the cache shows a
+    /// confined plugin only what it may see), here without building a request, since every
+    /// cache read asks.
+    pub fn may_read(&self, kind: &GroupVersionKind) -> Result<(), String> {
+        if self.grants.can_read(kind) {
+            Ok(())
+        } else {
+            Err(format!("register the kind {} (for/owns/watches/reads) and have it granted", KindRef::of(kind)))
+        }
+    }
+
+    /// The refusal message of a read of `kind` denied with `why`.
+    pub fn read_message(&self, kind: &GroupVersionKind, why: &str) -> String {
+        format!("plugin `{}` may not read {}: {why}", self.plugin, KindRef::of(kind))
+    }
+
     /// Decides `request` on `facts`; see the module doc for the rules.
     pub fn decide(&self, request: &Request<'_>, facts: &Facts) -> Decision {
         match self.refusal(request, facts) {
@@ -193,12 +209,10 @@ impl Authorizer {
     fn refusal(&self, req: &Request<'_>, facts: &Facts) -> Result<Decision, String> {
         let (target, kind) = (req.target, &req.target.kind);
         let kind_ref = || KindRef::of(kind);
-        let reads = matches!(req.verb, Verb::Read | Verb::Get | Verb::Event);
-        if reads && !self.grants.can_read(kind) {
-            return Err(format!("register the kind {} (for/owns/watches/reads) and have it granted", kind_ref()));
+        if matches!(req.verb, Verb::Read | Verb::Get | Verb::Event) {
+            self.may_read(kind)?;
         }
         if req.verb == Verb::Read {
-            // The cache shows a confined plugin only what it may see.
             return Ok(Decision::Allow { mark: false });
         }
         let Some(scope) = facts.scope.clone() else { return Ok(Decision::Lookup(Lookup::Scope)) };
@@ -332,7 +346,7 @@ impl Authorizer {
         };
         let kind = KindRef::of(&req.target.kind);
         if req.verb == Verb::Read {
-            return format!("plugin `{}` may not read {kind}: {why}", self.plugin);
+            return self.read_message(&req.target.kind, why);
         }
         format!("plugin `{}` may not {} {status}{kind} {key}: {why}", self.plugin, req.verb.as_str())
     }

@@ -2,8 +2,7 @@
 
 use kube::core::GroupVersionKind;
 
-use super::{CallError, ListOptions, ObjectRef};
-use crate::plugin::authorizer::{Body, Decision, Facts, Request, Verb};
+use super::{CallError, ListOptions};
 use crate::plugin::bindings::v0_2::{cache as c2, types as t2};
 use crate::plugin::bindings::{cache, types};
 use crate::plugin::state::PluginCtx;
@@ -12,22 +11,13 @@ type CallResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
 impl PluginCtx {
     /// `Forbidden` unless the plugin may read `kind` (the cache shows a confined plugin only
-    /// what it may see); decided by the authorizer, which needs no lookup for a read.
+    /// what it may see), as the authorizer decides a read.
     pub(crate) fn check_read(&mut self, kind: &GroupVersionKind) -> Result<(), CallError> {
-        let target = ObjectRef { kind: kind.clone(), namespace: None, name: String::new() };
-        let request = Request { verb: Verb::Read, target: &target, status: false, body: Body::None };
-        match self.shared.authorizer.decide(&request, &Facts::default()) {
-            Decision::Allow { .. } => Ok(()),
-            decision => {
-                let why = match decision {
-                    Decision::Deny(why) => why,
-                    other => format!("unexpected decision {other:?}"),
-                };
-                let message = self.shared.authorizer.message(&request, &why);
-                self.denied.push(message.clone());
-                Err(CallError::Forbidden(message))
-            }
-        }
+        self.shared.authorizer.may_read(kind).map_err(|why| {
+            let message = self.shared.authorizer.read_message(kind, &why);
+            self.denied.push(message.clone());
+            CallError::Forbidden(message)
+        })
     }
 
     /// Counts the call and converts its result to the WIT error (of either contract version).
