@@ -163,6 +163,11 @@ impl Authorizer {
         Self { plugin: plugin.to_owned(), manager: manager.to_owned(), grants, protected, cache }
     }
 
+    /// The plugin it decides for: a canary candidate's is the plugin it is a candidate of.
+    pub fn plugin(&self) -> &str {
+        &self.plugin
+    }
+
     /// The plugin's effective grants.
     pub fn grants(&self) -> &Grants {
         &self.grants

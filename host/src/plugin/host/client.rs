@@ -17,7 +17,7 @@ impl PluginCtx {
         let mut object = TypedObject::from_json(object)?;
         let request = Request { verb: Verb::Apply, target: &object.target, status, body: Body::Object(&object.body) };
         if self.authorize(&request).await? {
-            object.mark = Some(self.shared.name.to_string());
+            object.mark = Some(self.shared.authorizer.plugin().to_owned());
         }
         let shared = &self.shared;
         if status {
@@ -32,7 +32,7 @@ impl PluginCtx {
         let request =
             Request { verb: Verb::Create, target: &object.target, status: false, body: Body::Object(&object.body) };
         if self.authorize(&request).await? {
-            object.mark = Some(self.shared.name.to_string());
+            object.mark = Some(self.shared.authorizer.plugin().to_owned());
         }
         self.shared.writer.create(&self.shared.manager, &object).await
     }
