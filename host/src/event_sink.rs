@@ -149,11 +149,11 @@ async fn send_all(client: Client, mut rx: mpsc::Receiver<Queued>) {
         let now = Timestamp::now();
         let window = k8s_openapi::jiff::SignedDuration::try_from(SERIES_WINDOW).unwrap_or_default();
         series.lock().retain(|_, s| s.last + window > now);
-        futures::stream::iter(merge(std::mem::take(&mut batch)))
-            .for_each_concurrent(IN_FLIGHT, |(queued, count)| {
+        futures::stream::iter(merge(std::mem::take(&mut batch)).into_iter().zip(0u32..))
+            .for_each_concurrent(IN_FLIGHT, |((queued, count), nth)| {
                 let (client, series) = (&client, &series);
                 async move {
-                    if let Err(e) = send(client, series, &queued, count, now).await {
+                    if let Err(e) = send(client, series, &queued, count, now, nth).await {
                         tracing::debug!(manager = %queued.manager, reason = %queued.event.reason, error = %e, "event not sent");
                     }
                 }
@@ -169,6 +169,7 @@ async fn send(
     queued: &Queued,
     count: i32,
     now: Timestamp,
+    nth: u32,
 ) -> Result<(), kube::Error> {
     let key = queued.key();
     let known = series.lock().get(&key).map(|s| (s.namespace.clone(), s.name.clone(), s.count + count));
@@ -188,7 +189,7 @@ async fn send(
             }
         }
     }
-    let event = new_event(queued, count, now);
+    let event = new_event(queued, count, now, nth);
     let namespace = event.metadata.namespace.clone().unwrap_or_default();
     let created = Api::<Event>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &event).await?;
     let name = created.metadata.name.unwrap_or_default();
@@ -198,14 +199,16 @@ async fn send(
 
 /// The events.k8s.io/v1 Event for `queued` (seen `count` times), in the regarding object's
 /// namespace (`default` for cluster-scoped objects, as kube-runtime's `Recorder` does).
-fn new_event(queued: &Queued, count: i32, now: Timestamp) -> Event {
+fn new_event(queued: &Queued, count: i32, now: Timestamp, nth: u32) -> Event {
     let r = &queued.event.regarding;
     let namespace = r.namespace.clone().unwrap_or_else(|| "default".to_owned());
     let api_version =
         if r.kind.group.is_empty() { r.kind.version.clone() } else { format!("{}/{}", r.kind.group, r.kind.version) };
     Event {
         metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", r.name, now.as_nanosecond())),
+            // client-go's `<object>.<time in ns, hex>`, with `nth` added: the batch's Events share
+            // one time, and two about one object had one name (the second refused as a duplicate).
+            name: Some(format!("{}.{:x}", r.name, now.as_nanosecond() + i128::from(nth))),
             namespace: Some(namespace),
             ..Default::default()
         },
@@ -313,11 +316,12 @@ mod tests {
     #[test]
     fn an_event_seen_more_than_once_is_created_as_a_series() {
         let now = Timestamp::now();
-        let once = new_event(&queued("kubewasm/p", "a", "Applied"), 1, now);
+        let once = new_event(&queued("kubewasm/p", "a", "Applied"), 1, now, 0);
         assert_eq!(once.series, None);
         assert_eq!(once.metadata.namespace.as_deref(), Some("default"));
         assert_eq!(once.reporting_controller.as_deref(), Some("kubewasm/p"));
-        let thrice = new_event(&queued("kubewasm/p", "a", "Applied"), 3, now);
+        let thrice = new_event(&queued("kubewasm/p", "a", "Applied"), 3, now, 1);
+        assert_ne!(thrice.metadata.name, once.metadata.name, "two Events of one batch about one object");
         assert_eq!(thrice.series.map(|s| s.count), Some(3));
     }
 }

@@ -56,3 +56,33 @@ async fn a_published_event_arrives_and_its_repeats_join_one_series() {
     .await;
     assert_eq!(series, Some(3));
 }
+
+/// Two different Events about one object published together: the sender takes them in one batch
+/// (this test's runtime has one thread, so the sender runs only once both are queued), and both
+/// must be created, not the second refused as a duplicate of the first's name.
+#[tokio::test]
+async fn two_different_events_about_one_object_in_one_batch_are_both_created() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let namespace = cp.namespace("events-batch").await;
+    let writer = KubeWriter::new(client.clone());
+    let regarding = ObjectRef {
+        kind: GroupVersionKind::gvk("", "v1", "ConfigMap"),
+        namespace: Some(namespace.clone()),
+        name: "same".into(),
+    };
+    for reason in ["First", "Second"] {
+        let event =
+            EventRecord { regarding: regarding.clone(), warning: false, reason: reason.into(), note: "n".into() };
+        writer.publish_event("kubewasm/events-e2e", &event).await.unwrap();
+    }
+    let events = Api::<Event>::namespaced(client.clone(), &namespace);
+    let reasons = eventually("two Events about one ConfigMap", Duration::from_secs(30), || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        let mut reasons: Vec<String> = list.items.into_iter().filter_map(|e| e.reason).collect();
+        reasons.sort();
+        (reasons.len() >= 2).then_some(reasons)
+    })
+    .await;
+    assert_eq!(reasons, ["First", "Second"]);
+}
