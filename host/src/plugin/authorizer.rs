@@ -152,15 +152,9 @@ pub struct Authorizer {
 }
 
 impl Authorizer {
-    /// The authorizer of plugin `plugin` (field manager `manager`).
-    pub fn new(
-        plugin: &str,
-        manager: &str,
-        grants: Grants,
-        protected: Protected,
-        cache: std::sync::Arc<dyn CacheReader>,
-    ) -> Self {
-        Self { plugin: plugin.to_owned(), manager: manager.to_owned(), grants, protected, cache }
+    /// The authorizer of plugin `plugin` (whose field manager is `kubewasm/<plugin>`).
+    pub fn new(plugin: &str, grants: Grants, protected: Protected, cache: std::sync::Arc<dyn CacheReader>) -> Self {
+        Self { plugin: plugin.to_owned(), manager: format!("kubewasm/{plugin}"), grants, protected, cache }
     }
 
     /// The plugin it decides for: a canary candidate's is the plugin it is a candidate of.

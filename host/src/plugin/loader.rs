@@ -176,13 +176,7 @@ impl Runtime {
             Arc::new(PluginShared {
                 name: name.into(),
                 manager: format!("kubewasm/{name}"),
-                authorizer: Authorizer::new(
-                    identity,
-                    &format!("kubewasm/{identity}"),
-                    grants,
-                    self.protected.clone(),
-                    cache.clone(),
-                ),
+                authorizer: Authorizer::new(identity, grants, self.protected.clone(), cache.clone()),
                 limits: config.limits.clone(),
                 settings: config.settings_json(),
                 cache: cache.clone(),

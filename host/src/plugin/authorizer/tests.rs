@@ -107,7 +107,7 @@ impl World {
         let grants = Grants::resolve(&registration, &config).unwrap();
         let protected = Protected::default();
         protected.namespace("kubewasm-system", "is the host's own namespace");
-        Authorizer::new("p", "kubewasm/p", grants, protected, self.cache.clone())
+        Authorizer::new("p", grants, protected, self.cache.clone())
     }
 
     /// Decides `request` as `PluginCtx::authorize` does, answering each lookup from this world.
@@ -375,7 +375,7 @@ fn the_host_namespace_is_protected_from_events_and_writes_of_an_unconfined_plugi
     let protected = Protected::default();
     protected.namespace("kubewasm-system", "is the host's own namespace");
     protected.leases("elect", "kubewasm");
-    let authorizer = Authorizer::new("p", "kubewasm/p", grants, protected, Arc::new(MemoryCache::default()));
+    let authorizer = Authorizer::new("p", grants, protected, Arc::new(MemoryCache::default()));
     let lease = |ns: &str, name: &str| ObjectRef {
         kind: gvk("coordination.k8s.io", "v1", "Lease"),
         namespace: Some(ns.into()),
