@@ -15,6 +15,8 @@ use crate::admin::{self, Readiness};
 use crate::breaker::{self, Breaker, BreakerMetrics, BreakerWriter};
 use crate::cli::RunArgs;
 use crate::controller::{self, ControllerMetrics};
+use crate::identity::Identities;
+use crate::rbac::Identity;
 use crate::hotload::{Desired, DirectorySource, HotloadMetrics, Manager, Options, Origin, WasmPluginSource};
 pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::informer::SharedInformerFactory;
@@ -61,9 +63,13 @@ pub struct App {
 }
 
 impl App {
-    /// Builds the shared parts on `client`, with default hot-load options.
+    /// Builds the shared parts on `client` as `kubewasm dev` runs them: each plugin's requests
+    /// sent as its own ServiceAccount, whose RBAC the host makes with `client`'s (a cluster
+    /// admin's) rights; default hot-load options otherwise.
     pub fn new(client: Client, compile_cache: Option<&Path>, max_retries: Option<u32>) -> anyhow::Result<Self> {
-        Self::with_options(client, compile_cache, max_retries, Options::default())
+        let identity = Identity { namespace: leader::default_namespace(), host_service_account: "kubewasm".into() };
+        let options = Options { identity: Some(identity), provision_rbac: true, ..Options::default() };
+        Self::with_options(client, compile_cache, max_retries, options)
     }
 
     /// Builds the shared parts on `client`.
@@ -85,7 +91,11 @@ impl App {
         options: Options,
     ) -> anyhow::Result<Self> {
         let registry = Registry::new();
-        let writer = KubeWriter::new(client.clone());
+        let identities = match &options.identity {
+            Some(identity) => Identities::host(client.clone()).impersonating(&identity.namespace),
+            None => Identities::host(client.clone()),
+        };
+        let writer = KubeWriter::with_identities(identities);
         registry.register(Box::new(writer.events_dropped()))?;
         Self::assemble(client, runtime_config, max_retries, options, Arc::new(writer), registry)
     }
@@ -229,9 +239,15 @@ fn budget_within(limit: u64) -> Option<u64> {
 /// `kubewasm run`: serve until `shutdown` is cancelled.
 pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let client = client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let identity = args.impersonate_plugins.then(|| Identity {
+        namespace: leader::default_namespace(),
+        host_service_account: args.host_service_account.clone(),
+    });
     let options = Options {
         requeue_on_swap: args.requeue_on_swap,
         grace: Duration::from_secs(args.shutdown_grace_seconds),
+        identity,
+        provision_rbac: args.provision_plugin_rbac,
         ..Options::default()
     };
     let mut runtime = RuntimeConfig::default()

@@ -26,7 +26,7 @@ use prometheus::{IntCounter, IntGauge, Registry};
 use tokio::sync::watch;
 
 use crate::plugin::host::{
-    ApiWriter, CallError, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
+    ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
 };
 
 /// The breaker's state.
@@ -292,32 +292,32 @@ impl BreakerWriter {
 
 #[async_trait]
 impl ApiWriter for BreakerWriter {
-    async fn apply(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.apply(manager, object, force)).await
+    async fn apply(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+        self.seen(self.inner.apply(caller, object, force)).await
     }
-    async fn apply_status(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.apply_status(manager, object, force)).await
+    async fn apply_status(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+        self.seen(self.inner.apply_status(caller, object, force)).await
     }
     async fn patch(
         &self,
-        manager: &str,
+        caller: &Caller,
         target: &ObjectRef,
         patch: &Patch,
         options: &PatchOptions,
     ) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.patch(manager, target, patch, options)).await
+        self.seen(self.inner.patch(caller, target, patch, options)).await
     }
-    async fn create(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.create(manager, object)).await
+    async fn create(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
+        self.seen(self.inner.create(caller, object)).await
     }
-    async fn delete(&self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
-        self.seen(self.inner.delete(target, options)).await
+    async fn delete(&self, caller: &Caller, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
+        self.seen(self.inner.delete(caller, target, options)).await
     }
-    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        self.seen(self.inner.get(target)).await
+    async fn get(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        self.seen(self.inner.get(caller, target)).await
     }
-    async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError> {
-        self.seen(self.inner.publish_event(manager, event)).await
+    async fn publish_event(&self, caller: &Caller, event: &EventRecord) -> Result<(), CallError> {
+        self.seen(self.inner.publish_event(caller, event)).await
     }
     async fn scope(&self, kind: &kube::core::GroupVersionKind) -> Result<crate::plugin::host::Scope, CallError> {
         self.seen(self.inner.scope(kind)).await
@@ -417,25 +417,25 @@ mod tests {
 
     #[async_trait]
     impl ApiWriter for Hung {
-        async fn apply(&self, _: &str, _: &TypedObject, _: bool) -> Result<Vec<u8>, CallError> {
+        async fn apply(&self, _: &Caller, _: &TypedObject, _: bool) -> Result<Vec<u8>, CallError> {
             std::future::pending().await
         }
-        async fn apply_status(&self, _: &str, _: &TypedObject, _: bool) -> Result<Vec<u8>, CallError> {
+        async fn apply_status(&self, _: &Caller, _: &TypedObject, _: bool) -> Result<Vec<u8>, CallError> {
             std::future::pending().await
         }
-        async fn patch(&self, _: &str, _: &ObjectRef, _: &Patch, _: &PatchOptions) -> Result<Vec<u8>, CallError> {
+        async fn patch(&self, _: &Caller, _: &ObjectRef, _: &Patch, _: &PatchOptions) -> Result<Vec<u8>, CallError> {
             std::future::pending().await
         }
-        async fn create(&self, _: &str, _: &TypedObject) -> Result<Vec<u8>, CallError> {
+        async fn create(&self, _: &Caller, _: &TypedObject) -> Result<Vec<u8>, CallError> {
             std::future::pending().await
         }
-        async fn delete(&self, _: &ObjectRef, _: &DeleteOptions) -> Result<(), CallError> {
+        async fn delete(&self, _: &Caller, _: &ObjectRef, _: &DeleteOptions) -> Result<(), CallError> {
             std::future::pending().await
         }
-        async fn get(&self, _: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        async fn get(&self, _: &Caller, _: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
             std::future::pending().await
         }
-        async fn publish_event(&self, _: &str, _: &EventRecord) -> Result<(), CallError> {
+        async fn publish_event(&self, _: &Caller, _: &EventRecord) -> Result<(), CallError> {
             std::future::pending().await
         }
     }
@@ -452,7 +452,7 @@ mod tests {
         };
         let mark = breaker.mark();
         let started = tokio::time::Instant::now();
-        let result = writer.delete(&target, &DeleteOptions::default()).await;
+        let result = writer.delete(&Caller::new("p"), &target, &DeleteOptions::default()).await;
         assert!(matches!(result, Err(CallError::Unavailable(_))), "{result:?}");
         assert_eq!(started.elapsed(), DEFAULT_WRITE_TIMEOUT, "the write timed out after the write timeout");
         assert!(breaker.outage_since(mark).await, "the probe hangs too: an outage");

@@ -68,6 +68,20 @@ pub struct RunArgs {
     /// Namespace of the ConfigMaps that hold WasmPlugin modules.
     #[arg(long, env = "KUBEWASM_MODULE_NAMESPACE", default_value = "kubewasm-system")]
     pub module_namespace: String,
+    /// Send each plugin's requests as its own ServiceAccount, `kubewasm-plugin-<name>` in the
+    /// host's namespace (`Impersonate-User`), so RBAC bounds what it can do even where the host's
+    /// checks would not; `kubewasm rbac` prints what each needs. On in deploy/base.
+    #[arg(long, env = "KUBEWASM_IMPERSONATE_PLUGINS")]
+    pub impersonate_plugins: bool,
+    /// With --impersonate-plugins: make each plugin's ServiceAccount and RBAC with the host's
+    /// own credentials when it loads. For `kubewasm dev` and tests, where the host is a cluster
+    /// admin; never give a deployed host the rights this needs.
+    #[arg(long, env = "KUBEWASM_PROVISION_PLUGIN_RBAC", requires = "impersonate_plugins")]
+    pub provision_plugin_rbac: bool,
+    /// The host's own ServiceAccount (in its namespace), named in the RBAC that lets it
+    /// impersonate plugins.
+    #[arg(long, env = "KUBEWASM_HOST_SERVICE_ACCOUNT", default_value = "kubewasm")]
+    pub host_service_account: String,
     /// After a plugin swap, reconcile every object of its kind again with the new version.
     #[arg(long, env = "KUBEWASM_REQUEUE_ON_SWAP", default_value_t = true, action = ArgAction::Set)]
     pub requeue_on_swap: bool,

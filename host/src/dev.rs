@@ -41,6 +41,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     );
     run.kubeconfig = Some(kubeconfig_out.clone());
     run.context = None;
+    // Plugins run as they would deployed, each as its own ServiceAccount, whose RBAC the host
+    // makes here with the local control plane's admin credentials.
+    run.impersonate_plugins = true;
+    run.provision_plugin_rbac = true;
     let result = if token.is_cancelled() { Ok(()) } else { app::run(run, token).await };
     let _ = std::fs::remove_file(&kubeconfig_out);
     tokio::task::spawn_blocking(move || drop(control_plane)).await?;

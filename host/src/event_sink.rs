@@ -22,7 +22,8 @@ use parking_lot::Mutex;
 use prometheus::IntCounter;
 use tokio::sync::mpsc;
 
-use crate::plugin::host::EventRecord;
+use crate::identity::Identities;
+use crate::plugin::host::{Caller, EventRecord};
 
 /// Events waiting to be sent, per host (client-go `tools/events`: `maxQueuedEvents = 1000`).
 pub const QUEUE_LENGTH: usize = 1000;
@@ -56,6 +57,8 @@ struct Key {
 pub struct Queued {
     /// Reporting controller.
     pub manager: String,
+    /// The plugin whose identity sends it; `None` for the host's own.
+    pub plugin: Option<String>,
     /// The event.
     pub event: EventRecord,
 }
@@ -76,20 +79,20 @@ impl Queued {
 
 /// The host's event queue and its background sender.
 pub struct EventSink {
-    client: Client,
+    identities: Identities,
     sender: OnceLock<mpsc::Sender<Queued>>,
     capacity: usize,
     dropped: IntCounter,
 }
 
 impl EventSink {
-    /// A sink over `client` with [`QUEUE_LENGTH`]; the sender starts with the first event (on
-    /// the runtime that publishes it).
-    pub fn new(client: Client) -> Self {
+    /// A sink sending each plugin's events as `identities` says, with [`QUEUE_LENGTH`]; the
+    /// sender starts with the first event (on the runtime that publishes it).
+    pub fn new(identities: Identities) -> Self {
         let dropped =
             IntCounter::new("kubewasm_events_dropped_total", "Events dropped because the event queue was full")
                 .expect("a valid metric");
-        Self { client, sender: OnceLock::new(), capacity: QUEUE_LENGTH, dropped }
+        Self { identities, sender: OnceLock::new(), capacity: QUEUE_LENGTH, dropped }
     }
 
     /// Events dropped so far, for the host's registry.
@@ -97,14 +100,25 @@ impl EventSink {
         self.dropped.clone()
     }
 
-    /// Enqueues `event`; drops and counts it when the queue is full.
-    pub fn publish(&self, manager: &str, event: &EventRecord) {
+    /// Enqueues `event` reported by `caller`, sent as the caller; drops and counts it when the
+    /// queue is full.
+    pub fn publish(&self, caller: &Caller, event: &EventRecord) {
+        let plugin = Some(caller.plugin.clone());
+        self.enqueue(Queued { manager: caller.manager.clone(), plugin, event: event.clone() });
+    }
+
+    /// Enqueues `event` reported by the host itself as `manager`, sent as the host.
+    pub fn publish_own(&self, manager: &str, event: &EventRecord) {
+        self.enqueue(Queued { manager: manager.to_owned(), plugin: None, event: event.clone() });
+    }
+
+    fn enqueue(&self, queued: Queued) {
         let sender = self.sender.get_or_init(|| {
             let (tx, rx) = mpsc::channel(self.capacity);
-            tokio::spawn(send_all(self.client.clone(), rx));
+            tokio::spawn(send_all(self.identities.clone(), rx));
             tx
         });
-        enqueue(sender, &self.dropped, Queued { manager: manager.to_owned(), event: event.clone() });
+        enqueue(sender, &self.dropped, queued);
     }
 }
 
@@ -142,7 +156,7 @@ struct Series {
 /// The background sender: takes batches off the queue until every sink is dropped, and sends
 /// each batch [`IN_FLIGHT`] at a time. Events in one batch are of different series (`merge`), so
 /// no two requests in flight touch the same series.
-async fn send_all(client: Client, mut rx: mpsc::Receiver<Queued>) {
+async fn send_all(identities: Identities, mut rx: mpsc::Receiver<Queued>) {
     let series: Mutex<HashMap<Key, Series>> = Mutex::default();
     let mut batch = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut batch, BATCH).await > 0 {
@@ -151,9 +165,9 @@ async fn send_all(client: Client, mut rx: mpsc::Receiver<Queued>) {
         series.lock().retain(|_, s| s.last + window > now);
         futures::stream::iter(merge(std::mem::take(&mut batch)).into_iter().zip(0u32..))
             .for_each_concurrent(IN_FLIGHT, |((queued, count), nth)| {
-                let (client, series) = (&client, &series);
+                let (client, series) = (identities.client_of(queued.plugin.as_deref()), &series);
                 async move {
-                    if let Err(e) = send(client, series, &queued, count, now, nth).await {
+                    if let Err(e) = send(&client, series, &queued, count, now, nth).await {
                         tracing::debug!(manager = %queued.manager, reason = %queued.event.reason, error = %e, "event not sent");
                     }
                 }
@@ -242,6 +256,7 @@ mod tests {
             ObjectRef { kind: GroupVersionKind::gvk("", "v1", "Namespace"), namespace: None, name: name.into() };
         Queued {
             manager: manager.into(),
+            plugin: Some(manager.trim_start_matches("kubewasm/").into()),
             event: EventRecord { regarding, warning: false, reason: reason.into(), note: "n".into() },
         }
     }
@@ -288,10 +303,10 @@ mod tests {
         use http::{Request, Response};
         use kube::client::Body;
         let (service, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let sink = EventSink::new(Client::new(service, "default"));
+        let sink = EventSink::new(Identities::host(Client::new(service, "default")));
         let names: Vec<String> = (0..IN_FLIGHT).map(|i| format!("ns-{i}")).collect();
         for name in &names {
-            sink.publish("kubewasm/p", &queued("kubewasm/p", name, "Applied").event);
+            sink.publish(&Caller::new("p"), &queued("kubewasm/p", name, "Applied").event);
         }
         // None is answered until all are in flight: a sender that waits for each answer before
         // the next request never sends the second.

@@ -14,6 +14,7 @@ pub mod controller;
 pub mod dev;
 pub mod event_sink;
 pub mod hotload;
+pub mod identity;
 pub mod informer;
 pub mod leader;
 pub mod offline;

@@ -12,7 +12,14 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Ro
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, GroupVersionKind};
 
+use crate::identity::service_account_name;
 use crate::plugin::grants::{Grants, KindRef};
+
+pub mod review;
+
+/// The label naming the plugin an RBAC object is for (not the host's mark of what a plugin made:
+/// an operator, not a plugin, writes these).
+pub const RBAC_LABEL: &str = "kubewasm.dev/rbac-for";
 
 /// Verbs of a readable kind.
 const READ: &[&str] = &["get", "list", "watch"];
@@ -32,14 +39,9 @@ pub struct Identity {
     pub host_service_account: String,
 }
 
-/// The name of plugin `plugin`'s ServiceAccount.
-pub fn service_account_name(plugin: &str) -> String {
-    format!("kubewasm-plugin-{plugin}")
-}
-
 /// The user the host impersonates for `plugin` (`Impersonate-User`).
 pub fn user(identity: &Identity, plugin: &str) -> String {
-    format!("system:serviceaccount:{}:{}", identity.namespace, service_account_name(plugin))
+    crate::identity::user(&identity.namespace, plugin)
 }
 
 /// The rules `grants` need, one per API group and verb set, resources sorted.
@@ -78,15 +80,28 @@ pub fn rules(grants: &Grants) -> Vec<PolicyRule> {
         .collect()
 }
 
-/// The objects, as multi-document YAML: the ServiceAccount, the plugin's rules (a Role and
-/// RoleBinding per namespace when `grants.namespaces` names them, else a ClusterRole and
-/// ClusterRoleBinding), and a Role letting the host's ServiceAccount impersonate it.
+/// The namespaces the plugin's rules are bound in: those `grants.namespaces` names, or `None`
+/// for cluster-wide. A selector over Namespaces cannot be written as RBAC: such a plugin gets
+/// cluster-wide rules, and the host's authorizer alone keeps it to its namespaces.
+pub fn namespaces(grants: &Grants) -> Option<Vec<String>> {
+    grants.namespaces().filter(|s| s.selector.is_none()).map(|s| s.names.iter().cloned().collect())
+}
+
+/// [`objects`] as multi-document YAML.
 pub fn manifest(plugin: &str, grants: &Grants, identity: &Identity) -> Result<String, serde_yaml::Error> {
+    let docs: Result<Vec<String>, _> = objects(plugin, grants, identity).iter().map(serde_yaml::to_string).collect();
+    Ok(docs?.join("---\n"))
+}
+
+/// The objects: the ServiceAccount, the plugin's rules (a Role and RoleBinding per namespace
+/// when `grants.namespaces` names them, else a ClusterRole and ClusterRoleBinding), and a Role
+/// letting the host's ServiceAccount impersonate it.
+pub fn objects(plugin: &str, grants: &Grants, identity: &Identity) -> Vec<serde_json::Value> {
     let sa = service_account_name(plugin);
     let meta = |name: &str, namespace: Option<&str>| ObjectMeta {
         name: Some(name.to_owned()),
         namespace: namespace.map(str::to_owned),
-        labels: Some([("kubewasm.dev/plugin".to_owned(), plugin.to_owned())].into()),
+        labels: Some([(RBAC_LABEL.to_owned(), plugin.to_owned())].into()),
         ..ObjectMeta::default()
     };
     let subject = |name: &str| Subject {
@@ -100,43 +115,38 @@ pub fn manifest(plugin: &str, grants: &Grants, identity: &Identity) -> Result<St
         kind: kind.into(),
         name: name.to_owned(),
     };
-    let mut docs = vec![serde_yaml::to_string(&typed(ServiceAccount {
-        metadata: meta(&sa, Some(&identity.namespace)),
-        ..ServiceAccount::default()
-    }))?];
+    let mut docs =
+        vec![typed(ServiceAccount { metadata: meta(&sa, Some(&identity.namespace)), ..ServiceAccount::default() })];
     let rules = rules(grants);
-    // A selector over Namespaces cannot be written as RBAC: such a plugin gets cluster-wide
-    // rules, and the host's authorizer alone keeps it to its namespaces.
-    let namespaces = grants.namespaces().filter(|s| s.selector.is_none()).map(|s| s.names.clone());
-    match namespaces {
+    match namespaces(grants) {
         Some(names) => {
             for ns in names {
-                docs.push(serde_yaml::to_string(&typed(Role {
+                docs.push(typed(Role {
                     metadata: meta(&sa, Some(&ns)),
                     rules: Some(rules.clone()),
-                }))?);
-                docs.push(serde_yaml::to_string(&typed(RoleBinding {
+                }));
+                docs.push(typed(RoleBinding {
                     metadata: meta(&sa, Some(&ns)),
                     role_ref: role_ref("Role", &sa),
                     subjects: Some(vec![subject(&sa)]),
-                }))?);
+                }));
             }
         }
         None => {
-            docs.push(serde_yaml::to_string(&typed(ClusterRole {
+            docs.push(typed(ClusterRole {
                 metadata: meta(&sa, None),
                 rules: Some(rules),
                 ..ClusterRole::default()
-            }))?);
-            docs.push(serde_yaml::to_string(&typed(ClusterRoleBinding {
+            }));
+            docs.push(typed(ClusterRoleBinding {
                 metadata: meta(&sa, None),
                 role_ref: role_ref("ClusterRole", &sa),
                 subjects: Some(vec![subject(&sa)]),
-            }))?);
+            }));
         }
     }
     let impersonate = format!("{sa}-impersonate");
-    docs.push(serde_yaml::to_string(&typed(Role {
+    docs.push(typed(Role {
         metadata: meta(&impersonate, Some(&identity.namespace)),
         rules: Some(vec![PolicyRule {
             api_groups: Some(vec![String::new()]),
@@ -145,13 +155,13 @@ pub fn manifest(plugin: &str, grants: &Grants, identity: &Identity) -> Result<St
             verbs: vec!["impersonate".into()],
             ..PolicyRule::default()
         }]),
-    }))?);
-    docs.push(serde_yaml::to_string(&typed(RoleBinding {
+    }));
+    docs.push(typed(RoleBinding {
         metadata: meta(&impersonate, Some(&identity.namespace)),
         role_ref: role_ref("Role", &impersonate),
         subjects: Some(vec![subject(&identity.host_service_account)]),
-    }))?);
-    Ok(docs.join("---\n"))
+    }));
+    docs
 }
 
 /// The object as JSON with its `apiVersion` and `kind`.

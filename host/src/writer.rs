@@ -17,10 +17,11 @@ use serde::Serialize;
 pub mod record;
 
 use crate::event_sink::EventSink;
+use crate::identity::Identities;
 use serde_json::Value;
 
 use crate::plugin::host::{
-    ApiWriter, CallError, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Preconditions, Propagation,
+    ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Preconditions, Propagation,
     TypedObject,
 };
 
@@ -46,26 +47,32 @@ pub fn call_error(err: kube::Error) -> CallError {
     }
 }
 
-/// The plugins' [`ApiWriter`] over a kube client. Resolves each kind once through discovery
-/// (and again on a miss, so CRDs installed after start work).
+/// The plugins' [`ApiWriter`] over a kube client, each request sent as its caller's identity.
+/// Resolves each kind once through discovery (and again on a miss, so CRDs installed after
+/// start work).
 pub struct KubeWriter {
-    client: Client,
+    identities: Identities,
     resources: RwLock<HashMap<GroupVersionKind, (ApiResource, Scope)>>,
     events: EventSink,
 }
 
 impl KubeWriter {
-    /// A writer using `client`.
+    /// A writer sending every request as `client`'s identity.
     pub fn new(client: Client) -> Self {
-        let events = EventSink::new(client.clone());
-        Self { client, resources: RwLock::default(), events }
+        Self::with_identities(Identities::host(client))
+    }
+
+    /// A writer sending each plugin's requests as `identities` says.
+    pub fn with_identities(identities: Identities) -> Self {
+        let events = EventSink::new(identities.clone());
+        Self { identities, resources: RwLock::default(), events }
     }
 
     async fn resource(&self, kind: &GroupVersionKind) -> Result<(ApiResource, Scope), CallError> {
         if let Some(found) = self.resources.read().get(kind) {
             return Ok(found.clone());
         }
-        let (resource, caps) = discovery::pinned_kind(&self.client, kind).await.map_err(|e| match call_error(e) {
+        let (resource, caps) = discovery::pinned_kind(self.identities.host_client(), kind).await.map_err(|e| match call_error(e) {
             CallError::NotFound => CallError::Invalid(format!("the API server does not serve {kind:?}")),
             other => other,
         })?;
@@ -74,11 +81,13 @@ impl KubeWriter {
         Ok(found)
     }
 
-    async fn api(&self, target: &ObjectRef) -> Result<Api<DynamicObject>, CallError> {
+    /// The API of `target`'s kind, sending as `caller`.
+    async fn api(&self, caller: &Caller, target: &ObjectRef) -> Result<Api<DynamicObject>, CallError> {
         let (resource, scope) = self.resource(&target.kind).await?;
+        let client = self.identities.client(&caller.plugin);
         match (scope, target.namespace.as_deref()) {
-            (Scope::Cluster, _) => Ok(Api::all_with(self.client.clone(), &resource)),
-            (Scope::Namespaced, Some(ns)) => Ok(Api::namespaced_with(self.client.clone(), ns, &resource)),
+            (Scope::Cluster, _) => Ok(Api::all_with(client, &resource)),
+            (Scope::Namespaced, Some(ns)) => Ok(Api::namespaced_with(client, ns, &resource)),
             (Scope::Namespaced, None) => Err(CallError::Invalid(format!(
                 "{} {} is namespaced: set metadata.namespace",
                 target.kind.kind, target.name
@@ -151,18 +160,18 @@ fn to_json<T: Serialize>(object: T) -> Result<Vec<u8>, CallError> {
 
 #[async_trait]
 impl ApiWriter for KubeWriter {
-    async fn apply(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        let api = self.api(&object.target).await?;
-        let mut params = PatchParams::apply(manager);
+    async fn apply(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+        let api = self.api(caller, &object.target).await?;
+        let mut params = PatchParams::apply(&caller.manager);
         params.force = force;
         let body = object.sent_body();
         let stored = api.patch(&object.target.name, &params, &KubePatch::Apply(&*body)).await.map_err(call_error)?;
         to_json(stored)
     }
 
-    async fn apply_status(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        let api = self.api(&object.target).await?;
-        let mut params = PatchParams::apply(manager);
+    async fn apply_status(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+        let api = self.api(caller, &object.target).await?;
+        let mut params = PatchParams::apply(&caller.manager);
         params.force = force;
         let stored = api
             .patch_status(&object.target.name, &params, &KubePatch::Apply(&object.body))
@@ -173,14 +182,14 @@ impl ApiWriter for KubeWriter {
 
     async fn patch(
         &self,
-        manager: &str,
+        caller: &Caller,
         target: &ObjectRef,
         patch: &Patch,
         options: &PatchOptions,
     ) -> Result<Vec<u8>, CallError> {
-        let api = self.api(target).await?;
+        let api = self.api(caller, target).await?;
         let patch = self.with_preconditions(&api, target, patch, &options.preconditions).await?;
-        let params = PatchParams { field_manager: Some(manager.to_owned()), ..Default::default() };
+        let params = PatchParams { field_manager: Some(caller.manager.clone()), ..Default::default() };
         let name = &target.name;
         let stored = match (&patch, options.status) {
             (Patch::Merge(v), false) => api.patch(name, &params, &KubePatch::Merge(v)).await,
@@ -198,16 +207,16 @@ impl ApiWriter for KubeWriter {
         to_json(stored)
     }
 
-    async fn create(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
-        let api = self.api(&object.target).await?;
+    async fn create(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
+        let api = self.api(caller, &object.target).await?;
         let body: DynamicObject = serde_json::from_value(object.sent_body().into_owned())
             .map_err(|e| CallError::Invalid(format!("not a Kubernetes object: {e}")))?;
-        let params = PostParams { field_manager: Some(manager.to_owned()), ..Default::default() };
+        let params = PostParams { field_manager: Some(caller.manager.clone()), ..Default::default() };
         to_json(api.create(&params, &body).await.map_err(call_error)?)
     }
 
-    async fn delete(&self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
-        let api = self.api(target).await?;
+    async fn delete(&self, caller: &Caller, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
+        let api = self.api(caller, target).await?;
         let mut params = match options.propagation {
             Propagation::Background => DeleteParams::background(),
             Propagation::Foreground => DeleteParams::foreground(),
@@ -221,8 +230,8 @@ impl ApiWriter for KubeWriter {
         api.delete(&target.name, &params).await.map(|_| ()).map_err(call_error)
     }
 
-    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        let api = self.api(target).await?;
+    async fn get(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        let api = self.api(caller, target).await?;
         match api.get_opt(&target.name).await.map_err(call_error)? {
             Some(object) => to_json(object).map(Some),
             None => Ok(None),
@@ -230,8 +239,8 @@ impl ApiWriter for KubeWriter {
     }
 
     /// Enqueues the event for the background sender (never waits on the API server).
-    async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError> {
-        self.events.publish(manager, event);
+    async fn publish_event(&self, caller: &Caller, event: &EventRecord) -> Result<(), CallError> {
+        self.events.publish(caller, event);
         Ok(())
     }
 

@@ -16,7 +16,7 @@ use kubewasm::app::App;
 use kubewasm::hotload::{Desired, Options, Origin};
 use kubewasm::plugin::PluginConfig;
 use kubewasm::plugin::host::{
-    ApiWriter, CallError, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
+    ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
 };
 use kubewasm::writer::KubeWriter;
 use kubewasm_testenv::ControlPlane;
@@ -36,15 +36,15 @@ struct PanicOnce {
 
 #[async_trait]
 impl ApiWriter for PanicOnce {
-    async fn apply(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        self.inner.apply(manager, object, force).await
+    async fn apply(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+        self.inner.apply(caller, object, force).await
     }
-    async fn apply_status(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        self.inner.apply_status(manager, object, force).await
+    async fn apply_status(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+        self.inner.apply_status(caller, object, force).await
     }
     async fn patch(
         &self,
-        manager: &str,
+        caller: &Caller,
         target: &ObjectRef,
         patch: &Patch,
         options: &PatchOptions,
@@ -52,19 +52,19 @@ impl ApiWriter for PanicOnce {
         if target.name == self.victim && self.armed.swap(false, Ordering::SeqCst) {
             panic!("test: a host function panicked patching {}", target.name);
         }
-        self.inner.patch(manager, target, patch, options).await
+        self.inner.patch(caller, target, patch, options).await
     }
-    async fn create(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
-        self.inner.create(manager, object).await
+    async fn create(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
+        self.inner.create(caller, object).await
     }
-    async fn delete(&self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
-        self.inner.delete(target, options).await
+    async fn delete(&self, caller: &Caller, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
+        self.inner.delete(caller, target, options).await
     }
-    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        self.inner.get(target).await
+    async fn get(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        self.inner.get(caller, target).await
     }
-    async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError> {
-        self.inner.publish_event(manager, event).await
+    async fn publish_event(&self, caller: &Caller, event: &EventRecord) -> Result<(), CallError> {
+        self.inner.publish_event(caller, event).await
     }
 }
 

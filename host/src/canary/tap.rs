@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use crate::plugin::host::{
-    ApiWriter, CallError, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
+    ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
 };
 use crate::writer::record::IntendedWrite;
 
@@ -50,44 +50,44 @@ pub struct TapWriter(pub Arc<dyn ApiWriter>);
 
 #[async_trait]
 impl ApiWriter for TapWriter {
-    async fn apply(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+    async fn apply(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
         note(|| IntendedWrite::Apply { object: object.body.clone(), force });
-        self.0.apply(manager, object, force).await
+        self.0.apply(caller, object, force).await
     }
 
-    async fn apply_status(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+    async fn apply_status(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
         note(|| IntendedWrite::ApplyStatus { object: object.body.clone(), force });
-        self.0.apply_status(manager, object, force).await
+        self.0.apply_status(caller, object, force).await
     }
 
     async fn patch(
         &self,
-        manager: &str,
+        caller: &Caller,
         target: &ObjectRef,
         patch: &Patch,
         options: &PatchOptions,
     ) -> Result<Vec<u8>, CallError> {
         note(|| IntendedWrite::Patch(target.clone(), patch.clone(), options.clone()));
-        self.0.patch(manager, target, patch, options).await
+        self.0.patch(caller, target, patch, options).await
     }
 
-    async fn create(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
+    async fn create(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
         note(|| IntendedWrite::Create(object.body.clone()));
-        self.0.create(manager, object).await
+        self.0.create(caller, object).await
     }
 
-    async fn delete(&self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
+    async fn delete(&self, caller: &Caller, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
         note(|| IntendedWrite::Delete(target.clone(), options.clone()));
-        self.0.delete(target, options).await
+        self.0.delete(caller, target, options).await
     }
 
-    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        self.0.get(target).await
+    async fn get(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        self.0.get(caller, target).await
     }
 
-    async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError> {
+    async fn publish_event(&self, caller: &Caller, event: &EventRecord) -> Result<(), CallError> {
         note(|| IntendedWrite::Event(event.clone()));
-        self.0.publish_event(manager, event).await
+        self.0.publish_event(caller, event).await
     }
 
     async fn scope(&self, kind: &kube::core::GroupVersionKind) -> Result<crate::plugin::host::Scope, CallError> {
@@ -109,10 +109,11 @@ mod tests {
             namespace: Some("a".into()),
             name: "c".into(),
         };
-        tap.delete(&target, &DeleteOptions::default()).await.unwrap();
+        let caller = Caller::new("p");
+        tap.delete(&caller, &target, &DeleteOptions::default()).await.unwrap();
         let log = Arc::new(WriteLog::default());
-        logged(Some(log.clone()), tap.delete(&target, &DeleteOptions::default())).await.unwrap();
-        logged(None, tap.delete(&target, &DeleteOptions::default())).await.unwrap();
+        logged(Some(log.clone()), tap.delete(&caller, &target, &DeleteOptions::default())).await.unwrap();
+        logged(None, tap.delete(&caller, &target, &DeleteOptions::default())).await.unwrap();
         assert_eq!(log.take().len(), 1, "only the write inside the scope with a log");
         assert_eq!(sent.take().len(), 3, "every write went through");
     }

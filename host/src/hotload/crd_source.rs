@@ -154,7 +154,7 @@ impl WasmPluginSource {
     /// synced its caches or found that the CRD is not installed.
     pub fn new(manager: Manager, client: Client, module_namespace: impl Into<String>) -> Self {
         manager.context().readiness.set(READINESS_CHECK, false);
-        let events = crate::event_sink::EventSink::new(client.clone());
+        let events = crate::event_sink::EventSink::new(crate::identity::Identities::host(client.clone()));
         let (module_namespace, selector, evented) = (module_namespace.into(), None, Default::default());
         Self { manager, client, module_namespace, selector, events, evented }
     }
@@ -455,6 +455,11 @@ impl WasmPluginSource {
         if let Some(split) = serving.as_ref().and_then(|s| s.split.as_ref()) {
             let (ok, reason, message) = split.condition();
             status.push(cond("Sharded", ok, reason, &message));
+        }
+        if let Some(missing) = serving.as_ref().and_then(|s| s.rbac_missing.as_ref()) {
+            let lacking = !missing.is_empty();
+            let reason = if lacking { "RBACMissing" } else { "AsExpected" };
+            status.push(cond("RBACMissing", lacking, reason, &missing.join("; ")));
         }
         let status = WasmPluginStatus {
             conditions: status,

@@ -144,11 +144,23 @@ pub struct Options {
     pub sync_timeout: Duration,
     /// Grace for in-flight reconciles when a controller is replaced or unloaded.
     pub grace: Duration,
+    /// Where plugins' own identities live, when their requests are sent as them: each version
+    /// loaded is reviewed for the rights its grants need (`Serving::rbac_missing`).
+    pub identity: Option<crate::rbac::Identity>,
+    /// Make each plugin's RBAC with the host's own rights before reviewing it (`kubewasm dev`
+    /// and tests, whose host is a cluster admin).
+    pub provision_rbac: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { requeue_on_swap: true, sync_timeout: Duration::from_secs(60), grace: Duration::from_secs(30) }
+        Self {
+            requeue_on_swap: true,
+            sync_timeout: Duration::from_secs(60),
+            grace: Duration::from_secs(30),
+            identity: None,
+            provision_rbac: false,
+        }
     }
 }
 
@@ -162,6 +174,8 @@ struct Slot {
     canary: Option<CanarySlot>,
     /// The last candidate that did not load (sha256, config) and why, so it is not tried again.
     canary_rejected: Option<(String, PluginConfig, &'static str, String)>,
+    /// What its identity lacks for its grants; `None` when plugins are not impersonated.
+    rbac_missing: Option<Vec<String>>,
 }
 
 /// What is serving for one plugin.
@@ -173,6 +187,8 @@ pub struct Serving {
     pub revision: u64,
     /// How a sharded host splits its keys; `None` when the host does not shard.
     pub split: Option<crate::shard::Split>,
+    /// The rights its identity lacks for its grants; `None` when plugins are not impersonated.
+    pub rbac_missing: Option<Vec<String>>,
 }
 
 type Slots = BTreeMap<String, Arc<Mutex<Option<Slot>>>>;
@@ -265,6 +281,7 @@ impl Manager {
             .load_digested(&name, wasm, sha256.clone(), config.clone(), cache.clone(), self.writer.clone())
             .await?;
         let plugin = Arc::new(plugin.with_revision(revision));
+        let rbac_missing = self.review_rbac(&name, &plugin).await;
         // Only plugin files gate readiness on their caches: the operator deployed them with the
         // host. A WasmPlugin reports waiting caches in its status instead (one object without
         // RBAC must not take every replica out of its Service).
@@ -276,7 +293,16 @@ impl Manager {
                 let mut controller = Controller::build(&self.ctx, plugin, cache).await?;
                 controller.start(gate);
                 *slot =
-                    Some(Slot { origin, sha256, config, revision, controller, canary: None, canary_rejected: None });
+                    Some(Slot {
+                    origin,
+                    sha256,
+                    config,
+                    revision,
+                    controller,
+                    canary: None,
+                    canary_rejected: None,
+                    rbac_missing,
+                });
                 Applied::Loaded
             }
             Some(current) => {
@@ -284,13 +310,14 @@ impl Manager {
                 match current.controller.swap(&self.ctx, plugin.clone(), cache.clone(), sync, requeue).await {
                     Ok(_old) => {
                         (current.sha256, current.config, current.revision) = (sha256, config, revision);
+                        current.rbac_missing = rbac_missing;
                         Applied::Swapped
                     }
                     Err(controller::Error::ForChanged { .. }) => {
                         // Another kind: a new controller; the old one drains, then goes.
                         let controller = Controller::build(&self.ctx, plugin, cache).await?;
                         let new =
-                            Slot { origin, sha256, config, revision, controller, canary: None, canary_rejected: None };
+                            Slot { origin, sha256, config, revision, controller, canary: None, canary_rejected: None, rbac_missing };
                         let old = slot.replace(new).expect("matched Some");
                         old.controller.shut_down(self.options.grace).await;
                         slot.as_mut().expect("just set").controller.start(gate);
@@ -301,6 +328,19 @@ impl Manager {
             }
         };
         Ok(applied)
+    }
+
+    /// What plugin `name`'s identity lacks for `plugin`'s grants (made first with
+    /// `provision_rbac`); `None` when plugins are not impersonated. Missing rights are reported,
+    /// not a rejection: the operator may be granting them right now.
+    async fn review_rbac(&self, name: &str, plugin: &Plugin) -> Option<Vec<String>> {
+        let identity = self.options.identity.as_ref()?;
+        let provision = self.options.provision_rbac;
+        let missing = crate::rbac::review::check(&self.ctx.client, identity, provision, name, plugin.grants()).await;
+        if !missing.is_empty() {
+            tracing::warn!(plugin = name, missing = missing.join("; "), "the plugin's ServiceAccount lacks rights its grants need: its requests needing them will be forbidden");
+        }
+        Some(missing)
     }
 
     /// Stops and forgets the plugin `name` if `origin` serves it: in-flight reconciles finish
@@ -326,7 +366,12 @@ impl Manager {
     pub async fn serving(&self, name: &str) -> Option<Serving> {
         let slot = self.slots.lock().get(name).cloned()?;
         let slot = slot.lock().await;
-        slot.as_ref().map(|s| Serving { sha256: s.sha256.clone(), revision: s.revision, split: s.controller.split() })
+        slot.as_ref().map(|s| Serving {
+            sha256: s.sha256.clone(),
+            revision: s.revision,
+            split: s.controller.split(),
+            rbac_missing: s.rbac_missing.clone(),
+        })
     }
 
     /// Whether `name` serves exactly this component (by sha256) and config.

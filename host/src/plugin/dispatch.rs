@@ -225,7 +225,7 @@ impl Plugin {
             name: key.name.clone(),
         };
         let event = EventRecord { regarding, warning: true, reason: "AccessDenied".into(), note };
-        if let Err(err) = self.shared.writer.publish_event(&self.shared.manager, &event).await {
+        if let Err(err) = self.shared.writer.publish_event(&self.shared.caller, &event).await {
             tracing::warn!(plugin = %self.shared.name, error = %err, "could not publish the AccessDenied event");
         }
     }

@@ -10,7 +10,7 @@ use super::config::PluginConfig;
 use super::dispatch::{self, CallFailed};
 use super::engine::Runtime;
 use super::grants::{Grants, NotGranted};
-use super::host::{ApiWriter, CacheReader};
+use super::host::{ApiWriter, CacheReader, Caller};
 use super::pool::{self, PoolFull};
 use super::registration::{InvalidRegistration, Registration};
 use super::state::PluginShared;
@@ -170,13 +170,13 @@ impl Runtime {
         let output_bytes = u32::try_from(config.limits.output_bytes).unwrap_or(u32::MAX);
         let output_limiter = Arc::new(WriteLimiter::new(WriteRate { qps: output_bytes, burst: output_bytes }));
         // A variant of a plugin (a canary candidate, `<name>/canary`) acts as that plugin: what
-        // the serving version made is its own too. Plugin names hold no `/`.
-        let identity = name.split_once('/').map_or(name, |(plugin, _)| plugin);
+        // the serving version made is its own too.
+        let caller = Caller::new(name);
         let shared = |grants| {
             Arc::new(PluginShared {
                 name: name.into(),
-                manager: format!("kubewasm/{name}"),
-                authorizer: Authorizer::new(identity, grants, self.protected.clone(), cache.clone()),
+                caller: caller.clone(),
+                authorizer: Authorizer::new(&caller.plugin, grants, self.protected.clone(), cache.clone()),
                 limits: config.limits.clone(),
                 settings: config.settings_json(),
                 cache: cache.clone(),

@@ -15,7 +15,7 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::authorizer::Authorizer;
-use super::host::{ApiWriter, CacheReader, CallError};
+use super::host::{ApiWriter, CacheReader, CallError, Caller};
 use super::limits::{LimitHit, Limiter, Limits};
 use super::metrics::PluginMetrics;
 use super::throttle::WriteLimiter;
@@ -25,8 +25,8 @@ use super::throttle::WriteRate;
 /// What every reconcile of one plugin version shares.
 pub(crate) struct PluginShared {
     pub(crate) name: Arc<str>,
-    /// Field manager and event reporter: `kubewasm/<name>`.
-    pub(crate) manager: String,
+    /// Whom its requests are sent for: its identity and field manager.
+    pub(crate) caller: Caller,
     /// Decides every request the plugin makes.
     pub(crate) authorizer: Authorizer,
     pub(crate) limits: Limits,

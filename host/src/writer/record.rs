@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::plugin::host::{
-    ApiWriter, CacheReader, CallError, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Preconditions,
+    ApiWriter, CacheReader, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Preconditions,
     Propagation, TypedObject,
 };
 
@@ -158,19 +158,19 @@ fn to_bytes(value: &Value) -> Vec<u8> {
 
 #[async_trait]
 impl ApiWriter for Recorder {
-    async fn apply(&self, _manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+    async fn apply(&self, _caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
         self.record(IntendedWrite::Apply { object: object.body.clone(), force });
         Ok(to_bytes(&object.body))
     }
 
-    async fn apply_status(&self, _manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+    async fn apply_status(&self, _caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
         self.record(IntendedWrite::ApplyStatus { object: object.body.clone(), force });
         Ok(to_bytes(&object.body))
     }
 
     async fn patch(
         &self,
-        _manager: &str,
+        _caller: &Caller,
         target: &ObjectRef,
         patch: &Patch,
         options: &PatchOptions,
@@ -179,25 +179,25 @@ impl ApiWriter for Recorder {
         Ok(to_bytes(&self.patched(target, patch)))
     }
 
-    async fn create(&self, _manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
+    async fn create(&self, _caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
         self.record(IntendedWrite::Create(object.body.clone()));
         Ok(to_bytes(&object.body))
     }
 
-    async fn delete(&self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
+    async fn delete(&self, _caller: &Caller, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
         self.record(IntendedWrite::Delete(target.clone(), options.clone()));
         Ok(())
     }
 
     /// Serves contract 0.2's uncached get from the cache: offline, the fixtures are the cluster.
-    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+    async fn get(&self, _caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
         match &self.cache {
             Some(cache) => cache.get(&target.kind, target.namespace.as_deref(), &target.name),
             None => Ok(None),
         }
     }
 
-    async fn publish_event(&self, _manager: &str, event: &EventRecord) -> Result<(), CallError> {
+    async fn publish_event(&self, _caller: &Caller, event: &EventRecord) -> Result<(), CallError> {
         self.record(IntendedWrite::Event(event.clone()));
         Ok(())
     }
@@ -220,9 +220,9 @@ mod tests {
             br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"a"}}"#,
         )
         .unwrap();
-        let stored = recorder.apply("kubewasm/p", &object, false).await.unwrap();
+        let stored = recorder.apply(&Caller::new("p"), &object, false).await.unwrap();
         assert_eq!(serde_json::from_slice::<Value>(&stored).unwrap(), object.body);
-        recorder.delete(&config_map(), &DeleteOptions::default()).await.unwrap();
+        recorder.delete(&Caller::new("p"), &config_map(), &DeleteOptions::default()).await.unwrap();
         let writes: Vec<Value> = recorder.take().iter().map(IntendedWrite::to_value).collect();
         assert_eq!(writes[0], json!({ "apply": object.body }));
         assert_eq!(writes[1], json!({ "delete": { "apiVersion": "v1", "kind": "ConfigMap", "key": "a/c" } }));
@@ -237,7 +237,7 @@ mod tests {
         );
         let recorder = Recorder::new(Some(Arc::new(cache)));
         let patch = Patch::Merge(json!({"data":{"y":"2"}}));
-        let answer = recorder.patch("kubewasm/p", &config_map(), &patch, &PatchOptions::default()).await.unwrap();
+        let answer = recorder.patch(&Caller::new("p"), &config_map(), &patch, &PatchOptions::default()).await.unwrap();
         let answer: Value = serde_json::from_slice(&answer).unwrap();
         assert_eq!(answer["data"], json!({"x":"1","y":"2"}));
         let shown = recorder.take()[0].to_value();

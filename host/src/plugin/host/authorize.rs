@@ -49,7 +49,7 @@ fn cached(shared: &PluginShared, target: &ObjectRef) -> Option<Value> {
 
 /// The API server's copy of `target` (`None`: it does not exist).
 async fn server_copy(shared: &PluginShared, target: &ObjectRef) -> Result<Option<Value>, CallError> {
-    let bytes = shared.writer.get(target).await?;
+    let bytes = shared.writer.get(&shared.caller, target).await?;
     bytes
         .map(|b| serde_json::from_slice(&b).map_err(|e| CallError::Other(format!("the API server's copy: {e}"))))
         .transpose()

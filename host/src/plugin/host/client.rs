@@ -21,9 +21,9 @@ impl PluginCtx {
         }
         let shared = &self.shared;
         if status {
-            shared.writer.apply_status(&shared.manager, &object, force).await
+            shared.writer.apply_status(&shared.caller, &object, force).await
         } else {
-            shared.writer.apply(&shared.manager, &object, force).await
+            shared.writer.apply(&shared.caller, &object, force).await
         }
     }
 
@@ -34,7 +34,7 @@ impl PluginCtx {
         if self.authorize(&request).await? {
             object.mark = Some(self.shared.authorizer.plugin().to_owned());
         }
-        self.shared.writer.create(&self.shared.manager, &object).await
+        self.shared.writer.create(&self.shared.caller, &object).await
     }
 
     async fn patch_authorized(
@@ -45,19 +45,19 @@ impl PluginCtx {
     ) -> Result<Vec<u8>, CallError> {
         let request = Request { verb: Verb::Patch, target, status: options.status, body: Body::Patch(&patch) };
         self.authorize(&request).await?;
-        self.shared.writer.patch(&self.shared.manager, target, &patch, options).await
+        self.shared.writer.patch(&self.shared.caller, target, &patch, options).await
     }
 
     async fn delete_authorized(&mut self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
         let request = Request { verb: Verb::Delete, target, status: false, body: Body::None };
         self.authorize(&request).await?;
-        self.shared.writer.delete(target, options).await
+        self.shared.writer.delete(&self.shared.caller, target, options).await
     }
 
     async fn get_authorized(&mut self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
         let request = Request { verb: Verb::Get, target, status: false, body: Body::None };
         self.authorize(&request).await?;
-        self.shared.writer.get(target).await
+        self.shared.writer.get(&self.shared.caller, target).await
     }
 }
 

@@ -38,7 +38,7 @@ impl PluginCtx {
             return Ok(());
         }
         let event = EventRecord { regarding, warning, reason, note: truncate(note, MAX_NOTE) };
-        self.shared.writer.publish_event(&self.shared.manager, &event).await
+        self.shared.writer.publish_event(&self.shared.caller, &event).await
     }
 }
 

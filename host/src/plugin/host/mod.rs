@@ -267,31 +267,49 @@ pub struct EventRecord {
     pub note: String,
 }
 
-/// Writes to the API server on a plugin's behalf; implemented over kube's client, and by
-/// [`testing::RecordingWriter`] in tests. `manager` is the field manager
-/// (`kubewasm/<plugin>`), also the events' reporting controller.
+/// Who a request is made for: the plugin whose identity it is sent as, and its field manager.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The plugin acting; a canary candidate acts as the plugin it is a candidate of.
+    pub plugin: String,
+    /// Field manager (`kubewasm/<plugin>`, or `kubewasm/<plugin>/canary` for a candidate), also
+    /// the events' reporting controller.
+    pub manager: String,
+}
+
+impl Caller {
+    /// The caller of plugin `plugin`, which may be a variant (`<plugin>/canary`): the manager
+    /// keeps the variant, the identity is the plugin's. Plugin names hold no `/`.
+    pub fn new(plugin: &str) -> Self {
+        let identity = plugin.split_once('/').map_or(plugin, |(plugin, _)| plugin);
+        Self { plugin: identity.to_owned(), manager: format!("kubewasm/{plugin}") }
+    }
+}
+
+/// Sends requests to the API server on a plugin's behalf, as its [`Caller`]; implemented over
+/// kube's client, and by [`testing::RecordingWriter`] in tests.
 #[async_trait]
 pub trait ApiWriter: Send + Sync + 'static {
     /// Server-side apply; returns the stored object's JSON.
-    async fn apply(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError>;
+    async fn apply(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError>;
     /// Server-side apply of the status subresource; `force` takes over conflicting fields.
-    async fn apply_status(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError>;
+    async fn apply_status(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError>;
     /// Patches an object (or its status), if it meets the preconditions.
     async fn patch(
         &self,
-        manager: &str,
+        caller: &Caller,
         target: &ObjectRef,
         patch: &Patch,
         options: &PatchOptions,
     ) -> Result<Vec<u8>, CallError>;
     /// Creates an object.
-    async fn create(&self, manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError>;
+    async fn create(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError>;
     /// Deletes an object as `options` say.
-    async fn delete(&self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError>;
+    async fn delete(&self, caller: &Caller, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError>;
     /// Reads an object from the API server, bypassing the cache; `None` if it does not exist.
-    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError>;
-    /// Publishes an event reported by `manager`.
-    async fn publish_event(&self, manager: &str, event: &EventRecord) -> Result<(), CallError>;
+    async fn get(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError>;
+    /// Publishes an event reported by the caller's manager.
+    async fn publish_event(&self, caller: &Caller, event: &EventRecord) -> Result<(), CallError>;
     /// Whether `kind` is namespaced or cluster-scoped, as the API server's discovery says. The
     /// default, for writers with no server behind them, knows the built-in cluster-scoped kinds
     /// and takes every other kind as namespaced.

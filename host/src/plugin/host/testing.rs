@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::{
-    ApiWriter, CacheReader, CallError, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
+    ApiWriter, CacheReader, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
 };
 
 type Key = (String, String, Option<String>, String);
@@ -135,19 +135,19 @@ impl RecordingWriter {
 
 #[async_trait]
 impl ApiWriter for RecordingWriter {
-    async fn apply(&self, manager: &str, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        self.record(WriteCall::Apply { manager: manager.to_owned(), object: object.clone(), force })?;
+    async fn apply(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+        self.record(WriteCall::Apply { manager: caller.manager.clone(), object: object.clone(), force })?;
         Ok(object.body.to_string().into_bytes())
     }
 
-    async fn apply_status(&self, _manager: &str, object: &TypedObject, _force: bool) -> Result<Vec<u8>, CallError> {
+    async fn apply_status(&self, _caller: &Caller, object: &TypedObject, _force: bool) -> Result<Vec<u8>, CallError> {
         self.record(WriteCall::ApplyStatus(object.clone()))?;
         Ok(object.body.to_string().into_bytes())
     }
 
     async fn patch(
         &self,
-        _manager: &str,
+        _caller: &Caller,
         target: &ObjectRef,
         patch: &Patch,
         _options: &PatchOptions,
@@ -156,24 +156,24 @@ impl ApiWriter for RecordingWriter {
         Ok(b"{}".to_vec())
     }
 
-    async fn create(&self, _manager: &str, object: &TypedObject) -> Result<Vec<u8>, CallError> {
+    async fn create(&self, _caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
         self.record(WriteCall::Create(object.clone()))?;
         Ok(object.body.to_string().into_bytes())
     }
 
-    async fn delete(&self, target: &ObjectRef, _options: &DeleteOptions) -> Result<(), CallError> {
+    async fn delete(&self, _caller: &Caller, target: &ObjectRef, _options: &DeleteOptions) -> Result<(), CallError> {
         self.record(WriteCall::Delete(target.clone()))
     }
 
     /// Reads from the server it was given, if any; else nothing exists.
-    async fn get(&self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+    async fn get(&self, _caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
         match &self.server {
             Some(server) => server.get(&target.kind, target.namespace.as_deref(), &target.name),
             None => Ok(None),
         }
     }
 
-    async fn publish_event(&self, _manager: &str, event: &EventRecord) -> Result<(), CallError> {
+    async fn publish_event(&self, _caller: &Caller, event: &EventRecord) -> Result<(), CallError> {
         self.record(WriteCall::Event(event.clone()))
     }
 }

@@ -1,0 +1,186 @@
+//! Whether a plugin's identity holds what its grants need, asked of the API server as the
+//! plugin (SelfSubjectAccessReview, which every authenticated user may create), and, for
+//! development and tests, making that RBAC with the host's own rights.
+
+use futures::{StreamExt as _, TryStreamExt as _, stream};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::Client;
+use serde_json::Value;
+
+use super::Identity;
+use crate::identity::{self, Identities};
+use crate::plugin::grants::Grants;
+
+/// Reviews sent at once.
+const IN_FLIGHT: usize = 8;
+
+/// The field manager of RBAC the host makes itself.
+const MANAGER: &str = "kubewasm-rbac";
+
+/// One permission a review asks about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Permission {
+    /// API group (`""` for core).
+    pub group: String,
+    /// Resource, with `/subresource` if any.
+    pub resource: String,
+    /// Verb.
+    pub verb: String,
+    /// Namespace; `None` for cluster-wide.
+    pub namespace: Option<String>,
+}
+
+impl std::fmt::Display for Permission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = if self.group.is_empty() { String::new() } else { format!(".{}", self.group) };
+        write!(f, "{} {}{group}", self.verb, self.resource)?;
+        match &self.namespace {
+            Some(ns) => write!(f, " in {ns}"),
+            None => write!(f, " cluster-wide"),
+        }
+    }
+}
+
+/// Every permission `rules` grant, in each of `namespaces` (cluster-wide for `None`).
+pub fn permissions(rules: &[PolicyRule], namespaces: Option<&[String]>) -> Vec<Permission> {
+    let scopes: Vec<Option<String>> = match namespaces {
+        Some(names) => names.iter().cloned().map(Some).collect(),
+        None => vec![None],
+    };
+    let mut all = Vec::new();
+    for rule in rules {
+        for group in rule.api_groups.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                for verb in &rule.verbs {
+                    for namespace in &scopes {
+                        all.push(Permission {
+                            group: group.clone(),
+                            resource: resource.clone(),
+                            verb: verb.clone(),
+                            namespace: namespace.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+/// The permissions of `wanted` that `as_plugin` (a client sending as the plugin) lacks.
+pub async fn missing(as_plugin: &Client, wanted: &[Permission]) -> Result<Vec<Permission>, kube::Error> {
+    let api = Api::<SelfSubjectAccessReview>::all(as_plugin.clone());
+    let reviews: Vec<SelfSubjectAccessReview> = wanted.iter().map(review).collect();
+    let allowed: Vec<bool> = stream::iter(reviews)
+        .map(move |review| {
+            let api = api.clone();
+            async move {
+                let answer = api.create(&PostParams::default(), &review).await?;
+                Ok::<_, kube::Error>(answer.status.is_some_and(|s| s.allowed))
+            }
+        })
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
+    Ok(wanted.iter().zip(allowed).filter(|(_, ok)| !ok).map(|(p, _)| p.clone()).collect())
+}
+
+/// The review asking whether the sender may do `p`.
+fn review(p: &Permission) -> SelfSubjectAccessReview {
+    let (resource, subresource) = match p.resource.split_once('/') {
+        Some((resource, sub)) => (resource.to_owned(), Some(sub.to_owned())),
+        None => (p.resource.clone(), None),
+    };
+    SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(p.group.clone()),
+                resource: Some(resource),
+                subresource,
+                verb: Some(p.verb.clone()),
+                namespace: p.namespace.clone(),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    }
+}
+
+/// Applies `objects` (what [`super::objects`] makes) with `client`, after the namespace
+/// `namespace` their ServiceAccount lives in. For `kubewasm dev` and tests, whose host runs with
+/// a cluster admin's credentials; a deployed host is never given the rights this needs.
+pub async fn provision_objects(client: &Client, namespace: &str, objects: &[Value]) -> Result<(), kube::Error> {
+    let params = PatchParams::apply(MANAGER).force();
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    namespaces.patch(namespace, &params, &Patch::Apply(&ns)).await?;
+    for object in objects {
+        let (group, version) = match object["apiVersion"].as_str().unwrap_or_default().split_once('/') {
+            Some((group, version)) => (group, version),
+            None => ("", object["apiVersion"].as_str().unwrap_or_default()),
+        };
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(name, &params, &Patch::Apply(object)).await?;
+    }
+    Ok(())
+}
+
+/// Reviews of a freshly provisioned identity before its answers are taken as they are: the API
+/// server's RBAC authorizer sees new bindings through its informers, a moment later.
+const PROVISIONED_REVIEWS: usize = 50;
+
+/// What plugin `plugin` lacks at the API server for `grants`, as its ServiceAccount in
+/// `identity.namespace` (each entry a permission, or why the review could not be made). With
+/// `provision`, its RBAC is first made with `host`'s own rights, and reviewed again until the API
+/// server's authorizer has caught up (at most [`PROVISIONED_REVIEWS`] times).
+pub async fn check(host: &Client, identity: &Identity, provision: bool, plugin: &str, grants: &Grants) -> Vec<String> {
+    let as_plugin = Identities::host(host.clone()).impersonating(&identity.namespace).client(plugin);
+    let wanted = permissions(&super::rules(grants), super::namespaces(grants).as_deref());
+    if provision {
+        let objects = super::objects(plugin, grants, identity);
+        if let Err(e) = provision_objects(host, &identity.namespace, &objects).await {
+            return vec![format!("could not make the plugin's RBAC: {e}")];
+        }
+    }
+    let mut reviews = 0;
+    loop {
+        reviews += 1;
+        match missing(&as_plugin, &wanted).await {
+            Ok(lacking) if lacking.is_empty() || !provision || reviews >= PROVISIONED_REVIEWS => {
+                return lacking.iter().map(ToString::to_string).collect();
+            }
+            Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            Err(e) => return vec![format!("cannot review the plugin's rights as {}: {e}", identity::user(&identity.namespace, plugin))],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_becomes_one_permission_per_resource_verb_and_namespace() {
+        let rule = PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".into(), "namespaces/status".into()]),
+            verbs: vec!["get".into(), "patch".into()],
+            ..PolicyRule::default()
+        };
+        let names = ["a".to_owned(), "b".to_owned()];
+        let all = permissions(std::slice::from_ref(&rule), Some(&names));
+        assert_eq!(all.len(), 8);
+        assert_eq!(all[0].to_string(), "get configmaps in a");
+        assert_eq!(permissions(&[rule], None)[3].to_string(), "patch namespaces/status cluster-wide");
+    }
+}
