@@ -121,10 +121,7 @@ pub fn objects(plugin: &str, grants: &Grants, identity: &Identity) -> Vec<serde_
     match namespaces(grants) {
         Some(names) => {
             for ns in names {
-                docs.push(typed(Role {
-                    metadata: meta(&sa, Some(&ns)),
-                    rules: Some(rules.clone()),
-                }));
+                docs.push(typed(Role { metadata: meta(&sa, Some(&ns)), rules: Some(rules.clone()) }));
                 docs.push(typed(RoleBinding {
                     metadata: meta(&sa, Some(&ns)),
                     role_ref: role_ref("Role", &sa),
@@ -133,11 +130,7 @@ pub fn objects(plugin: &str, grants: &Grants, identity: &Identity) -> Vec<serde_
             }
         }
         None => {
-            docs.push(typed(ClusterRole {
-                metadata: meta(&sa, None),
-                rules: Some(rules),
-                ..ClusterRole::default()
-            }));
+            docs.push(typed(ClusterRole { metadata: meta(&sa, None), rules: Some(rules), ..ClusterRole::default() }));
             docs.push(typed(ClusterRoleBinding {
                 metadata: meta(&sa, None),
                 role_ref: role_ref("ClusterRole", &sa),

@@ -21,8 +21,8 @@ use crate::identity::Identities;
 use serde_json::Value;
 
 use crate::plugin::host::{
-    ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Preconditions, Propagation,
-    TypedObject,
+    ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Preconditions,
+    Propagation, TypedObject,
 };
 
 /// Maps a kube error to the WIT error a plugin sees: 404 not-found, 409 conflict, 400/422
@@ -72,10 +72,11 @@ impl KubeWriter {
         if let Some(found) = self.resources.read().get(kind) {
             return Ok(found.clone());
         }
-        let (resource, caps) = discovery::pinned_kind(self.identities.host_client(), kind).await.map_err(|e| match call_error(e) {
-            CallError::NotFound => CallError::Invalid(format!("the API server does not serve {kind:?}")),
-            other => other,
-        })?;
+        let (resource, caps) =
+            discovery::pinned_kind(self.identities.host_client(), kind).await.map_err(|e| match call_error(e) {
+                CallError::NotFound => CallError::Invalid(format!("the API server does not serve {kind:?}")),
+                other => other,
+            })?;
         let found = (resource, caps.scope);
         self.resources.write().insert(kind.clone(), found.clone());
         Ok(found)

@@ -24,3 +24,20 @@ fn check_prints_kinds_as_a_manifest_names_them_and_logs_without_colour_to_a_pipe
     assert!(!stderr.contains('\u{1b}'), "no colour escapes when stderr is not a terminal: {stderr:?}");
     assert!(std::fs::read_dir(cache.path()).unwrap().next().is_some(), "--compile-cache was used");
 }
+
+#[test]
+fn the_examples_overlay_holds_each_plugins_rbac_exactly_as_kubewasm_rbac_prints_it() {
+    let dir = tempfile::tempdir().unwrap();
+    common::examples::install_examples(dir.path());
+    for name in ["namespace-defaults", "config-reloader", "configmap-sync"] {
+        let mut rbac = Command::new(env!("CARGO_BIN_EXE_kubewasm"));
+        rbac.args(["--log", "warn", "rbac"]).arg(dir.path().join(format!("{name}.wasm")));
+        let printed = common::run_ok(rbac);
+        let committed = common::examples::deploy_dir().join(format!("overlays/examples/identities/{name}.yaml"));
+        let committed = std::fs::read_to_string(&committed).unwrap();
+        assert_eq!(
+            printed, committed,
+            "deploy/overlays/examples/identities/{name}.yaml is stale: regenerate it with `kubewasm rbac`"
+        );
+    }
+}

@@ -1,8 +1,9 @@
 //! deploy/ against a real kube-apiserver: every kustomization passes server-side dry-run; the
 //! examples overlay's RBAC is enough — `kubewasm run` as its ServiceAccount makes the example
 //! plugins converge without one forbidden request (proven by the apiserver's audit log) — and
-//! the check can fail: without one rule the audit log shows 403s; and the binary works with the
-//! in-cluster config a pod gets (env + mounted service-account files).
+//! the check can fail: without one rule of a plugin's own identity the audit log shows 403s; the
+//! admission policy guarding what each plugin made refuses every other plugin; and the binary
+//! works with the in-cluster config a pod gets (env + mounted service-account files).
 
 mod common;
 
@@ -56,7 +57,7 @@ async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_requ
     let start = || {
         let mut command = kubewasm_run(plugins.path());
         command.arg("--kubeconfig").arg(&kubeconfig).arg("--compile-cache").arg(test_compile_cache());
-        command.args(["--leader-elect", "--leader-election-namespace", "kubewasm-system"]);
+        command.args(["--leader-elect", "--leader-election-namespace", "kubewasm-system", "--impersonate-plugins"]);
         HostProcess::spawn(command)
     };
 
@@ -88,14 +89,23 @@ async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_requ
     let forbidden: Vec<String> = events.iter().filter(|e| code(e) == Some(403)).map(describe).collect();
     assert!(forbidden.is_empty(), "forbidden requests by the host's ServiceAccount:\n{}", forbidden.join("\n"));
 
-    // One rule less (NetworkPolicies, which namespace-defaults owns) and the same host is refused.
+    let impersonated: std::collections::BTreeSet<&str> =
+        events.iter().filter_map(|e| e.pointer("/impersonatedUser/username").and_then(|v| v.as_str())).collect();
+    for name in ["namespace-defaults", "config-reloader", "configmap-sync"] {
+        let user = format!("system:serviceaccount:kubewasm-system:kubewasm-plugin-{name}");
+        assert!(impersonated.contains(user.as_str()), "no request was sent as {user}: {impersonated:?}");
+    }
+
+    // One rule less in namespace-defaults' own identity (NetworkPolicies, which it owns) and the
+    // same host is refused: the API server, not the host, stops the write.
     let roles = Api::<ClusterRole>::all(admin.clone());
-    let mut role = roles.get("kubewasm-examples").await.unwrap();
+    let role_name = "kubewasm-plugin-namespace-defaults";
+    let mut role = roles.get(role_name).await.unwrap();
     let rules = role.rules.as_mut().unwrap();
     let before = rules.len();
     rules.retain(|r| !r.resources.iter().flatten().any(|res| res == "networkpolicies"));
     assert_eq!(rules.len(), before - 1);
-    roles.replace("kubewasm-examples", &PostParams::default(), &role).await.unwrap();
+    roles.replace(role_name, &PostParams::default(), &role).await.unwrap();
     let _host = start();
     eventually("a 403 on networkpolicies in the audit log", CONVERGE, || async {
         audit_events(&log).into_iter().find(|e| {
@@ -103,6 +113,66 @@ async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_requ
         })
     })
     .await;
+}
+
+/// The policy of deploy/base/plugin-mark-policy.yaml, on its own control plane (it binds every
+/// plugin identity of `kubewasm-system`, which the shared one's tests use), with two plugin
+/// identities allowed everything by RBAC: only admission stands between them.
+#[tokio::test]
+async fn the_mark_policy_lets_only_the_plugin_that_made_an_object_change_it_and_people_still_can() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    use kubewasm::identity::Identities;
+    let cp = ControlPlane::builder().start().expect("a control plane (needs `make control-plane`)");
+    let admin = cp.admin_client().await;
+    let mut apply = cp.kubectl();
+    apply.args(["apply", "--server-side", "-f"]).arg(deploy_dir().join("base/plugin-mark-policy.yaml"));
+    run_ok(apply);
+    for plugin in ["alpha", "beta"] {
+        let binding = serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": format!("everything-{plugin}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": format!("kubewasm-plugin-{plugin}"), "namespace": "kubewasm-system"}],
+        });
+        let bindings = Api::<ClusterRoleBinding>::all(admin.clone());
+        bindings.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.unwrap();
+    }
+    let identities = Identities::host(admin.clone()).impersonating("kubewasm-system");
+    let as_plugin = |plugin: &str| Api::<ConfigMap>::namespaced(identities.client(plugin), "default");
+    let (alpha, beta, people) = (as_plugin("alpha"), as_plugin("beta"), Api::<ConfigMap>::namespaced(admin, "default"));
+    let made_by = |plugin: &str, name: &str| -> ConfigMap {
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"name": name, "labels": {"kubewasm.dev/plugin": plugin}}}),
+        )
+        .unwrap()
+    };
+    let data = |value: &str| Patch::Merge(serde_json::json!({"data": {"k": value}}));
+    let params = PatchParams::default();
+    alpha.create(&PostParams::default(), &made_by("alpha", "alphas")).await.unwrap();
+    // The policy takes effect once the API server has compiled it: until then beta's write passes.
+    let refused = eventually("beta refused on alpha's ConfigMap", Duration::from_secs(30), || async {
+        beta.patch("alphas", &params, &data("beta")).await.err()
+    })
+    .await;
+    assert!(refused.to_string().contains("plugin beta may not change or delete what plugin alpha made"), "{refused}");
+    let deleted = beta.delete("alphas", &DeleteParams::default()).await;
+    assert!(deleted.is_err(), "beta deleted alpha's ConfigMap");
+    let forged = beta.create(&PostParams::default(), &made_by("alpha", "forged")).await;
+    assert!(forged.is_err(), "beta created a ConfigMap marked as alpha's");
+    beta.create(&PostParams::default(), &made_by("beta", "betas")).await.expect("beta makes its own");
+    beta.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({"metadata": {"name": "nobodys"}})).unwrap(),
+    )
+    .await
+    .expect("and unmarked ones");
+
+    alpha.patch("alphas", &params, &data("alpha")).await.expect("alpha changes what it made");
+    let unmark = Patch::Merge(serde_json::json!({"metadata": {"labels": {"kubewasm.dev/plugin": null}}}));
+    assert!(alpha.patch("alphas", &params, &unmark).await.is_err(), "alpha removed its own mark");
+    people.patch("alphas", &params, &unmark).await.expect("a person may repair anything");
+    people.delete("betas", &DeleteParams::default()).await.expect("and delete anything");
 }
 
 /// Runs `command` in a private mount namespace in which `sa_dir` is mounted over /run, so the

@@ -326,3 +326,85 @@ async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds
     source.await.unwrap();
     app.shut_down(Duration::from_secs(10)).await;
 }
+
+/// Plugins sent as their own ServiceAccounts, and no RBAC made for this one: its status lists
+/// what its identity lacks, and the API server refuses the writes the host's authorizer allows.
+/// Once the RBAC `kubewasm rbac` prints is applied, the next version reviews clean and writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_and_the_api_server_refuses_its_writes() {
+    use kubewasm::hotload::Options;
+    use kubewasm::rbac::{self, Identity};
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    common::examples::install_wasm_plugin_crd(&client).await;
+    let ns = cp.namespace("wp-rbac").await;
+    let modules = cp.namespace("wp-rbac-modules").await;
+    let label = format!("kubewasm.test/wp-rbac={ns}");
+    put_module(&client, &modules, &plugin_wasm("fixture_stamper.wasm")).await;
+    let identity = Identity { namespace: "kubewasm-system".into(), host_service_account: "kubewasm".into() };
+    let options = Options { identity: Some(identity.clone()), ..Options::default() };
+    let app = App::with_options(client.clone(), None, None, options).unwrap();
+    let stop = CancellationToken::new();
+    let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
+
+    let name = format!("unbound-{ns}");
+    let plugins: Api<WasmPlugin> = Api::all(client.clone());
+    let apply = |version: &str| {
+        let body = json!({
+            "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+            "metadata": { "name": name, "labels": { "test": ns } },
+            "spec": {
+                "module": { "configMap": { "name": "stamper-module", "key": "plugin.wasm" } },
+                "grants": { "write": ["ConfigMap"] },
+                "settings": { "version": version, "selector": label },
+            },
+        });
+        let (plugins, name) = (plugins.clone(), name.clone());
+        async move { plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap() }
+    };
+    apply("v1").await;
+    let missing = eventually("RBACMissing True", CONVERGE, || async {
+        let wp = plugins.get(&name).await.ok()?;
+        condition(&wp, "RBACMissing").filter(|c| c.status == "True").map(|c| c.message.clone())
+    })
+    .await;
+    assert!(missing.contains("patch configmaps cluster-wide"), "{missing}");
+    assert!(missing.contains("create events.events.k8s.io cluster-wide"), "{missing}");
+
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let labelled: ConfigMap =
+        serde_json::from_value(json!({ "metadata": { "name": "obj", "labels": { "kubewasm.test/wp-rbac": ns } } }))
+            .unwrap();
+    api.create(&PostParams::default(), &labelled).await.unwrap();
+    eventually("the API server refuses the plugin's write", CONVERGE, || async {
+        let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+        let labels = [("plugin", name.as_str()), ("result", "forbidden")];
+        common::metric_value(&text, "kubewasm_plugin_host_calls_total", &labels).filter(|n| *n > 0.0)
+    })
+    .await;
+    assert_eq!(stamps(&client, &ns, &label).await, [None], "nothing was written");
+
+    let grants = app.manager().plugin(&name).await.unwrap().grants().clone();
+    rbac::review::provision_objects(&client, "kubewasm-system", &rbac::objects(&name, &grants, &identity))
+        .await
+        .unwrap();
+    // The API server's RBAC authorizer sees new bindings a moment later: wait until it does.
+    let as_plugin = kubewasm::identity::Identities::host(client.clone()).impersonating("kubewasm-system").client(&name);
+    let wanted = rbac::review::permissions(&rbac::rules(&grants), None);
+    eventually("the API server allows what the grants need", CONVERGE, || async {
+        rbac::review::missing(&as_plugin, &wanted).await.ok().filter(Vec::is_empty).map(drop)
+    })
+    .await;
+    apply("v2").await;
+    eventually("RBACMissing False", CONVERGE, || async {
+        let wp = plugins.get(&name).await.ok()?;
+        condition(&wp, "RBACMissing").filter(|c| c.status == "False").map(drop)
+    })
+    .await;
+    eventually("obj stamped v2", CONVERGE, || async {
+        (stamps(&client, &ns, &label).await == [Some("v2".to_owned())]).then_some(())
+    })
+    .await;
+    stop.cancel();
+    source.await.unwrap();
+}

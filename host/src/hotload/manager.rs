@@ -292,8 +292,7 @@ impl Manager {
             None => {
                 let mut controller = Controller::build(&self.ctx, plugin, cache).await?;
                 controller.start(gate);
-                *slot =
-                    Some(Slot {
+                *slot = Some(Slot {
                     origin,
                     sha256,
                     config,
@@ -316,8 +315,16 @@ impl Manager {
                     Err(controller::Error::ForChanged { .. }) => {
                         // Another kind: a new controller; the old one drains, then goes.
                         let controller = Controller::build(&self.ctx, plugin, cache).await?;
-                        let new =
-                            Slot { origin, sha256, config, revision, controller, canary: None, canary_rejected: None, rbac_missing };
+                        let new = Slot {
+                            origin,
+                            sha256,
+                            config,
+                            revision,
+                            controller,
+                            canary: None,
+                            canary_rejected: None,
+                            rbac_missing,
+                        };
                         let old = slot.replace(new).expect("matched Some");
                         old.controller.shut_down(self.options.grace).await;
                         slot.as_mut().expect("just set").controller.start(gate);
@@ -338,7 +345,11 @@ impl Manager {
         let provision = self.options.provision_rbac;
         let missing = crate::rbac::review::check(&self.ctx.client, identity, provision, name, plugin.grants()).await;
         if !missing.is_empty() {
-            tracing::warn!(plugin = name, missing = missing.join("; "), "the plugin's ServiceAccount lacks rights its grants need: its requests needing them will be forbidden");
+            tracing::warn!(
+                plugin = name,
+                missing = missing.join("; "),
+                "the plugin's ServiceAccount lacks rights its grants need: its requests needing them will be forbidden"
+            );
         }
         Some(missing)
     }

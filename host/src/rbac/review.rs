@@ -5,9 +5,9 @@
 use futures::{StreamExt as _, TryStreamExt as _, stream};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use k8s_openapi::api::rbac::v1::PolicyRule;
+use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::Client;
 use serde_json::Value;
 
 use super::Identity;
@@ -160,7 +160,12 @@ pub async fn check(host: &Client, identity: &Identity, provision: bool, plugin: 
                 return lacking.iter().map(ToString::to_string).collect();
             }
             Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-            Err(e) => return vec![format!("cannot review the plugin's rights as {}: {e}", identity::user(&identity.namespace, plugin))],
+            Err(e) => {
+                return vec![format!(
+                    "cannot review the plugin's rights as {}: {e}",
+                    identity::user(&identity.namespace, plugin)
+                )];
+            }
         }
     }
 }

@@ -8,8 +8,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::plugin::host::{
-    ApiWriter, CacheReader, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Preconditions,
-    Propagation, TypedObject,
+    ApiWriter, CacheReader, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions,
+    Preconditions, Propagation, TypedObject,
 };
 
 /// One write a plugin asked for, as it would have reached the API server.
