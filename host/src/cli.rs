@@ -69,8 +69,9 @@ pub struct RunArgs {
     #[arg(long, env = "KUBEWASM_MODULE_NAMESPACE", default_value = "kubewasm-system")]
     pub module_namespace: String,
     /// Send each plugin's requests as its own ServiceAccount, `kubewasm-plugin-<name>` in the
-    /// host's namespace (`Impersonate-User`), so RBAC bounds what it can do even where the host's
-    /// checks would not; `kubewasm rbac` prints what each needs. On in deploy/base.
+    /// host's namespace (`Impersonate-User`), so RBAC bounds what it writes even where the host's
+    /// checks would not (cached reads stay the host's); `kubewasm rbac` prints what each needs.
+    /// On in deploy/base.
     #[arg(long, env = "KUBEWASM_IMPERSONATE_PLUGINS")]
     pub impersonate_plugins: bool,
     /// With --impersonate-plugins: make each plugin's ServiceAccount and RBAC with the host's

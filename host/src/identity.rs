@@ -3,7 +3,7 @@
 //!
 //! kube-rs impersonates per `Config`, which means a client (and a connection pool) per
 //! identity; here a plugin's client is a thin service in front of the host's client that adds
-//! the header, so a hundred plugins still share one HTTP/2 connection.
+//! the header, so a hundred plugins still share the host's one connection pool.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -117,13 +117,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn without_impersonation_no_plugin_has_a_user_of_its_own() {
-        let (service, _handle) = mock::pair::<Request<Body>, Response<Body>>();
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let _guard = rt.enter();
+    #[tokio::test]
+    async fn without_impersonation_a_plugins_requests_are_sent_as_the_host() {
+        let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
         let identities = Identities::host(Client::new(service, "default"));
         assert_eq!(identities.user("web"), None);
+        let client = identities.client("web");
+        let sent =
+            tokio::spawn(async move { client.send(Request::get("/api").body(Body::empty()).unwrap()).await.map(drop) });
+        let (request, reply) = handle.next_request().await.expect("a request");
+        assert_eq!(request.headers().get("impersonate-user"), None);
+        reply.send_response(Response::new(Body::empty()));
+        sent.await.unwrap().unwrap();
         let impersonating = identities.impersonating("ns");
         assert_eq!(impersonating.user("web").as_deref(), Some("system:serviceaccount:ns:kubewasm-plugin-web"));
     }

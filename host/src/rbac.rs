@@ -29,6 +29,11 @@ const WRITE: &[&str] = &["get", "list", "watch", "create", "update", "patch", "d
 const STATUS: &[&str] = &["get", "update", "patch"];
 /// Verbs of Events (the host's event sink creates, then patches a series).
 const EVENTS: &[&str] = &["create", "patch"];
+/// Verbs of the for kind's finalizers: an ownerReference with `blockOwnerDeletion` needs them
+/// where the API server enforces owner-reference permissions (OwnerReferencesPermissionEnforcement).
+const FINALIZERS: &[&str] = &["update"];
+/// Where Events about cluster-scoped objects go (as kube-runtime's Recorder puts them).
+const CLUSTER_EVENTS_NAMESPACE: &str = "default";
 
 /// Where the identities live and who impersonates them.
 #[derive(Clone, Debug)]
@@ -65,7 +70,10 @@ pub fn rules(grants: &Grants) -> Vec<PolicyRule> {
     for kind in grants.status_writable() {
         add(kind, STATUS, "/status");
     }
-    add(&KindRef { group: "events.k8s.io".into(), kind: "Event".into() }, EVENTS, "");
+    if let Some(for_kind) = grants.for_kind() {
+        add(&KindRef::of(for_kind), FINALIZERS, "/finalizers");
+    }
+    add(&events_kind(), EVENTS, "");
     by_verbs
         .into_iter()
         .map(|((group, verbs), mut resources)| {
@@ -80,11 +88,30 @@ pub fn rules(grants: &Grants) -> Vec<PolicyRule> {
         .collect()
 }
 
-/// The namespaces the plugin's rules are bound in: those `grants.namespaces` names, or `None`
-/// for cluster-wide. A selector over Namespaces cannot be written as RBAC: such a plugin gets
-/// cluster-wide rules, and the host's authorizer alone keeps it to its namespaces.
-pub fn namespaces(grants: &Grants) -> Option<Vec<String>> {
-    grants.namespaces().filter(|s| s.selector.is_none()).map(|s| s.names.iter().cloned().collect())
+fn events_kind() -> KindRef {
+    KindRef { group: "events.k8s.io".into(), kind: "Event".into() }
+}
+
+/// Where the plugin's rules are bound, each with its rules: [`rules`] in every namespace
+/// `grants.namespaces` names, plus Events in `default` (where Events about cluster-scoped objects
+/// go); or cluster-wide (`None`). A selector over Namespaces cannot be written as RBAC: such a
+/// plugin gets cluster-wide rules, and the host's authorizer alone keeps it to its namespaces.
+pub fn scopes(grants: &Grants) -> Vec<(Option<String>, Vec<PolicyRule>)> {
+    let rules = rules(grants);
+    let Some(names) = grants.namespaces().filter(|s| s.selector.is_none()).map(|s| &s.names) else {
+        return vec![(None, rules)];
+    };
+    let mut scopes: Vec<_> = names.iter().map(|ns| (Some(ns.clone()), rules.clone())).collect();
+    if !names.contains(CLUSTER_EVENTS_NAMESPACE) {
+        let events = PolicyRule {
+            api_groups: Some(vec![events_kind().group]),
+            resources: Some(vec!["events".into()]),
+            verbs: EVENTS.iter().map(|v| (*v).to_owned()).collect(),
+            ..PolicyRule::default()
+        };
+        scopes.push((Some(CLUSTER_EVENTS_NAMESPACE.to_owned()), vec![events]));
+    }
+    scopes
 }
 
 /// [`objects`] as multi-document YAML.
@@ -93,9 +120,9 @@ pub fn manifest(plugin: &str, grants: &Grants, identity: &Identity) -> Result<St
     Ok(docs?.join("---\n"))
 }
 
-/// The objects: the ServiceAccount, the plugin's rules (a Role and RoleBinding per namespace
-/// when `grants.namespaces` names them, else a ClusterRole and ClusterRoleBinding), and a Role
-/// letting the host's ServiceAccount impersonate it.
+/// The objects: the ServiceAccount, the plugin's rules (a Role and RoleBinding per namespace of
+/// [`scopes`], else a ClusterRole and ClusterRoleBinding), and a Role letting the host's
+/// ServiceAccount impersonate it.
 pub fn objects(plugin: &str, grants: &Grants, identity: &Identity) -> Vec<serde_json::Value> {
     let sa = service_account_name(plugin);
     let meta = |name: &str, namespace: Option<&str>| ObjectMeta {
@@ -117,25 +144,28 @@ pub fn objects(plugin: &str, grants: &Grants, identity: &Identity) -> Vec<serde_
     };
     let mut docs =
         vec![typed(ServiceAccount { metadata: meta(&sa, Some(&identity.namespace)), ..ServiceAccount::default() })];
-    let rules = rules(grants);
-    match namespaces(grants) {
-        Some(names) => {
-            for ns in names {
-                docs.push(typed(Role { metadata: meta(&sa, Some(&ns)), rules: Some(rules.clone()) }));
+    for (namespace, rules) in scopes(grants) {
+        match namespace {
+            Some(ns) => {
+                docs.push(typed(Role { metadata: meta(&sa, Some(&ns)), rules: Some(rules) }));
                 docs.push(typed(RoleBinding {
                     metadata: meta(&sa, Some(&ns)),
                     role_ref: role_ref("Role", &sa),
                     subjects: Some(vec![subject(&sa)]),
                 }));
             }
-        }
-        None => {
-            docs.push(typed(ClusterRole { metadata: meta(&sa, None), rules: Some(rules), ..ClusterRole::default() }));
-            docs.push(typed(ClusterRoleBinding {
-                metadata: meta(&sa, None),
-                role_ref: role_ref("ClusterRole", &sa),
-                subjects: Some(vec![subject(&sa)]),
-            }));
+            None => {
+                docs.push(typed(ClusterRole {
+                    metadata: meta(&sa, None),
+                    rules: Some(rules),
+                    ..ClusterRole::default()
+                }));
+                docs.push(typed(ClusterRoleBinding {
+                    metadata: meta(&sa, None),
+                    role_ref: role_ref("ClusterRole", &sa),
+                    subjects: Some(vec![subject(&sa)]),
+                }));
+            }
         }
     }
     let impersonate = format!("{sa}-impersonate");
@@ -208,6 +238,8 @@ mod tests {
         assert_eq!(rule(&rules, "apps", "patch").resources, Some(vec!["deployments".to_owned()]));
         assert_eq!(rule(&rules, "networking.k8s.io", "create").resources, Some(vec!["networkpolicies".to_owned()]));
         assert_eq!(rule(&rules, "events.k8s.io", "create").resources, Some(vec!["events".to_owned()]));
+        let finalizers = rules.iter().find(|r| r.verbs == FINALIZERS).unwrap();
+        assert_eq!(finalizers.resources, Some(vec!["namespaces/finalizers".to_owned()]), "blockOwnerDeletion");
         assert!(rules.iter().all(|r| r.resources.as_ref().unwrap().iter().all(|res| res != "secrets")));
     }
 
@@ -229,15 +261,23 @@ mod tests {
                 ("RoleBinding", "a"),
                 ("Role", "b"),
                 ("RoleBinding", "b"),
+                ("Role", "default"),
+                ("RoleBinding", "default"),
                 ("Role", "kubewasm-system"),
                 ("RoleBinding", "kubewasm-system"),
             ]
         );
         assert_eq!(docs[0]["metadata"]["name"], "kubewasm-plugin-defaults");
         assert_eq!(docs[2]["subjects"][0]["name"], "kubewasm-plugin-defaults");
-        assert_eq!(docs[5]["rules"][0]["verbs"][0], "impersonate");
-        assert_eq!(docs[5]["rules"][0]["resourceNames"][0], "kubewasm-plugin-defaults");
-        assert_eq!(docs[6]["subjects"][0]["name"], "kubewasm", "the host's ServiceAccount impersonates");
+        assert_eq!(
+            docs[5]["rules"],
+            serde_json::json!([{"apiGroups": ["events.k8s.io"], "resources": ["events"],
+            "verbs": ["create", "patch"]}]),
+            "only Events in default, where those about cluster-scoped objects go"
+        );
+        assert_eq!(docs[7]["rules"][0]["verbs"][0], "impersonate");
+        assert_eq!(docs[7]["rules"][0]["resourceNames"][0], "kubewasm-plugin-defaults");
+        assert_eq!(docs[8]["subjects"][0]["name"], "kubewasm", "the host's ServiceAccount impersonates");
         assert_eq!(user(&identity(), "defaults"), "system:serviceaccount:kubewasm-system:kubewasm-plugin-defaults");
     }
 

@@ -76,6 +76,9 @@ fn command(variant: Variant, setup: &Setup, kubeconfig: &Path, plugins: &Path) -
         command.args(["--log", "warn,kubewasm::plugin::output=info", "run", "--admin-addr", "127.0.0.1:0"]);
         command.args(["--wasm-plugins=false", "--watch-plugins=false", "--plugins"]).arg(plugins);
         command.arg("--kubeconfig").arg(kubeconfig);
+        if variant == Variant::KubewasmImpersonated {
+            command.args(crate::variant::IMPERSONATED);
+        }
     }
     command
 }

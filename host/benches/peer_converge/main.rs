@@ -162,7 +162,11 @@ fn main() {
         quiet: Duration::from_secs_f64(args.quiet_seconds),
         timeout: Duration::from_secs(args.timeout_seconds),
     };
-    if args.variants.iter().any(|v| matches!(v, Variant::Kubewasm | Variant::KubewasmUnlimited)) {
+    if args
+        .variants
+        .iter()
+        .any(|v| matches!(v, Variant::Kubewasm | Variant::KubewasmUnlimited | Variant::KubewasmImpersonated))
+    {
         warm_compile_cache(&setup, work.path());
     }
     let runs: Vec<(usize, Variant)> = if marginal {

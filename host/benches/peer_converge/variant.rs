@@ -20,6 +20,9 @@ pub enum Variant {
     /// As `kubewasm`, with the plugin write limit off (`--plugin-write-qps 0`), like the peer's
     /// client, which has no client-side limit.
     KubewasmUnlimited,
+    /// As `kubewasm`, each plugin's requests sent as its own ServiceAccount
+    /// (`--impersonate-plugins`; the RBAC is made at load, `--provision-plugin-rbac`).
+    KubewasmImpersonated,
     /// One controller-runtime manager running every controller, client-go's FIFO workqueue.
     CrFifo,
     /// One controller-runtime manager, controller-runtime's default priority queue.
@@ -45,7 +48,14 @@ impl Variant {
 
     /// Whether this is controller-runtime (a peer) rather than kubewasm.
     pub fn is_peer(self) -> bool {
-        !matches!(self, Self::Kubewasm | Self::KubewasmCold | Self::KubewasmColdInProcess | Self::KubewasmUnlimited)
+        !matches!(
+            self,
+            Self::Kubewasm
+                | Self::KubewasmCold
+                | Self::KubewasmColdInProcess
+                | Self::KubewasmUnlimited
+                | Self::KubewasmImpersonated
+        )
     }
 }
 
@@ -97,6 +107,9 @@ pub fn kubewasm(setup: &Setup, kubeconfig: &Path, plugins: &Path, cache: Option<
     command
 }
 
+/// The flags of [`Variant::KubewasmImpersonated`].
+pub const IMPERSONATED: [&str; 2] = ["--impersonate-plugins", "--provision-plugin-rbac"];
+
 /// A new, empty compile cache beside the warm one.
 fn empty_cache(setup: &Setup) -> PathBuf {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -136,6 +149,11 @@ pub fn commands(
         Variant::KubewasmUnlimited => {
             let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache));
             command.args(["--plugin-write-qps", "0"]);
+            vec![command]
+        }
+        Variant::KubewasmImpersonated => {
+            let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache));
+            command.args(IMPERSONATED);
             vec![command]
         }
         Variant::CrFifo => vec![peer("fifo", plugins, first)],

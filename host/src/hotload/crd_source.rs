@@ -39,6 +39,10 @@ const WORKERS: usize = 4;
 /// when they have (or why they still have not). 2 s.
 const CACHE_POLL: Duration = Duration::from_secs(2);
 
+/// How often a serving WasmPlugin whose identity lacks rights is reviewed again, to clear its
+/// `RBACMissing` condition once they are granted.
+const RBAC_RECHECK: Duration = Duration::from_secs(30);
+
 /// What to do with a WasmPlugin's name after a reconcile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Next {
@@ -50,6 +54,8 @@ enum Next {
     WaitForCaches,
     /// A canary runs: report its findings again after [`CANARY_REPORT_INTERVAL`].
     Canary,
+    /// It serves, but its identity lacks rights: review again after [`RBAC_RECHECK`].
+    RecheckRbac,
 }
 
 /// Watches WasmPlugins and applies them through a [`Manager`].
@@ -270,6 +276,10 @@ impl WasmPluginSource {
                             queue.forget(&name);
                             queue.add_after(name.clone(), CANARY_REPORT_INTERVAL);
                         }
+                        Next::RecheckRbac => {
+                            queue.forget(&name);
+                            queue.add_after(name.clone(), RBAC_RECHECK);
+                        }
                     }
                     initial.settle(&name, next, sync_timeout);
                     queue.done(&name);
@@ -314,6 +324,10 @@ impl WasmPluginSource {
                 })
             }
         };
+        if result.is_ok() {
+            // Rights the identity lacked may have been granted since the version loaded.
+            self.manager.review_again(name).await;
+        }
         let canary = self.canary(name, &plugin, modules).await;
         self.report(name, Some(&plugin), result, canary).await
     }
@@ -473,10 +487,12 @@ impl WasmPluginSource {
         let wants_canary = plugin.is_some_and(|p| p.spec.canary.is_some());
         let status =
             WasmPluginStatus { canary: wants_canary.then(|| canary_status(canary.as_ref(), canary_error)), ..status };
+        let lacking = serving.as_ref().and_then(|s| s.rbac_missing.as_ref()).is_some_and(|m| !m.is_empty());
         let next = match (retry, &waiting) {
             (_, Some(_)) => Next::WaitForCaches,
             (true, None) => Next::Retry,
             (false, None) if canary.is_some() && wants_canary => Next::Canary,
+            (false, None) if lacking => Next::RecheckRbac,
             (false, None) => Next::Done,
         };
         if !self.manager.context().leader.is_leader() {

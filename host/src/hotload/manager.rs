@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
 mod canary;
+mod rbac;
 
 use super::metrics::HotloadMetrics;
 use crate::canary::{Canary, TapWriter};
@@ -335,23 +336,6 @@ impl Manager {
             }
         };
         Ok(applied)
-    }
-
-    /// What plugin `name`'s identity lacks for `plugin`'s grants (made first with
-    /// `provision_rbac`); `None` when plugins are not impersonated. Missing rights are reported,
-    /// not a rejection: the operator may be granting them right now.
-    async fn review_rbac(&self, name: &str, plugin: &Plugin) -> Option<Vec<String>> {
-        let identity = self.options.identity.as_ref()?;
-        let provision = self.options.provision_rbac;
-        let missing = crate::rbac::review::check(&self.ctx.client, identity, provision, name, plugin.grants()).await;
-        if !missing.is_empty() {
-            tracing::warn!(
-                plugin = name,
-                missing = missing.join("; "),
-                "the plugin's ServiceAccount lacks rights its grants need: its requests needing them will be forbidden"
-            );
-        }
-        Some(missing)
     }
 
     /// Stops and forgets the plugin `name` if `origin` serves it: in-flight reconciles finish

@@ -44,25 +44,24 @@ impl std::fmt::Display for Permission {
     }
 }
 
-/// Every permission `rules` grant, in each of `namespaces` (cluster-wide for `None`).
-pub fn permissions(rules: &[PolicyRule], namespaces: Option<&[String]>) -> Vec<Permission> {
-    let scopes: Vec<Option<String>> = match namespaces {
-        Some(names) => names.iter().cloned().map(Some).collect(),
-        None => vec![None],
-    };
+/// Every permission `grants` need, in each of its [`super::scopes`].
+pub fn wanted(grants: &Grants) -> Vec<Permission> {
+    super::scopes(grants).iter().flat_map(|(namespace, rules)| permissions(rules, namespace.as_deref())).collect()
+}
+
+/// Every permission `rules` grant in `namespace` (cluster-wide for `None`).
+pub fn permissions(rules: &[PolicyRule], namespace: Option<&str>) -> Vec<Permission> {
     let mut all = Vec::new();
     for rule in rules {
         for group in rule.api_groups.iter().flatten() {
             for resource in rule.resources.iter().flatten() {
                 for verb in &rule.verbs {
-                    for namespace in &scopes {
-                        all.push(Permission {
-                            group: group.clone(),
-                            resource: resource.clone(),
-                            verb: verb.clone(),
-                            namespace: namespace.clone(),
-                        });
-                    }
+                    all.push(Permission {
+                        group: group.clone(),
+                        resource: resource.clone(),
+                        verb: verb.clone(),
+                        namespace: namespace.map(str::to_owned),
+                    });
                 }
             }
         }
@@ -113,12 +112,21 @@ fn review(p: &Permission) -> SelfSubjectAccessReview {
 /// Applies `objects` (what [`super::objects`] makes) with `client`, after the namespace
 /// `namespace` their ServiceAccount lives in. For `kubewasm dev` and tests, whose host runs with
 /// a cluster admin's credentials; a deployed host is never given the rights this needs.
-pub async fn provision_objects(client: &Client, namespace: &str, objects: &[Value]) -> Result<(), kube::Error> {
+///
+/// Roles and bindings get a suffix from the rules they hold, so two hosts provisioning one
+/// plugin name with different grants (tests in parallel) add to its rights instead of taking
+/// turns narrowing them; nothing is ever removed. Every object is tried; the errors are joined.
+pub async fn provision_objects(client: &Client, namespace: &str, objects: &[Value]) -> Result<(), String> {
     let params = PatchParams::apply(MANAGER).force();
     let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
     let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
-    namespaces.patch(namespace, &params, &Patch::Apply(&ns)).await?;
+    let mut errors = Vec::new();
+    if let Err(e) = namespaces.patch(namespace, &params, &Patch::Apply(&ns)).await {
+        errors.push(format!("Namespace {namespace}: {e}"));
+    }
+    let suffix = crate::plugin::sha256_hex(&serde_json::to_vec(objects).unwrap_or_default());
     for object in objects {
+        let object = suffixed(object, &suffix[..8]);
         let (group, version) = match object["apiVersion"].as_str().unwrap_or_default().split_once('/') {
             Some((group, version)) => (group, version),
             None => ("", object["apiVersion"].as_str().unwrap_or_default()),
@@ -130,27 +138,58 @@ pub async fn provision_objects(client: &Client, namespace: &str, objects: &[Valu
             Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
             None => Api::all_with(client.clone(), &resource),
         };
-        api.patch(name, &params, &Patch::Apply(object)).await?;
+        if let Err(e) = api.patch(name, &params, &Patch::Apply(&object)).await {
+            errors.push(format!("{kind} {name}: {e}"));
+        }
     }
-    Ok(())
+    if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+}
+
+/// `object` with `-<suffix>` after its name if it is a role or binding (and after the role a
+/// binding names).
+fn suffixed(object: &Value, suffix: &str) -> Value {
+    let mut object = object.clone();
+    let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+    if matches!(kind.as_str(), "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding") {
+        let name = format!("{}-{suffix}", object["metadata"]["name"].as_str().unwrap_or_default());
+        object["metadata"]["name"] = name.into();
+        if let Some(role) = object["roleRef"]["name"].as_str() {
+            object["roleRef"]["name"] = format!("{role}-{suffix}").into();
+        }
+    }
+    object
 }
 
 /// Reviews of a freshly provisioned identity before its answers are taken as they are: the API
 /// server's RBAC authorizer sees new bindings through its informers, a moment later.
 const PROVISIONED_REVIEWS: usize = 50;
 
+/// How long one review may take in all (a slow API server must not hold a plugin's load).
+const REVIEW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What plugin `plugin` lacks at the API server for `grants`, as its ServiceAccount in
 /// `identity.namespace` (each entry a permission, or why the review could not be made). With
 /// `provision`, its RBAC is first made with `host`'s own rights, and reviewed again until the API
-/// server's authorizer has caught up (at most [`PROVISIONED_REVIEWS`] times).
+/// server's authorizer has caught up (at most [`PROVISIONED_REVIEWS`] times). Bounded by
+/// [`REVIEW_TIMEOUT`].
 pub async fn check(host: &Client, identity: &Identity, provision: bool, plugin: &str, grants: &Grants) -> Vec<String> {
+    let review = reviewed(host, identity, provision, plugin, grants);
+    match tokio::time::timeout(REVIEW_TIMEOUT, review).await {
+        Ok(lacking) => lacking,
+        Err(_) => vec![format!(
+            "the review of {} took longer than {REVIEW_TIMEOUT:?}",
+            identity::user(&identity.namespace, plugin)
+        )],
+    }
+}
+
+async fn reviewed(host: &Client, identity: &Identity, provision: bool, plugin: &str, grants: &Grants) -> Vec<String> {
     let as_plugin = Identities::host(host.clone()).impersonating(&identity.namespace).client(plugin);
-    let wanted = permissions(&super::rules(grants), super::namespaces(grants).as_deref());
-    if provision {
-        let objects = super::objects(plugin, grants, identity);
-        if let Err(e) = provision_objects(host, &identity.namespace, &objects).await {
-            return vec![format!("could not make the plugin's RBAC: {e}")];
-        }
+    let wanted = wanted(grants);
+    if provision
+        && let Err(e) = provision_objects(host, &identity.namespace, &super::objects(plugin, grants, identity)).await
+    {
+        return vec![format!("could not make the plugin's RBAC: {e}")];
     }
     let mut reviews = 0;
     loop {
@@ -161,10 +200,8 @@ pub async fn check(host: &Client, identity: &Identity, provision: bool, plugin: 
             }
             Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
             Err(e) => {
-                return vec![format!(
-                    "cannot review the plugin's rights as {}: {e}",
-                    identity::user(&identity.namespace, plugin)
-                )];
+                let user = identity::user(&identity.namespace, plugin);
+                return vec![format!("cannot review the plugin's rights as {user}: {e}")];
             }
         }
     }
@@ -182,10 +219,21 @@ mod tests {
             verbs: vec!["get".into(), "patch".into()],
             ..PolicyRule::default()
         };
-        let names = ["a".to_owned(), "b".to_owned()];
-        let all = permissions(std::slice::from_ref(&rule), Some(&names));
-        assert_eq!(all.len(), 8);
+        let all = permissions(std::slice::from_ref(&rule), Some("a"));
+        assert_eq!(all.len(), 4);
         assert_eq!(all[0].to_string(), "get configmaps in a");
         assert_eq!(permissions(&[rule], None)[3].to_string(), "patch namespaces/status cluster-wide");
+    }
+
+    #[test]
+    fn provisioned_roles_and_bindings_are_named_for_their_rules_and_service_accounts_are_not() {
+        let role = serde_json::json!({"kind": "RoleBinding", "metadata": {"name": "p"}, "roleRef": {"name": "p"}});
+        let named = suffixed(&role, "abc");
+        assert_eq!(
+            (named["metadata"]["name"].as_str(), named["roleRef"]["name"].as_str()),
+            (Some("p-abc"), Some("p-abc"))
+        );
+        let account = serde_json::json!({"kind": "ServiceAccount", "metadata": {"name": "p"}});
+        assert_eq!(suffixed(&account, "abc"), account);
     }
 }
