@@ -192,6 +192,15 @@ async fn the_mark_policy_lets_only_the_plugin_that_made_an_object_change_it_and_
     let claimed = refusal(alpha.patch("betas", &params, &claim).await);
     assert!(claimed.contains("may not change or delete what plugin beta made"), "{claimed}");
     alpha.patch("nobodys", &params, &claim).await.expect("an unmarked object becomes its first applier's");
+    // Through status another plugin may write (the status of what it reconciles), not the mark.
+    let ns_of = |plugin: &str| Api::<k8s_openapi::api::core::v1::Namespace>::all(identities.client(plugin));
+    let marked_ns = serde_json::json!({"metadata": {"name": "alphas-ns", "labels": {"kubewasm.dev/plugin": "alpha"}}});
+    ns_of("alpha").create(&PostParams::default(), &serde_json::from_value(marked_ns).unwrap()).await.unwrap();
+    let condition = serde_json::json!({"status": {"conditions": [{"type": "Reconciled", "status": "True"}]}});
+    ns_of("beta").patch_status("alphas-ns", &params, &Patch::Merge(condition)).await.expect("beta writes its status");
+    let relabel = Patch::Merge(serde_json::json!({"metadata": {"labels": {"kubewasm.dev/plugin": "beta"}}}));
+    let relabelled = ns_of("beta").patch_status("alphas-ns", &params, &relabel).await.err().map(|e| e.to_string());
+    assert!(relabelled.unwrap_or_default().contains(r#"to "beta" on an object marked "alpha""#));
     people.patch("alphas", &params, &unmark).await.expect("a person may repair anything");
     people.delete("betas", &DeleteParams::default()).await.expect("and delete anything");
 }
