@@ -20,8 +20,9 @@ pub enum Variant {
     /// As `kubewasm`, with the plugin write limit off (`--plugin-write-qps 0`), like the peer's
     /// client, which has no client-side limit.
     KubewasmUnlimited,
-    /// As `kubewasm`, each plugin's requests sent as its own ServiceAccount
-    /// (`--impersonate-plugins`; the RBAC is made at load, `--provision-plugin-rbac`).
+    /// As `kubewasm-unlimited`, each plugin's requests sent as its own ServiceAccount
+    /// (`--impersonate-plugins`; the RBAC is made at load, `--provision-plugin-rbac`): beside
+    /// `kubewasm-unlimited` it shows what impersonation costs, which the write limit would hide.
     KubewasmImpersonated,
     /// One controller-runtime manager running every controller, client-go's FIFO workqueue.
     CrFifo,
@@ -153,7 +154,7 @@ pub fn commands(
         }
         Variant::KubewasmImpersonated => {
             let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache));
-            command.args(IMPERSONATED);
+            command.args(["--plugin-write-qps", "0"]).args(IMPERSONATED);
             vec![command]
         }
         Variant::CrFifo => vec![peer("fifo", plugins, first)],
