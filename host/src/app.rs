@@ -267,12 +267,14 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
     // another replica of the same group may.
     let lease_namespace = args.leader_election_namespace.clone().unwrap_or_else(leader::default_namespace);
     app.protected().leases(&lease_namespace, &args.leader_election_id);
-    let mut election = leader::election(&args, client.clone(), app.registry())?;
+    let mut election =
+        args.leader_config().map(|c| leader::Election::start(client.clone(), c, app.registry())).transpose()?;
     if let Some(election) = &election {
         app.set_leader_gate(election.gate());
     }
     let gate = ShardGate::sharded();
-    let mut membership = shard::membership(&args, client, gate.clone(), app.registry())?;
+    let mut membership =
+        args.shard_config().map(|c| shard::Membership::start(client, c, gate.clone(), app.registry())).transpose()?;
     if membership.is_some() {
         app.set_shard_gate(gate);
     }

@@ -68,13 +68,7 @@ impl BreakerMetrics {
     }
 }
 
-/// How long a plugin's write may wait for the API server before it fails as `unavailable`
-/// and trips the breaker: 5 s, half the default reconcile deadline
-/// ([`DEFAULT_DEADLINE`](crate::plugin::limits::DEFAULT_DEADLINE)), so a hung API server
-/// (SIGSTOP, a dead peer behind a live TCP connection) shows as an outage before the deadline
-/// cuts the reconcile. kube's client has no response timeout by default (nor has client-go's);
-/// kube-apiserver itself answers a request it cannot finish with 504 after 60 s.
-pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::plugin::limits::DEFAULT_WRITE_TIMEOUT;
 
 /// How a [`Breaker`] probes, and how long writes through a [`BreakerWriter`] may take.
 #[derive(Clone, Debug)]

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
@@ -131,7 +132,7 @@ pub struct RunArgs {
     /// Seconds a plugin's write may wait for the API server's answer before it fails as
     /// `unavailable` and opens the API-server breaker (a hung server shows as an outage). Keep it
     /// below the reconcile deadline (default 10 s).
-    #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_TIMEOUT_SECONDS", default_value_t = crate::breaker::DEFAULT_WRITE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_TIMEOUT_SECONDS", default_value_t = crate::plugin::limits::DEFAULT_WRITE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub plugin_write_timeout_seconds: u64,
     /// Drop a key after this many failed reconciles in a row; default: retry forever with backoff.
     #[arg(long, env = "KUBEWASM_MAX_RETRIES")]
@@ -173,7 +174,37 @@ pub enum Sharding {
     Auto,
 }
 
-/// `kubewasm compile-plugin` (hidden): the engine settings of the host that runs it.
+impl RunArgs {
+    /// The namespace of the host's Leases: `--leader-election-namespace`, else the host's own.
+    fn lease_namespace(&self) -> String {
+        self.leader_election_namespace.clone().unwrap_or_else(crate::leader::default_namespace)
+    }
+
+    /// The leader election `--leader-elect` asks for; `None` without it.
+    pub fn leader_config(&self) -> Option<crate::leader::Config> {
+        self.leader_elect.then(|| {
+            crate::leader::Config::new(self.lease_namespace(), &self.leader_election_id).timings(
+                Duration::from_secs(self.leader_election_lease_duration_seconds),
+                Duration::from_secs(self.leader_election_renew_deadline_seconds),
+                Duration::from_secs(self.leader_election_retry_period_seconds),
+            )
+        })
+    }
+
+    /// The shard membership `--sharding auto` asks for; `None` when sharding is off.
+    pub fn shard_config(&self) -> Option<crate::shard::Config> {
+        (self.sharding == Sharding::Auto).then(|| {
+            let mut config = crate::shard::Config::new(self.lease_namespace(), &self.leader_election_id);
+            config.lease_duration = Duration::from_secs(self.leader_election_lease_duration_seconds);
+            config.renew_deadline = Duration::from_secs(self.leader_election_renew_deadline_seconds);
+            config.retry_period = Duration::from_secs(self.leader_election_retry_period_seconds);
+            config
+        })
+    }
+}
+
+/// `kubewasm compile-plugin` (hidden): the engine settings of the host that runs it (the
+/// flags [`compile_process`](crate::plugin::compile_process) passes its child).
 #[derive(Debug, Args)]
 pub struct CompileArgs {
     /// The compile cache to fill.
@@ -191,6 +222,18 @@ pub struct CompileArgs {
     /// Whether the host uses the pagemap scan.
     #[arg(long, action = ArgAction::Set)]
     pub pagemap_scan: bool,
+}
+
+impl From<CompileArgs> for crate::plugin::compile_process::ChildSettings {
+    fn from(a: CompileArgs) -> Self {
+        Self {
+            compile_cache: a.compile_cache,
+            max_memory_bytes: a.max_memory_bytes,
+            pool_instances: a.pool_instances,
+            keep_resident: a.keep_resident,
+            pagemap_scan: a.pagemap_scan,
+        }
+    }
 }
 
 /// `kubewasm check`.

@@ -34,7 +34,7 @@ fn main() -> anyhow::Result<()> {
             }
             Command::CompilePlugin(args) => {
                 // One line on stderr, for the host to quote; no backtrace.
-                if let Err(e) = kubewasm::plugin::compile_process::child(args) {
+                if let Err(e) = kubewasm::plugin::compile_process::child(args.into()) {
                     eprintln!("{e:#}");
                     std::process::exit(1);
                 }

@@ -14,7 +14,7 @@ use kube::{
 };
 use prometheus::Registry;
 
-use crate::shard::ShardGate;
+use super::shard::ShardGate;
 
 use super::{
     Error, Result,

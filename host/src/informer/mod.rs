@@ -41,6 +41,7 @@ pub mod object;
 pub mod raw;
 pub mod reflector;
 pub mod selector;
+pub mod shard;
 pub mod shared_informer;
 pub mod store;
 pub mod uid;

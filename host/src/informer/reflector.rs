@@ -15,8 +15,8 @@ use kube::{
 use prometheus::IntGauge;
 use tokio::sync::watch;
 
+use super::shard::{HashRange, ListedRange, fnv1a64, selector};
 use super::{object::CachedObject, raw::RawObject, shared_informer::Shared};
-use crate::shard::{HashRange, ListedRange, fnv1a64, selector};
 
 /// How the initial list is fetched.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -149,20 +149,6 @@ pub fn default_identity() -> String {
     format!("{host}_{}", hex::encode(bytes))
 }
 
-/// The election `kubewasm run`'s flags ask for, started; `None` without `--leader-elect`.
-pub fn election(args: &crate::cli::RunArgs, client: Client, registry: &Registry) -> Result<Option<Election>> {
-    if !args.leader_elect {
-        return Ok(None);
-    }
-    let namespace = args.leader_election_namespace.clone().unwrap_or_else(default_namespace);
-    let config = Config::new(namespace, &args.leader_election_id).timings(
-        Duration::from_secs(args.leader_election_lease_duration_seconds),
-        Duration::from_secs(args.leader_election_renew_deadline_seconds),
-        Duration::from_secs(args.leader_election_retry_period_seconds),
-    );
-    Election::start(client, config, registry).map(Some)
-}
-
 /// Whether workers may run: always without leader election, else only while this replica leads.
 #[derive(Clone, Debug, Default)]
 pub struct LeaderGate(Option<watch::Receiver<bool>>);

@@ -22,7 +22,6 @@ use sha2::{Digest as _, Sha256};
 use wasmtime::Engine;
 
 use super::engine::{Runtime, RuntimeConfig};
-use crate::cli::CompileArgs;
 
 /// The subcommand the child runs.
 pub const SUBCOMMAND: &str = "compile-plugin";
@@ -105,9 +104,25 @@ impl CompileProcess {
     }
 }
 
+/// The engine settings a child is started with (as `--flag value` arguments after
+/// [`SUBCOMMAND`]; the CLI parses them back into this).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildSettings {
+    /// The compile cache to fill.
+    pub compile_cache: PathBuf,
+    /// The host's largest linear memory.
+    pub max_memory_bytes: u64,
+    /// The host's instance pool size.
+    pub pool_instances: u32,
+    /// The host's bytes kept resident per freed slot.
+    pub keep_resident: usize,
+    /// Whether the host uses the pagemap scan.
+    pub pagemap_scan: bool,
+}
+
 /// The child: builds the engine `args` describe, compiles the component on stdin into the cache
 /// and writes its marker.
-pub fn child(args: CompileArgs) -> anyhow::Result<()> {
+pub fn child(args: ChildSettings) -> anyhow::Result<()> {
     let config = RuntimeConfig::default()
         .cache_dir(&args.compile_cache)
         .max_memory_bytes(args.max_memory_bytes)

@@ -91,7 +91,7 @@ impl Default for RuntimeConfig {
             metrics: None,
             max_concurrent_cap: DEFAULT_MAX_CONCURRENT_CAP,
             write_rate: WriteRate::default(),
-            write_timeout: crate::breaker::DEFAULT_WRITE_TIMEOUT,
+            write_timeout: super::limits::DEFAULT_WRITE_TIMEOUT,
             protected: Protected::default(),
         }
     }
@@ -182,7 +182,7 @@ impl RuntimeConfig {
 
     /// How long a plugin's write may wait for the API server before it fails as `unavailable`
     /// and trips the API-server breaker (default
-    /// [`DEFAULT_WRITE_TIMEOUT`](crate::breaker::DEFAULT_WRITE_TIMEOUT)).
+    /// [`DEFAULT_WRITE_TIMEOUT`](super::limits::DEFAULT_WRITE_TIMEOUT)).
     #[must_use]
     pub fn write_timeout(mut self, timeout: Duration) -> Self {
         self.write_timeout = timeout;

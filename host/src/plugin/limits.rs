@@ -10,6 +10,14 @@ use wasmtime::ResourceLimiter;
 /// sets no per-reconcile timeout; a reconcile that takes longer is usually stuck).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 
+/// How long a plugin's write may wait for the API server before it fails as `unavailable`
+/// and trips the breaker: 5 s, half the default reconcile deadline
+/// ([`DEFAULT_DEADLINE`]), so a hung API server
+/// (SIGSTOP, a dead peer behind a live TCP connection) shows as an outage before the deadline
+/// cuts the reconcile. kube's client has no response timeout by default (nor has client-go's);
+/// kube-apiserver itself answers a request it cannot finish with 504 after 60 s.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Linear memory per instance, in bytes. Protects the host's memory from a plugin that
 /// allocates without bound: growing past it traps with [`LimitHit::Memory`]. 64 MiB.
 pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;

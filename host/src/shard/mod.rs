@@ -69,15 +69,13 @@
 //! duration. A member that leaves gracefully stops serving, then deletes its Lease.
 
 mod cuts;
-mod gate;
 mod membership;
-pub mod range;
-pub mod selector;
 
+pub use crate::informer::shard::{
+    Admission, HashRange, ListedRange, ShardGate, fnv1a64, key_hash, range, selector, split,
+};
 pub use cuts::Cuts;
-pub use gate::{Admission, ListedRange, ShardGate};
 pub use membership::Membership;
-pub use range::{HashRange, fnv1a64, key_hash, split};
 
 use std::time::Duration;
 
@@ -176,24 +174,6 @@ impl Config {
     pub fn lease_prefix(&self) -> String {
         format!("{}-shard-", self.group)
     }
-}
-
-/// The membership `kubewasm run --sharding` asks for, started; `None` when sharding is off.
-pub fn membership(
-    args: &crate::cli::RunArgs,
-    client: kube::Client,
-    gate: ShardGate,
-    registry: &prometheus::Registry,
-) -> Result<Option<Membership>> {
-    if args.sharding != crate::cli::Sharding::Auto {
-        return Ok(None);
-    }
-    let namespace = args.leader_election_namespace.clone().unwrap_or_else(crate::leader::default_namespace);
-    let mut config = Config::new(namespace, &args.leader_election_id);
-    config.lease_duration = Duration::from_secs(args.leader_election_lease_duration_seconds);
-    config.renew_deadline = Duration::from_secs(args.leader_election_renew_deadline_seconds);
-    config.retry_period = Duration::from_secs(args.leader_election_retry_period_seconds);
-    Membership::start(client, config, gate, registry).map(Some)
 }
 
 #[cfg(test)]

@@ -70,8 +70,8 @@ fn echoed(list: &serde_json::Value, range: &HashRange) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::range::split;
     use super::*;
-    use crate::shard::range::split;
     use serde_json::json;
 
     #[test]

@@ -162,8 +162,8 @@ impl ShardGate {
 
 #[cfg(test)]
 mod tests {
+    use super::super::range::{fnv1a64, split};
     use super::*;
-    use crate::shard::range::{fnv1a64, split};
 
     fn owner_of(namespace: &str, ranges: &[HashRange]) -> HashRange {
         *ranges.iter().find(|r| r.contains(fnv1a64(namespace))).unwrap()
