@@ -38,13 +38,13 @@ fn host(cp: &ControlPlane, dir: &Path, name: &str, mode: &[&str]) -> HostProcess
         "maxConcurrent: 4\ngrants:\n  write: [ConfigMap]\nsettings:\n  version: {name}\n  selector: \"{LABEL}\"\n"
     );
     common::install_plugin(dir, "stamper", "fixture_stamper.wasm", &config);
-    let (mut command, addr) = kubewasm_run(dir);
+    let mut command = kubewasm_run(dir);
     command.arg("--kubeconfig").arg(cp.kubeconfig_path()).arg("--compile-cache").arg(common::test_compile_cache());
     command.args(["--wasm-plugins", "false", "--leader-election-namespace", "default"]).args(mode);
     command.args(["--leader-election-lease-duration-seconds", "6", "--leader-election-renew-deadline-seconds", "4"]);
     command.args(["--leader-election-retry-period-seconds", "1"]);
     command.env("HOSTNAME", name);
-    HostProcess::spawn(command, addr)
+    HostProcess::spawn(command)
 }
 
 /// `(VmRSS KiB, rchar bytes)` of a process.
