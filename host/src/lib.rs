@@ -17,6 +17,8 @@ pub mod hotload;
 pub mod identity;
 pub mod informer;
 pub mod leader;
+#[cfg(test)]
+mod layering;
 pub mod offline;
 pub mod plugin;
 pub mod queue;
