@@ -227,6 +227,7 @@ mod tests {
         assert!(!files.iter().any(|(_, t, _)| t.contains("{{")), "every placeholder filled");
         let config = PluginConfig::from_yaml(&text("hello-ns.yaml")).unwrap();
         assert_eq!(config.check_settings(), Ok(()));
+        assert!(config.grants.write.is_empty(), "least privilege: the ConfigMaps it owns need no grant");
         let typo = PluginConfig { settings: Some(serde_json::json!({"greting": "hi"})), ..config };
         assert!(typo.check_settings().is_err(), "the schema refuses a misspelled setting");
     }
