@@ -16,9 +16,9 @@ pub mod event_sink;
 pub mod hotload;
 pub mod identity;
 pub mod informer;
-pub mod leader;
 #[cfg(test)]
 mod layering;
+pub mod leader;
 pub mod offline;
 pub mod plugin;
 pub mod queue;
