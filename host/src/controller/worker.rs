@@ -162,12 +162,9 @@ impl Reconciler {
     /// Serves `plugin` from the next dequeue on; reconciles in flight finish on the old version.
     /// The number of workers follows the new version's `max_concurrent`.
     pub fn swap(self: &Arc<Self>, plugin: Arc<Plugin>) -> Arc<Plugin> {
-        let n = plugin.max_concurrent();
-        // The version and the number of workers change together, under the workers' lock, which
-        // a worker holds when it takes the version for a key: no surplus worker runs the new one.
-        let mut workers = self.workers.lock();
+        let workers = plugin.max_concurrent();
         let old = std::mem::replace(&mut *self.plugin.write(), plugin);
-        self.set_desired(&mut workers, n);
+        self.set_workers(workers);
         old
     }
 
@@ -175,16 +172,12 @@ impl Reconciler {
     /// if they wait for a key, else after their current one, so no more than `n` reconciles
     /// start from now on.
     pub fn set_workers(self: &Arc<Self>, n: u32) {
-        let mut workers = self.workers.lock();
-        self.set_desired(&mut workers, n);
-    }
-
-    fn set_desired(self: &Arc<Self>, workers: &mut Workers, n: u32) {
         self.metrics.max_concurrent.set(n.into());
+        let mut workers = self.workers.lock();
         workers.desired = n.max(1);
         self.desired.send_replace(workers.desired);
         if workers.running {
-            self.spawn_missing(workers);
+            self.spawn_missing(&mut workers);
         }
     }
 
@@ -217,18 +210,7 @@ impl Reconciler {
                 self.workers.lock().alive.remove(&i);
                 return;
             };
-            // Made surplus between taking the key and now (a swap to fewer workers): the key goes
-            // back for a worker that remains. Else the version serving now runs it.
-            let plugin = {
-                let workers = self.workers.lock();
-                (i < workers.desired).then(|| self.plugin())
-            };
-            let Some(plugin) = plugin else {
-                self.queue.add(key.clone());
-                self.queue.done(&key);
-                continue;
-            };
-            self.process_with(key, plugin).await;
+            self.process(key).await;
         }
     }
 
@@ -284,19 +266,15 @@ impl Reconciler {
         Some(self.process(key).await)
     }
 
-    /// Reconciles `key` (taken from the queue) with the version serving now, and settles it.
+    /// Reconciles `key` (taken from the queue) and settles it.
     async fn process(&self, key: NamespacedKey) -> Outcome {
-        self.process_with(key, self.plugin()).await
-    }
-
-    /// Reconciles `key` (taken from the queue) with `plugin`, and settles it.
-    async fn process_with(&self, key: NamespacedKey, plugin: Arc<Plugin>) -> Outcome {
         // Held for the whole reconcile: the range cannot move to another replica meanwhile.
         let Some(_admission) = self.shard.admit(key.as_str()).await else {
             self.queue.forget(&key);
             self.queue.done(&key);
             return Outcome::NotOwned;
         };
+        let plugin = self.plugin();
         let attempt = self.queue.num_requeues(&key);
         let revision = plugin.revision();
         let span = tracing::info_span!("reconcile", controller = %self.name, key = %key, attempt, revision);
