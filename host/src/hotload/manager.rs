@@ -179,6 +179,20 @@ struct Slot {
     rbac_missing: Option<Vec<String>>,
 }
 
+impl Slot {
+    /// A new version's slot, with no canary.
+    fn new(
+        origin: Origin,
+        sha256: String,
+        config: PluginConfig,
+        revision: u64,
+        controller: Controller,
+        rbac_missing: Option<Vec<String>>,
+    ) -> Self {
+        Self { origin, sha256, config, revision, controller, canary: None, canary_rejected: None, rbac_missing }
+    }
+}
+
 /// What is serving for one plugin.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Serving {
@@ -293,16 +307,7 @@ impl Manager {
             None => {
                 let mut controller = Controller::build(&self.ctx, plugin, cache).await?;
                 controller.start(gate);
-                *slot = Some(Slot {
-                    origin,
-                    sha256,
-                    config,
-                    revision,
-                    controller,
-                    canary: None,
-                    canary_rejected: None,
-                    rbac_missing,
-                });
+                *slot = Some(Slot::new(origin, sha256, config, revision, controller, rbac_missing));
                 Applied::Loaded
             }
             Some(current) => {
@@ -316,16 +321,7 @@ impl Manager {
                     Err(controller::Error::ForChanged { .. }) => {
                         // Another kind: a new controller; the old one drains, then goes.
                         let controller = Controller::build(&self.ctx, plugin, cache).await?;
-                        let new = Slot {
-                            origin,
-                            sha256,
-                            config,
-                            revision,
-                            controller,
-                            canary: None,
-                            canary_rejected: None,
-                            rbac_missing,
-                        };
+                        let new = Slot::new(origin, sha256, config, revision, controller, rbac_missing);
                         let old = slot.replace(new).expect("matched Some");
                         old.controller.shut_down(self.options.grace).await;
                         slot.as_mut().expect("just set").controller.start(gate);
