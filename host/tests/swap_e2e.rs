@@ -58,11 +58,8 @@ async fn a_swap_that_lowers_max_concurrent_never_runs_more_reconciles_at_once_th
     const KEYS: usize = 200;
     create_config_maps(&client, &ns, &label, (0..KEYS).map(|i| format!("cm-{i:04}"))).await;
 
-    // Four workers, all idle in the queue once the backlog is done. Requests sent as the host:
-    // with each plugin as its own ServiceAccount (`App::new`) this test saw two revision-2
-    // reconciles at once, twice in a row (issue 33's closing note: not yet understood).
-    let options = kubewasm::hotload::Options::default();
-    let app = App::with_options(client.clone(), None, None, options).unwrap();
+    // Four workers, all idle in the queue once the backlog is done.
+    let app = App::new(client.clone(), None, None).unwrap();
     app.manager().apply(stamper("v1", &label, 4)).await.unwrap();
     eventually("every ConfigMap stamped v1", CONVERGE, || async {
         (stamped(&client, &ns, "v1").await == KEYS).then_some(())

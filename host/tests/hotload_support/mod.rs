@@ -33,13 +33,20 @@ pub struct Run {
     pub key: String,
     /// Plugin revision that ran it.
     pub revision: u64,
-    /// When it started and ended.
+    /// When its span was made (the worker had taken the key).
     pub start: Instant,
-    /// End.
+    /// When the worker last left its span: the reconcile and its settling are over.
     pub end: Instant,
 }
 
 /// Every reconcile span closed in this test binary.
+///
+/// A run ends when the worker task that made its span last leaves it, not at the span's close
+/// nor at its last exit anywhere: a tower `Buffer` carries the caller's span into its own task
+/// with each request and leaves it only after handing the response back, so on a loaded machine
+/// the span of a finished reconcile was left, and closed, a millisecond after the same worker had
+/// begun its next reconcile (seen with requests sent through a plugin's impersonating client,
+/// which adds a `Buffer`; issue 33).
 #[derive(Clone, Default)]
 pub struct Spans(Arc<Mutex<Vec<Run>>>);
 
@@ -47,6 +54,9 @@ struct Open {
     key: String,
     revision: u64,
     start: Instant,
+    /// The task that made the span: the worker running the reconcile.
+    task: Option<tokio::task::Id>,
+    last_exit: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -75,16 +85,30 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Spans {
         }
         let mut fields = Fields::default();
         attrs.record(&mut fields);
-        let open = Open { key: fields.key, revision: fields.revision, start: Instant::now() };
+        let open = Open {
+            key: fields.key,
+            revision: fields.revision,
+            start: Instant::now(),
+            task: tokio::task::try_id(),
+            last_exit: None,
+        };
         if let Some(span) = ctx.span(id) {
             span.extensions_mut().insert(open);
+        }
+    }
+
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else { return };
+        if let Some(open) = span.extensions_mut().get_mut::<Open>().filter(|o| o.task == tokio::task::try_id()) {
+            open.last_exit = Some(Instant::now());
         }
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         let Some(span) = ctx.span(&id) else { return };
         if let Some(open) = span.extensions_mut().remove::<Open>() {
-            let run = Run { key: open.key, revision: open.revision, start: open.start, end: Instant::now() };
+            let end = open.last_exit.unwrap_or_else(Instant::now);
+            let run = Run { key: open.key, revision: open.revision, start: open.start, end };
             self.0.lock().unwrap().push(run);
         }
     }
