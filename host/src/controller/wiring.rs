@@ -14,7 +14,7 @@ use super::{Context, Error, PluginCache, Reconciler, indexes};
 use crate::informer::{HandlerRegistration, Informer, InformerParams};
 use crate::plugin::Plugin;
 use crate::plugin::grants::KindRef;
-use crate::plugin::registration::EventFilter;
+use crate::plugin::registration::{EventFilter, Registration};
 
 /// A kind and the label selector its informer is opened with.
 pub(crate) type Watched = (KindRef, Option<String>);
@@ -32,21 +32,36 @@ fn informer_err(kind: &GroupVersionKind) -> impl FnOnce(crate::informer::Error) 
 }
 
 /// The informers one plugin version reads, by kind, with the label selector each is opened
-/// with: the for kind and watches keep their selectors; owns and reads take every object; a
-/// plugin confined by a namespace selector also needs the Namespaces' labels.
+/// with.
 pub(crate) fn wanted_informers(plugin: &Plugin) -> BTreeMap<KindRef, (GroupVersionKind, Option<String>)> {
-    let reg = plugin.registration();
-    let mut wanted = BTreeMap::new();
-    wanted.insert(KindRef::of(&reg.for_kind), (reg.for_kind.clone(), reg.for_label_selector.clone()));
-    for w in &reg.watches {
-        wanted.entry(KindRef::of(&w.kind)).or_insert((w.kind.clone(), w.label_selector.clone()));
+    let namespace_labels = plugin.grants().namespaces().is_some_and(|s| s.selector.is_some());
+    wanted_kinds(plugin.registration(), namespace_labels)
+}
+
+/// Every kind `reg` uses, with the selector its informer is opened with. A contract-0.1 selector
+/// (of the for kind or a watch) narrows the informer only where every use of the kind has that
+/// same selector: owned and read kinds, and Namespaces when a confined plugin needs their labels
+/// (`namespace_labels`), are cached whole, and the selector then filters the trigger alone (it
+/// is also the use's event filter). Before, an owned kind shared a for or watch selector's
+/// narrowed informer, so writes to owned objects outside it were judged on a cache miss.
+fn wanted_kinds(reg: &Registration, namespace_labels: bool) -> BTreeMap<KindRef, (GroupVersionKind, Option<String>)> {
+    let namespace = GroupVersionKind::gvk("", "v1", "Namespace");
+    let mut uses = vec![(&reg.for_kind, reg.for_label_selector.as_ref())];
+    uses.extend(reg.watches.iter().map(|w| (&w.kind, w.label_selector.as_ref())));
+    uses.extend(reg.owns.iter().chain(&reg.reads).map(|kind| (kind, None)));
+    if namespace_labels {
+        uses.push((&namespace, None));
     }
-    for kind in reg.owns.iter().chain(&reg.reads) {
-        wanted.entry(KindRef::of(kind)).or_insert((kind.clone(), None));
-    }
-    if plugin.grants().namespaces().is_some_and(|s| s.selector.is_some()) {
-        let gvk = GroupVersionKind::gvk("", "v1", "Namespace");
-        wanted.entry(KindRef::of(&gvk)).or_insert((gvk, None));
+    let mut wanted: BTreeMap<KindRef, (GroupVersionKind, Option<String>)> = BTreeMap::new();
+    for (kind, selector) in uses {
+        wanted
+            .entry(KindRef::of(kind))
+            .and_modify(|(_, opened)| {
+                if opened.as_ref() != selector {
+                    *opened = None;
+                }
+            })
+            .or_insert_with(|| (kind.clone(), selector.cloned()));
     }
     wanted
 }
@@ -204,5 +219,59 @@ impl Wiring {
         if let Some(watches) = &self.watches {
             watches.mapper.shut_down();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::registration::WatchSpec;
+
+    fn cm() -> GroupVersionKind {
+        GroupVersionKind::gvk("", "v1", "ConfigMap")
+    }
+
+    fn selected(reg: &Registration, namespace_labels: bool) -> Vec<(String, Option<String>)> {
+        wanted_kinds(reg, namespace_labels).into_values().map(|(gvk, s)| (gvk.kind, s)).collect()
+    }
+
+    #[test]
+    fn a_for_selector_narrows_the_informer_when_the_kind_has_no_other_use() {
+        let mut reg = Registration::new(cm());
+        reg.for_label_selector = Some("app=web".into());
+        assert_eq!(selected(&reg, false), [("ConfigMap".into(), Some("app=web".into()))]);
+    }
+
+    #[test]
+    fn an_owned_or_read_kind_is_cached_whole_even_if_the_for_kind_is_selected() {
+        let mut owned = Registration::new(cm());
+        owned.for_label_selector = Some("app=web".into());
+        owned.owns.push(cm());
+        assert_eq!(selected(&owned, false), [("ConfigMap".into(), None)]);
+        let mut read = Registration::new(GroupVersionKind::gvk("", "v1", "Service"));
+        read.watches.push(WatchSpec { kind: cm(), label_selector: Some("x=1".into()), filter: EventFilter::default() });
+        read.reads.push(cm());
+        assert_eq!(selected(&read, false), [("ConfigMap".into(), None), ("Service".into(), None)]);
+    }
+
+    #[test]
+    fn two_uses_with_different_selectors_share_the_whole_kind() {
+        let mut reg = Registration::new(cm());
+        reg.for_label_selector = Some("app=web".into());
+        reg.watches.push(WatchSpec {
+            kind: cm(),
+            label_selector: Some("app=db".into()),
+            filter: EventFilter::default(),
+        });
+        assert_eq!(selected(&reg, false), [("ConfigMap".into(), None)]);
+        reg.watches[0].label_selector = Some("app=web".into());
+        assert_eq!(selected(&reg, false), [("ConfigMap".into(), Some("app=web".into()))], "the same selector narrows");
+    }
+
+    #[test]
+    fn a_plugin_confined_by_namespace_labels_caches_every_namespace() {
+        let mut reg = Registration::new(GroupVersionKind::gvk("", "v1", "Namespace"));
+        reg.for_label_selector = Some("team=a".into());
+        assert_eq!(selected(&reg, true), [("Namespace".into(), None)]);
     }
 }

@@ -47,10 +47,11 @@ impl EventFilter {
 pub struct WatchSpec {
     /// Kind to watch.
     pub kind: GroupVersionKind,
-    /// Contract 0.1: only objects matching this label selector, for every use of the kind (it
-    /// selects the kind's informer). Always `None` for 0.2, whose selectors are in `filter`.
+    /// Contract 0.1: the label selector the kind's informer is opened with, where every use of
+    /// the kind has it (else the whole kind is cached); it is also `filter`'s. Always `None` for
+    /// 0.2, whose selectors are event filters only.
     pub label_selector: Option<String>,
-    /// Which changes are mapped (0.2).
+    /// Which changes are mapped.
     pub filter: EventFilter,
 }
 
@@ -79,10 +80,12 @@ pub struct IndexSpec {
 pub struct Registration {
     /// The kind reconciled; each object is one key.
     pub for_kind: GroupVersionKind,
-    /// Contract 0.1: only objects of `for_kind` matching this label selector, for every use of
-    /// the kind (it selects the kind's informer). Always `None` for 0.2.
+    /// Contract 0.1: the label selector `for_kind`'s informer is opened with, where every use of
+    /// the kind has it (an owned or read kind is cached whole); it is also `for_filter`'s, so
+    /// the trigger and the authorizer apply it whatever the informer holds. Always `None` for 0.2.
     pub for_label_selector: Option<String>,
-    /// Which changes of `for_kind` objects enqueue their key (0.2).
+    /// Which changes of `for_kind` objects enqueue their key, and which objects the plugin
+    /// reconciles.
     pub for_filter: EventFilter,
     /// Kinds created and controlled by the plugin.
     pub owns: Vec<GroupVersionKind>,
@@ -190,8 +193,8 @@ impl From<v0_1::Registration> for Registration {
     fn from(r: v0_1::Registration) -> Self {
         Self {
             for_kind: r.for_kind.into(),
+            for_filter: EventFilter { label_selector: r.for_label_selector.clone(), ..EventFilter::default() },
             for_label_selector: r.for_label_selector,
-            for_filter: EventFilter::default(),
             owns_filters: vec![EventFilter::default(); r.owns.len()],
             owns: r.owns.into_iter().map(Into::into).collect(),
             watches: r
@@ -199,8 +202,8 @@ impl From<v0_1::Registration> for Registration {
                 .into_iter()
                 .map(|w| WatchSpec {
                     kind: w.kind.into(),
+                    filter: EventFilter { label_selector: w.label_selector.clone(), ..EventFilter::default() },
                     label_selector: w.label_selector,
-                    filter: EventFilter::default(),
                 })
                 .collect(),
             reads: r.reads.into_iter().map(Into::into).collect(),
@@ -273,6 +276,25 @@ impl From<v0_2::Registration> for Registration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_contract_0_1_selector_is_also_its_uses_event_filter_so_the_authorizer_knows_what_is_reconciled() {
+        let cm = GroupVersionKind::gvk("", "v1", "ConfigMap");
+        let legacy = v0_1::Registration {
+            for_kind: (&cm).into(),
+            for_label_selector: Some("app=web".into()),
+            owns: vec![(&cm).into()],
+            watches: vec![v0_1::Watch { kind: (&cm).into(), label_selector: Some("app=db".into()) }],
+            reads: Vec::new(),
+            writes: Vec::new(),
+            indexes: Vec::new(),
+            max_concurrent: None,
+        };
+        let reg = Registration::from(legacy);
+        assert_eq!(reg.for_filter.label_selector.as_deref(), Some("app=web"));
+        assert_eq!(reg.for_label_selector.as_deref(), Some("app=web"));
+        assert_eq!(reg.watches[0].filter.label_selector.as_deref(), Some("app=db"));
+    }
 
     #[test]
     fn a_registration_with_an_unknown_builtin_index_is_invalid_and_says_which() {
