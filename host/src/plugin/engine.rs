@@ -13,7 +13,7 @@ use wasmtime::{Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationSt
 use super::bindings::{self, ControllerPre};
 use super::compile_process::CompileProcess;
 use super::metrics::PluginMetrics;
-use super::pool::Ledger;
+use super::pool::{Ledger, MEMORIES_PER_INSTANCE, TABLES_PER_INSTANCE};
 use super::protected::Protected;
 use super::state::PluginCtx;
 use super::throttle::WriteRate;
@@ -234,10 +234,14 @@ impl Runtime {
     /// Builds the engine and starts its epoch ticker (a thread that ends with the engine).
     pub fn new(config: RuntimeConfig) -> Result<Self, Error> {
         let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(config.pool_instances)
-            .total_core_instances(config.pool_instances * 4)
-            .total_memories(config.pool_instances)
-            .total_tables(config.pool_instances * 4)
+        // One slot per component instance, whatever its memories and tables (`pool.rs`).
+        let instances = config.pool_instances;
+        pool.total_component_instances(instances)
+            .total_core_instances(instances.saturating_mul(4))
+            .total_memories(instances.saturating_mul(MEMORIES_PER_INSTANCE))
+            .max_memories_per_component(MEMORIES_PER_INSTANCE)
+            .total_tables(instances.saturating_mul(TABLES_PER_INSTANCE))
+            .max_tables_per_component(TABLES_PER_INSTANCE)
             .total_stacks(config.pool_instances)
             .max_memory_size(config.max_memory_bytes as usize)
             // Reset the first pages of a freed slot with memset instead of madvise, so the next

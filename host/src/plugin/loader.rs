@@ -11,7 +11,7 @@ use super::dispatch::{self, CallFailed};
 use super::engine::Runtime;
 use super::grants::{Grants, NotGranted};
 use super::host::{ApiWriter, CacheReader, Caller};
-use super::pool::{self, PoolFull};
+use super::pool::{self, Oversized, PoolFull};
 use super::registration::{InvalidRegistration, Registration};
 use super::state::PluginShared;
 use super::throttle::{WriteLimiter, WriteRate};
@@ -63,6 +63,9 @@ pub enum LoadError {
     /// Its share of the instance pool does not fit beside the loaded versions' shares.
     #[error(transparent)]
     PoolFull(#[from] PoolFull),
+    /// One instance of it does not fit in a pool slot.
+    #[error(transparent)]
+    Oversized(#[from] Oversized),
 }
 
 impl LoadError {
@@ -79,6 +82,7 @@ impl LoadError {
             LoadError::InvalidSettings(_) => "invalid_settings",
             LoadError::MemoryAboveMax { .. } => "limits",
             LoadError::PoolFull(_) => "pool_full",
+            LoadError::Oversized(_) => "limits",
         }
     }
 }
@@ -156,7 +160,7 @@ impl Runtime {
                 pre
             }
         };
-        let weight = pool::weight(pre.instance_pre().component(), config.limits.memory_bytes);
+        let weight = pool::weight(pre.instance_pre().component(), config.limits.memory_bytes)?;
 
         let rate = WriteRate {
             qps: config.limits.write_qps.unwrap_or(self.write_rate.qps),

@@ -162,16 +162,41 @@ impl Drop for Share {
     }
 }
 
-/// What one instance of `component` takes under `memory_bytes` per memory. The pool holds one
-/// linear memory and four tables per component instance (`engine.rs`), so a component with more
-/// memories or tables per instance counts as several slots; each of its memories may grow to
-/// `memory_bytes`. Core instances are not weighed: wasmtime does not tell a component's count,
-/// and the pool's four per slot fit the Rust, Python and JavaScript components the SDKs build.
-pub(crate) fn weight(component: &Component, memory_bytes: u64) -> Weight {
-    let required = component.resources_required();
-    let slots = required.as_ref().map_or(1, |r| r.num_memories.max(r.num_tables.div_ceil(4)).max(1));
-    let memories = required.map_or(1, |r| r.num_memories.max(1));
-    Weight { slots, bytes: memory_bytes.saturating_mul(u64::from(memories)) }
+/// Linear memories one pool slot holds: a slot is one component instance, whatever its
+/// memories. 2: every component the SDKs build has one, and a composed component (a library or
+/// adapter with its own memory) fits. Each memory slot reserves ≈ 4 GiB of address space (no
+/// bounds checks): 4 TiB at [`super::engine::DEFAULT_POOL_INSTANCES`] with one per slot, 8 TiB
+/// with two, of x86-64's 128 TiB.
+pub const MEMORIES_PER_INSTANCE: u32 = 2;
+
+/// Tables one pool slot holds (the SDKs' components have two).
+pub const TABLES_PER_INSTANCE: u32 = 4;
+
+/// A component with more memories or tables per instance than a pool slot holds; rejected at
+/// load instead of failing at its first instantiation.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the component has {memories} linear memories and {tables} tables per instance; a pool slot holds at most {MEMORIES_PER_INSTANCE} and {TABLES_PER_INSTANCE}"
+)]
+pub struct Oversized {
+    /// Its memories.
+    pub memories: u32,
+    /// Its tables.
+    pub tables: u32,
+}
+
+/// What one instance of `component` takes under `memory_bytes` per memory: one pool slot (the
+/// pool holds [`MEMORIES_PER_INSTANCE`] memories and [`TABLES_PER_INSTANCE`] tables per slot,
+/// `engine.rs`), and `memory_bytes` for each of its memories. Before, a slot held one memory,
+/// so a component of several memories reserved several slots per instance (issue 33). Core
+/// instances are not weighed: wasmtime does not tell a component's count, and the pool's four
+/// per slot fit the Rust, Python, JavaScript and Go components the SDKs build.
+pub(crate) fn weight(component: &Component, memory_bytes: u64) -> Result<Weight, Oversized> {
+    let (memories, tables) = component.resources_required().map_or((1, 0), |r| (r.num_memories, r.num_tables));
+    if memories > MEMORIES_PER_INSTANCE || tables > TABLES_PER_INSTANCE {
+        return Err(Oversized { memories, tables });
+    }
+    Ok(Weight { slots: 1, bytes: memory_bytes.saturating_mul(u64::from(memories.max(1))) })
 }
 
 #[cfg(test)]
@@ -228,6 +253,33 @@ mod tests {
         assert!(matches!(a.grow_to(9), Err(PoolFull::Memory { .. })));
         drop(a);
         assert_eq!(ledger.reserved_bytes(), 0, "a dropped version gives its memory back");
+    }
+
+    /// A component instantiating a core module with one memory `instances` times: header, one
+    /// core module section (the module: header and a memory section, `(memory 1)`), one core
+    /// instance section with `instances` argument-less instantiations of module 0.
+    fn component_with_memories(instances: u8) -> Component {
+        let mut wasm = b"\0asm\x0d\0\x01\0".to_vec();
+        let module = b"\0asm\x01\0\0\0\x05\x03\x01\x00\x01";
+        wasm.extend([0x01, module.len() as u8]);
+        wasm.extend(module);
+        wasm.extend([0x02, 1 + 3 * instances, instances]);
+        wasm.extend((0..instances).flat_map(|_| [0x00, 0x00, 0x00]));
+        let engine = wasmtime::Engine::new(wasmtime::Config::new().wasm_component_model(true)).unwrap();
+        Component::new(&engine, &wasm).unwrap()
+    }
+
+    #[test]
+    fn an_instance_takes_one_slot_whatever_its_memories_and_each_memory_counts_against_the_budget() {
+        assert_eq!(weight(&component_with_memories(1), 64).unwrap(), Weight { slots: 1, bytes: 64 });
+        assert_eq!(weight(&component_with_memories(2), 64).unwrap(), Weight { slots: 1, bytes: 128 });
+    }
+
+    #[test]
+    fn a_component_with_more_memories_than_a_slot_holds_is_refused_and_says_so() {
+        let err = weight(&component_with_memories(3), 64).unwrap_err();
+        assert_eq!(err, Oversized { memories: 3, tables: 0 });
+        assert!(err.to_string().contains("at most 2"), "{err}");
     }
 
     #[tokio::test(start_paused = true)]
