@@ -331,7 +331,8 @@ async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds
 /// what its identity lacks, and the API server refuses the writes the host's authorizer allows.
 /// Once the RBAC `kubewasm rbac` prints is applied, the serving version reviews clean and writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_and_the_api_server_refuses_its_writes() {
+async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_for_it_and_its_canary_and_the_api_server_refuses_its_writes()
+ {
     use kubewasm::hotload::Options;
     use kubewasm::rbac::{self, Identity};
     let Some(cp) = ControlPlane::shared() else { return };
@@ -349,19 +350,25 @@ async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_and_the_api_server
 
     let name = format!("unbound-{ns}");
     let plugins: Api<WasmPlugin> = Api::all(client.clone());
-    let apply = |version: &str| {
+    let apply_with = |version: &str, canary: bool| {
+        let module = json!({ "configMap": { "name": "stamper-module", "key": "plugin.wasm" } });
+        let mut spec = json!({
+            "module": module,
+            "grants": { "write": ["ConfigMap"] },
+            "settings": { "version": version, "selector": label },
+        });
+        if canary {
+            spec["canary"] = json!({ "module": module, "settings": { "version": "candidate", "selector": label } });
+        }
         let body = json!({
             "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
             "metadata": { "name": name, "labels": { "test": ns } },
-            "spec": {
-                "module": { "configMap": { "name": "stamper-module", "key": "plugin.wasm" } },
-                "grants": { "write": ["ConfigMap"] },
-                "settings": { "version": version, "selector": label },
-            },
+            "spec": spec,
         });
         let (plugins, name) = (plugins.clone(), name.clone());
         async move { plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap() }
     };
+    let apply = |version: &str| apply_with(version, false);
     apply("v1").await;
     let missing = eventually("RBACMissing True", CONVERGE, || async {
         let wp = plugins.get(&name).await.ok()?;
@@ -370,6 +377,16 @@ async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_and_the_api_server
     .await;
     assert!(missing.contains("patch configmaps cluster-wide"), "{missing}");
     assert!(missing.contains("create events.events.k8s.io cluster-wide"), "{missing}");
+
+    // A canary candidate is reviewed when it loads, before anyone promotes it.
+    apply_with("v1", true).await;
+    let candidate_lacks = eventually("the canary's missing rights", CONVERGE, || async {
+        let canary = plugins.get(&name).await.ok()?.status?.canary?;
+        (!canary.rbac_missing.is_empty()).then_some(canary.rbac_missing)
+    })
+    .await;
+    assert!(candidate_lacks.iter().any(|m| m.contains("patch configmaps cluster-wide")), "{candidate_lacks:?}");
+    apply("v1").await;
 
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let labelled: ConfigMap =

@@ -71,6 +71,10 @@ pub struct Report {
     pub skipped: u64,
     /// The latest difference.
     pub last_difference: Option<Difference>,
+    /// What the plugin's identity lacks for the candidate's grants (reviewed when the candidate
+    /// loads; empty when nothing is, or plugins are not impersonated): its writes would be
+    /// forbidden once it serves.
+    pub rbac_missing: Vec<String>,
 }
 
 /// Counts a comparison under `kubewasm_canary_reconciles_total{plugin, result}`.

@@ -134,6 +134,8 @@ struct CanarySlot {
     sha256: String,
     config: PluginConfig,
     canary: Arc<Canary>,
+    /// What the plugin's identity lacks for the candidate's grants.
+    rbac_missing: Vec<String>,
 }
 
 /// Hot-load behaviour.

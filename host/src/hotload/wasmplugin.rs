@@ -171,6 +171,10 @@ pub struct CanaryStatus {
     /// Why the latest candidate is not running (it did not load), if it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Rights the plugin's ServiceAccount lacks for the candidate's grants, reviewed when it
+    /// loaded: its requests needing them would be forbidden once it serves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rbac_missing: Vec<String>,
 }
 
 /// One reconcile where the candidate would have written otherwise than the serving version.

@@ -78,6 +78,7 @@ pub(super) fn canary_status(running: Option<&(String, Report)>, last_error: Opti
             time: d.time.clone(),
         }),
         last_error,
+        rbac_missing: report.rbac_missing.clone(),
     }
 }
 

@@ -54,8 +54,8 @@ impl Manager {
         }
         let serving = KindRef::of(&current.controller.reconciler().plugin().registration().for_kind);
         let result = self.load_canary(name, wasm, sha256.clone(), config.clone(), &serving).await;
-        let canary = match result {
-            Ok(canary) => canary,
+        let (canary, rbac_missing) = match result {
+            Ok(loaded) => loaded,
             Err(err) => {
                 if !err.is_transient() {
                     current.canary_rejected = Some((sha256, config, err.reason(), format!("{err:#}")));
@@ -66,7 +66,7 @@ impl Manager {
             }
         };
         current.controller.reconciler().set_canary(Some(canary.clone()));
-        current.canary = Some(CanarySlot { sha256: sha256.clone(), config, canary });
+        current.canary = Some(CanarySlot { sha256: sha256.clone(), config, canary, rbac_missing });
         // The candidate sees the keys the serving version reconciles: offer it every key now
         // rather than only those that change from here on.
         if self.options.requeue_on_swap {
@@ -78,7 +78,8 @@ impl Manager {
 
     /// Loads a candidate under the name `<name>/canary` (its metrics and logs apart from the
     /// serving version's; one reconcile at a time), its writes going to a recorder, its reads
-    /// served by the shared informers.
+    /// served by the shared informers; with what the plugin's identity lacks for its grants,
+    /// which it would need once promoted.
     async fn load_canary(
         &self,
         name: &str,
@@ -86,7 +87,7 @@ impl Manager {
         sha256: String,
         mut config: PluginConfig,
         serving: &KindRef,
-    ) -> Result<Arc<Canary>, ApplyError> {
+    ) -> Result<(Arc<Canary>, Vec<String>), ApplyError> {
         config.max_concurrent = Some(1);
         let label = format!("{name}/canary");
         let cache = Arc::new(PluginCache::new(&label));
@@ -105,17 +106,19 @@ impl Manager {
             informers.insert(kind, informer);
         }
         controller::serve_reads(&plugin, &cache, &informers).map_err(|e| *e)?;
+        let rbac_missing = self.review_rbac(name, &plugin).await.unwrap_or_default();
         let (metrics, name) = (self.metrics.clone(), name.to_owned());
         let count: Count = Arc::new(move |result| metrics.canary(&name, result));
-        Ok(Arc::new(Canary::start(plugin, recorder, informers, count)))
+        Ok((Arc::new(Canary::start(plugin, recorder, informers, count)), rbac_missing))
     }
 
     /// The canary of `name`, if one runs: its candidate's sha256 and what it found so far.
     pub async fn canary(&self, name: &str) -> Option<(String, Report)> {
         let slot = self.slots.lock().get(name).cloned()?;
         let slot = slot.lock().await;
-        let canary = &slot.as_ref()?.canary.as_ref()?.canary;
-        Some((canary.sha256().to_owned(), canary.report()))
+        let running = slot.as_ref()?.canary.as_ref()?;
+        let report = Report { rbac_missing: running.rbac_missing.clone(), ..running.canary.report() };
+        Some((running.canary.sha256().to_owned(), report))
     }
 
     /// Whether the canary of `name` runs exactly this component (by sha256) and config.
