@@ -21,10 +21,12 @@ mod layering;
 pub mod leader;
 pub mod offline;
 pub mod plugin;
-pub mod queue;
 pub mod rbac;
 pub mod scaffold;
 pub mod shard;
 pub mod shutdown;
 pub mod telemetry;
 pub mod writer;
+
+/// The work queue, a crate of its own (`crates/queue`): it knows nothing of the host.
+pub use kubewasm_queue as queue;

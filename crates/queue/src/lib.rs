@@ -16,6 +16,10 @@
 //!   is queued, so `get` returns `None` at once, and waits for the keys being processed.
 //!
 //! All time comes from [`tokio::time::Instant`], so tests run on virtual time.
+//!
+//! The lowest crate of the workspace: it depends on no other kubewasm crate. Start reading at
+//! [`WorkQueue`]; [`rate_limiter`] holds client-go's rate limiters and [`metrics`] the
+//! workqueue metrics under client-go's names.
 
 mod delaying;
 mod hashed;
