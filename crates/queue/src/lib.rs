@@ -25,6 +25,7 @@ mod delaying;
 mod hashed;
 pub mod metrics;
 pub mod rate_limiter;
+mod runner;
 
 use std::{
     collections::{VecDeque, hash_map},
@@ -39,6 +40,8 @@ use std::{
 
 use parking_lot::Mutex;
 use tokio::{sync::Notify, time::Instant};
+
+pub use self::runner::{Next, run};
 
 use self::{
     delaying::{Promote, Waiting},

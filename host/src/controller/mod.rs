@@ -6,6 +6,7 @@ mod filter;
 pub mod indexes;
 mod key;
 pub mod metrics;
+mod policy;
 mod triggers;
 mod wiring;
 pub mod worker;
@@ -13,7 +14,8 @@ pub mod worker;
 pub use cache::PluginCache;
 pub use key::{InvalidKey, NamespacedKey};
 pub use metrics::ControllerMetrics;
-pub use worker::{Outcome, RECONCILE_TRACE_TARGET, Reconciler};
+pub use policy::Outcome;
+pub use worker::{RECONCILE_TRACE_TARGET, Reconciler};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,7 +10,7 @@ use super::NamespacedKey;
 use super::worker::Reconciler;
 use crate::informer::{CachedObject, Informer, ResourceEventHandler};
 use crate::plugin::grants::KindRef;
-use crate::queue::{Config as QueueConfig, WorkQueue};
+use crate::queue::{Config as QueueConfig, Next, WorkQueue};
 
 /// For: every change to an object enqueues its own key.
 pub(crate) struct ForTrigger(pub(crate) Arc<Reconciler>);
@@ -135,15 +135,13 @@ impl Mapper {
 
     /// Maps queued objects until the queue shuts down.
     pub(crate) async fn run(self: Arc<Self>, reconciler: Arc<Reconciler>) {
-        while let Some(item) = self.queue.get().await {
-            self.map_one(&item, &reconciler).await;
-            self.queue.done(&item);
-        }
+        crate::queue::run(&self.queue, |item| self.map_one(item, &reconciler)).await;
     }
 
     /// Maps every pending state of `item` and its cached state; enqueues the union of their
     /// keys. A failure retries them all with backoff, at most [`MAX_MAP_RETRIES`] times.
-    async fn map_one(&self, item: &MapItem, reconciler: &Reconciler) {
+    async fn map_one(&self, item: MapItem, reconciler: &Reconciler) -> Next {
+        let item = &item;
         let informer = &self.watched[item.0];
         let earlier = self.pending.lock().remove(item).unwrap_or_default();
         let mut states = earlier.clone();
@@ -169,19 +167,18 @@ impl Mapper {
             if failures <= MAX_MAP_RETRIES {
                 tracing::warn!(error = %err, object = %item.1, failures, "map failed; retrying with backoff");
                 self.restore(item, earlier);
-                self.queue.add_rate_limited(item.clone());
-                return;
+                return Next::Backoff;
             }
             tracing::warn!(error = %err, object = %item.1, failures, "map failed too often; dropping the object's changes");
             reconciler.metrics().map_dropped.inc();
         }
-        self.queue.forget(item);
         for key in &keys {
             match NamespacedKey::try_from(key) {
                 Ok(key) => reconciler.enqueue(key),
                 Err(err) => tracing::warn!(error = %err, object = %item.1, "map returned an invalid key; skipped"),
             }
         }
+        Next::Forget
     }
 
     pub(crate) fn watched_informer(&self, index: usize) -> &Informer {

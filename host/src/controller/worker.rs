@@ -15,33 +15,12 @@ use tracing::Instrument;
 
 use super::NamespacedKey;
 use super::metrics::Handles;
+use super::policy::{Outcome, decide};
 use crate::breaker::Breaker;
 use crate::canary::{Canary, Served, Side, WriteLog};
 use crate::plugin::{Action, CallFailed, Plugin};
-use crate::queue::WorkQueue;
+use crate::queue::{Next, WorkQueue};
 use crate::shard::ShardGate;
-
-/// What happened to a key after its reconcile; returned for tests and logs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Reconciled; its backoff was forgotten.
-    Done,
-    /// Reconciled and scheduled again after the plugin's delay.
-    RequeuedAfter,
-    /// Failed and re-added with backoff.
-    Retried,
-    /// Failed more than `max_retries` times in a row and was dropped.
-    Dropped,
-    /// Failed during an API-server outage: re-added without charging its backoff.
-    Deferred,
-    /// Failed with a terminal error (contract 0.2): not retried, its backoff forgotten.
-    Terminal,
-    /// Failed asking to be retried after a delay (contract 0.2): re-added after it, its
-    /// backoff neither advanced nor forgotten.
-    RetryAfter,
-    /// Not reconciled: another replica's shard holds the key, which its owner has queued.
-    NotOwned,
-}
 
 /// Most per-key failure lines a controller logs a second; past it lines are counted and the
 /// next logged one says how many were suppressed. Protects the log pipeline when every key
@@ -270,8 +249,7 @@ impl Reconciler {
     async fn process(&self, key: NamespacedKey) -> Outcome {
         // Held for the whole reconcile: the range cannot move to another replica meanwhile.
         let Some(_admission) = self.shard.admit(key.as_str()).await else {
-            self.queue.forget(&key);
-            self.queue.done(&key);
+            self.queue.settle(&key, Next::Forget);
             return Outcome::NotOwned;
         };
         let plugin = self.plugin();
@@ -302,12 +280,12 @@ impl Reconciler {
             _ => false,
         };
         let failed = log.as_ref().and_then(|_| result.as_ref().err().map(ToString::to_string));
-        let outcome = span.in_scope(|| self.handle_result(&key, result, outage));
+        let (outcome, next) = span.in_scope(|| self.handle_result(&key, &result, outage));
         // The reconcile is over before another worker may take the key (and, sharded, before
         // its range may move: the admission is dropped last).
         drop(span);
         tracing::trace!(target: RECONCILE_TRACE_TARGET, controller = %self.name, %key, "reconcile finished");
-        self.queue.done(&key);
+        self.queue.settle(&key, next);
         // After the key is done: the candidate never holds it up. A reconcile cut short by an
         // API-server outage says nothing about the version, so it is not compared.
         if let (Some(canary), Some(log), false) = (canary, log, outcome == Outcome::Deferred) {
@@ -316,70 +294,50 @@ impl Reconciler {
         outcome
     }
 
-    fn handle_result(&self, key: &NamespacedKey, result: Result<Action, CallFailed>, outage: bool) -> Outcome {
-        match result {
+    /// Counts and logs a finished reconcile, and says how its key is settled ([`decide`]).
+    fn handle_result(&self, key: &NamespacedKey, result: &Result<Action, CallFailed>, outage: bool) -> (Outcome, Next) {
+        let failures = self.queue.num_requeues(key) + 1;
+        let (outcome, next) = decide(result, outage, failures, self.max_retries);
+        let err = match result {
             Ok(Action::Done) => {
                 self.metrics.success.inc();
-                self.queue.forget(key);
-                Outcome::Done
+                return (outcome, next);
             }
-            Ok(Action::RequeueAfter(delay)) => {
+            Ok(Action::RequeueAfter(_)) => {
                 self.metrics.requeue_after.inc();
-                self.queue.forget(key);
-                self.queue.add_after(key.clone(), delay);
-                Outcome::RequeuedAfter
+                return (outcome, next);
             }
-            Err(err) => {
-                self.metrics.error.inc();
-                self.metrics.errors.inc();
-                if err.is_panic() {
-                    self.metrics.panics.inc();
-                }
-                if outage {
-                    // The breaker logged the outage once; the key waits for it, not for backoff.
-                    // (Before the plugin's own retry policy: the outage is likely its cause.)
-                    tracing::debug!(error = %err, "reconcile failed during an API-server outage; re-added");
-                    self.queue.add(key.clone());
-                    return Outcome::Deferred;
-                }
-                match &err {
-                    CallFailed::Terminal(message) => {
-                        // controller-runtime's TerminalError: counted, logged, not requeued. The
-                        // backoff is forgotten so the next change starts afresh.
-                        self.metrics.terminal.inc();
-                        if let Some(suppressed) = self.failure_log.admit() {
-                            tracing::warn!(error = %message, suppressed, "reconcile failed with a terminal error; not retrying");
-                        }
-                        self.queue.forget(key);
-                        return Outcome::Terminal;
-                    }
-                    CallFailed::RequeueAfter { after, reason } => {
-                        if let Some(suppressed) = self.failure_log.admit() {
-                            tracing::info!(reason = %reason, after = ?after, suppressed, "reconcile asked to retry after a delay");
-                        }
-                        self.queue.add_after(key.clone(), *after);
-                        return Outcome::RetryAfter;
-                    }
-                    _ => {}
-                }
-                let failures = self.queue.num_requeues(key) + 1;
-                let logged = self.failure_log.admit();
-                if self.max_retries.is_some_and(|max| failures > max) {
-                    if let Some(suppressed) = logged {
-                        tracing::warn!(error = %err, failures, suppressed, "dropping key after too many failures");
-                    }
-                    self.metrics.dropped.inc();
-                    self.queue.forget(key);
-                    Outcome::Dropped
-                } else {
-                    if let Some(suppressed) = logged {
-                        tracing::warn!(error = %err, failures, suppressed, "reconcile failed; retrying with backoff");
-                    }
-                    self.queue.add_rate_limited(key.clone());
-                    Outcome::Retried
-                }
-            }
+            Err(err) => err,
+        };
+        self.metrics.error.inc();
+        self.metrics.errors.inc();
+        if err.is_panic() {
+            self.metrics.panics.inc();
         }
+        if outcome == Outcome::Deferred {
+            // The breaker logged the outage once; the key waits for it, not for backoff.
+            tracing::debug!(error = %err, "reconcile failed during an API-server outage; re-added");
+            return (outcome, next);
+        }
+        match outcome {
+            Outcome::Terminal => self.metrics.terminal.inc(),
+            Outcome::Dropped => self.metrics.dropped.inc(),
+            _ => {}
+        }
+        let Some(suppressed) = self.failure_log.admit() else { return (outcome, next) };
+        match (outcome, err) {
+            (Outcome::Terminal, _) => {
+                tracing::warn!(error = %err, suppressed, "reconcile failed with a terminal error; not retrying");
+            }
+            (Outcome::RetryAfter, CallFailed::RequeueAfter { after, reason }) => {
+                tracing::info!(reason = %reason, after = ?after, suppressed, "reconcile asked to retry after a delay");
+            }
+            (Outcome::Dropped, _) => {
+                tracing::warn!(error = %err, failures, suppressed, "dropping key after too many failures");
+            }
+            _ => tracing::warn!(error = %err, failures, suppressed, "reconcile failed; retrying with backoff"),
+        }
+        (outcome, next)
     }
 
     /// Runs the plugin's `max_concurrent` workers (changed by [`swap`](Self::swap) and

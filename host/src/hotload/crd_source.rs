@@ -43,9 +43,9 @@ const CACHE_POLL: Duration = Duration::from_secs(2);
 /// `RBACMissing` condition once they are granted.
 const RBAC_RECHECK: Duration = Duration::from_secs(30);
 
-/// What to do with a WasmPlugin's name after a reconcile.
+/// What a WasmPlugin's reconcile leaves to do; [`Followup::next`] settles its name on the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Next {
+enum Followup {
     /// Nothing until it changes.
     Done,
     /// Again, with backoff (the problem may go away by itself).
@@ -56,6 +56,19 @@ enum Next {
     Canary,
     /// It serves, but its identity lacks rights: review again after [`RBAC_RECHECK`].
     RecheckRbac,
+}
+
+impl Followup {
+    fn next(self) -> crate::queue::Next {
+        use crate::queue::Next;
+        match self {
+            Followup::Done => Next::Forget,
+            Followup::Retry => Next::Backoff,
+            Followup::WaitForCaches => Next::after(CACHE_POLL),
+            Followup::Canary => Next::after(CANARY_REPORT_INTERVAL),
+            Followup::RecheckRbac => Next::after(RBAC_RECHECK),
+        }
+    }
 }
 
 /// Watches WasmPlugins and applies them through a [`Manager`].
@@ -134,8 +147,8 @@ struct InitialPass {
 }
 
 impl InitialPass {
-    fn settle(&self, name: &str, next: Next, sync_timeout: Duration) {
-        if next == Next::WaitForCaches && self.started.elapsed() < sync_timeout {
+    fn settle(&self, name: &str, next: Followup, sync_timeout: Duration) {
+        if next == Followup::WaitForCaches && self.started.elapsed() < sync_timeout {
             return;
         }
         let mut pending = self.pending.lock();
@@ -263,37 +276,23 @@ impl WasmPluginSource {
             let (this, queue, plugins, modules, initial) =
                 (this.clone(), queue.clone(), plugins.clone(), modules.clone(), initial.clone());
             async move {
-                while let Some(name) = queue.get().await {
-                    let next = this.reconcile(&name, &plugins, &modules).await;
-                    match next {
-                        Next::Done => queue.forget(&name),
-                        Next::Retry => queue.add_rate_limited(name.clone()),
-                        Next::WaitForCaches => {
-                            queue.forget(&name);
-                            queue.add_after(name.clone(), CACHE_POLL);
-                        }
-                        Next::Canary => {
-                            queue.forget(&name);
-                            queue.add_after(name.clone(), CANARY_REPORT_INTERVAL);
-                        }
-                        Next::RecheckRbac => {
-                            queue.forget(&name);
-                            queue.add_after(name.clone(), RBAC_RECHECK);
-                        }
-                    }
-                    initial.settle(&name, next, sync_timeout);
-                    queue.done(&name);
-                }
+                let (this, plugins, modules, initial) = (&this, &plugins, &modules, &initial);
+                crate::queue::run(&queue, move |name| async move {
+                    let followup = this.reconcile(&name, &plugins, &modules).await;
+                    initial.settle(&name, followup, sync_timeout);
+                    followup.next()
+                })
+                .await;
             }
         };
         futures::future::join_all((0..WORKERS).map(worker)).await;
     }
 
     /// Applies one WasmPlugin; says what to do with its name next.
-    async fn reconcile(&self, name: &str, plugins: &Informer, modules: &Informer) -> Next {
+    async fn reconcile(&self, name: &str, plugins: &Informer, modules: &Informer) -> Followup {
         let Some(obj) = plugins.store().get(None, name) else {
             self.manager.remove(name, &Origin::WasmPlugin).await;
-            return Next::Done;
+            return Followup::Done;
         };
         let plugin = match serde_json::from_slice::<WasmPlugin>(obj.json()) {
             Ok(p) => p,
@@ -417,7 +416,7 @@ impl WasmPluginSource {
         plugin: Option<&WasmPlugin>,
         result: Result<(), NotServing>,
         canary_error: Option<String>,
-    ) -> Next {
+    ) -> Followup {
         let serving = self.manager.serving(name).await;
         let waiting = match (&result, &serving) {
             (Ok(()), Some(_)) => self.waiting_for(name).await,
@@ -489,11 +488,11 @@ impl WasmPluginSource {
             WasmPluginStatus { canary: wants_canary.then(|| canary_status(canary.as_ref(), canary_error)), ..status };
         let lacking = serving.as_ref().and_then(|s| s.rbac_missing.as_ref()).is_some_and(|m| !m.is_empty());
         let next = match (retry, &waiting) {
-            (_, Some(_)) => Next::WaitForCaches,
-            (true, None) => Next::Retry,
-            (false, None) if canary.is_some() && wants_canary => Next::Canary,
-            (false, None) if lacking => Next::RecheckRbac,
-            (false, None) => Next::Done,
+            (_, Some(_)) => Followup::WaitForCaches,
+            (true, None) => Followup::Retry,
+            (false, None) if canary.is_some() && wants_canary => Followup::Canary,
+            (false, None) if lacking => Followup::RecheckRbac,
+            (false, None) => Followup::Done,
         };
         if !self.manager.context().leader.is_leader() {
             return next;
@@ -511,7 +510,7 @@ impl WasmPluginSource {
         if let Err(err) = api.patch_status(name, &params, &Patch::Apply(&patch)).await {
             // Gone already, or the API server is away: the next event or retry writes it.
             tracing::warn!(plugin = name, error = %err, "cannot write WasmPlugin status");
-            return if plugin.is_some() && next == Next::Done { Next::Retry } else { next };
+            return if plugin.is_some() && next == Followup::Done { Followup::Retry } else { next };
         }
         next
     }
