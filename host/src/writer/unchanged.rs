@@ -7,8 +7,8 @@
 //! drops a field nor takes one back. The set the body names is read off the owned set where
 //! the schema would be needed: a field owned as a leaf whose body value is a non-empty map or
 //! list is taken as atomic and must equal the object's value as a whole. Anything else that
-//! cannot be decided (nulls, empty lists never owned, list items matched by an absent key,
-//! reordered items, keys of an atomic value the body lacks) is reported, and the apply sent.
+//! cannot be decided (nulls, empty lists never owned, reordered items, keys of an atomic value
+//! the body lacks) is reported, and the apply sent.
 
 use kube_quantity::ParsedQuantity;
 use serde_json::{Map, Value};
@@ -235,12 +235,14 @@ impl Apply<'_> {
     }
 }
 
-/// The owned `k:` or `v:` entry a list item is: a scalar by value, a map by its key fields.
+/// The owned `k:` or `v:` entry a list item is: a scalar by value, a map by its key fields. A
+/// key field the item leaves out is one the server defaulted (a port's `protocol`): the owned
+/// key holds the default, and the owned item does not name the field (checked on the item).
 fn item_key<'o>(at: &str, item: &Value, owned: &'o Map<String, Value>) -> Result<(&'o str, &'o Value)> {
     let mut found = owned.iter().filter(|(k, _)| match item {
-        Value::Object(_) => {
-            k.strip_prefix("k:").and_then(key_fields).is_some_and(|key| key.iter().all(|(f, v)| item.get(f) == Some(v)))
-        }
+        Value::Object(_) => k.strip_prefix("k:").and_then(key_fields).is_some_and(|key| {
+            key.keys().any(|f| item.get(f).is_some()) && key.iter().all(|(f, v)| item.get(f).is_none_or(|i| i == v))
+        }),
         Value::Array(_) | Value::Null => false,
         scalar => k.strip_prefix("v:").and_then(|v| serde_json::from_str::<Value>(v).ok()).as_ref() == Some(scalar),
     });
