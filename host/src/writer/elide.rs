@@ -94,7 +94,7 @@ impl Shared {
 }
 
 /// The resourceVersion of a stored object's JSON.
-fn resource_version(json: &Vec<u8>) -> Option<String> {
+fn resource_version(json: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Stored {
         metadata: Meta,
@@ -164,7 +164,7 @@ impl ElidingWriter {
         result: Result<Vec<u8>, CallError>,
     ) -> Result<Vec<u8>, CallError> {
         self.count(caller, "sent");
-        self.shared.remember(target, &result, resource_version);
+        self.shared.remember(target, &result, |json| resource_version(json));
         result
     }
 }
