@@ -349,5 +349,23 @@ async fn namespace_defaults_reapplying_its_unchanged_children_sends_nothing() {
             assert!(after.0 >= settled.0 + 2.0);
         }
         assert!(app.shut_down(Duration::from_secs(10)).await);
+
+        // A restarted host: cold caches, no memory of its writes, every Namespace reconciled again.
+        let mut restarted = App::new(client.clone(), None, None).unwrap();
+        restarted.add_plugin(&file).await.unwrap();
+        let again = eventually("the reconcile after the restart", SYNC * 2, || async {
+            let (sent, unchanged) = nd_writes(&restarted);
+            (sent + unchanged >= 2.0).then_some((sent, unchanged))
+        })
+        .await;
+        eprintln!("namespace-defaults, elision {elide}: (sent, unchanged) after a restart = {again:?}");
+        // The initial lists of the Namespace and of its children may each queue it: one pass or two.
+        let (sent, unchanged) = again;
+        if elide {
+            assert_eq!(sent, 0.0, "a cold cache vouches for both children: {again:?}");
+        } else {
+            assert_eq!(unchanged, 0.0, "{again:?}");
+        }
+        assert!(restarted.shut_down(Duration::from_secs(10)).await);
     }
 }
