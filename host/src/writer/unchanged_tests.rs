@@ -222,3 +222,16 @@ fn an_atomic_map_must_equal_the_object_whole() {
     cached["spec"]["selector"]["matchExpressions"] = json!([{"key": "k", "operator": "Exists"}]);
     assert_eq!(check(&body, &cached, &managed).unwrap_err().why, "a key the atomic body lacks");
 }
+
+#[test]
+fn a_list_key_field_the_server_defaulted_matches_unless_the_manager_named_it() {
+    let body = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "a"},
+        "spec": {"ports": [{"port": 80}]}});
+    let mut cached = body.clone();
+    cached["spec"]["ports"][0]["protocol"] = json!("TCP");
+    let item = |fields: Value| json!({"f:spec": {"f:ports": {"k:{\"port\":80,\"protocol\":\"TCP\"}": fields}}});
+    let defaulted = entries(MANAGER, "v1", None, item(json!({".": {}, "f:port": {}})));
+    assert_eq!(check(&body, &cached, &defaulted), Ok(()), "the owned key holds the default");
+    let named = entries(MANAGER, "v1", None, item(json!({".": {}, "f:port": {}, "f:protocol": {}})));
+    assert_eq!(check(&body, &cached, &named).unwrap_err().why, "an owned field the body drops");
+}
