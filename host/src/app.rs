@@ -20,7 +20,7 @@ pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::identity::Identities;
 use crate::informer::SharedInformerFactory;
 use crate::leader::{self, LeaderGate};
-use crate::plugin::host::ApiWriter;
+use crate::plugin::host::{ApiWriter, FIELD_MANAGER_PREFIX};
 use crate::plugin::metrics::PluginMetrics;
 use crate::plugin::protected::Protected;
 use crate::plugin::throttle::WriteRate;
@@ -129,7 +129,9 @@ impl App {
         let breaker = Breaker::kube(client.clone(), breaker_config, Some(BreakerMetrics::register(&registry)?));
         let writer = Arc::new(BreakerWriter::new(writer, breaker.clone()));
         let ctx = controller::Context {
-            factory: SharedInformerFactory::new(client.clone(), &registry)?,
+            // Each cached object keeps its plugins' own managedFields entries, which elision of
+            // applies that would change nothing reads.
+            factory: SharedInformerFactory::new(client.clone(), &registry)?.keep_managers(FIELD_MANAGER_PREFIX),
             client: client.clone(),
             metrics: ControllerMetrics::register(&registry)?,
             queue_metrics: QueueMetrics::register(&registry)?,
@@ -248,6 +250,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         grace: Duration::from_secs(args.shutdown_grace_seconds),
         identity,
         provision_rbac: args.provision_plugin_rbac,
+        elide_unchanged_writes: args.elide_unchanged_writes,
         ..Options::default()
     };
     let mut runtime = RuntimeConfig::default()

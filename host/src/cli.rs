@@ -87,6 +87,11 @@ pub struct RunArgs {
     /// After a plugin swap, reconcile every object of its kind again with the new version.
     #[arg(long, env = "KUBEWASM_REQUEUE_ON_SWAP", default_value_t = true, action = ArgAction::Set)]
     pub requeue_on_swap: bool,
+    /// Answer a plugin's server-side apply from the cache, sending nothing, when it would change
+    /// nothing (its values are all in the object and its field manager owns exactly the fields
+    /// it names); a plugin's `elideUnchangedWrites: false` turns it off for that plugin.
+    #[arg(long, env = "KUBEWASM_ELIDE_UNCHANGED_WRITES", default_value_t = true, action = ArgAction::Set)]
+    pub elide_unchanged_writes: bool,
     /// Kubeconfig file; default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account.
     #[arg(long, env = "KUBEWASM_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -412,7 +417,7 @@ mod tests {
         let Command::Run(run) = cli.command else { panic!("not run") };
         assert_eq!(run.plugins, Some(PathBuf::from("/p")));
         assert_eq!(run.max_retries, Some(5));
-        assert!(run.watch_plugins && run.wasm_plugins && run.requeue_on_swap);
+        assert!(run.watch_plugins && run.wasm_plugins && run.requeue_on_swap && run.elide_unchanged_writes);
         assert_eq!(run.module_namespace, "kubewasm-system");
         assert_eq!(run.shutdown_grace_seconds, 30);
         assert_eq!(run.admin_addr, "127.0.0.1:8080".parse().unwrap());
@@ -461,5 +466,12 @@ mod tests {
         let Command::Run(run) = Cli::try_parse_from(args).unwrap().command else { panic!("not run") };
         assert!(!run.watch_plugins && !run.wasm_plugins && !run.requeue_on_swap);
         assert_eq!(run.plugins, None);
+    }
+
+    #[test]
+    fn elision_of_unchanged_writes_can_be_turned_off() {
+        let args = ["kubewasm", "run", "--elide-unchanged-writes=false"];
+        let Command::Run(run) = Cli::try_parse_from(args).unwrap().command else { panic!("not run") };
+        assert!(!run.elide_unchanged_writes);
     }
 }

@@ -15,7 +15,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("breaker", &["plugin"]),
     ("event_sink", &["identity", "plugin"]),
     ("rbac", &["identity", "plugin"]),
-    ("writer", &["event_sink", "identity", "plugin"]),
+    ("writer", &["event_sink", "identity", "informer", "plugin"]),
 ];
 
 /// The modules `source` names as `crate::<module>`.

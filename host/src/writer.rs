@@ -14,7 +14,9 @@ use kube::discovery::{self, ApiResource, Scope};
 use parking_lot::RwLock;
 use serde::Serialize;
 
+pub mod elide;
 pub mod record;
+pub mod unchanged;
 
 use crate::event_sink::EventSink;
 use crate::identity::Identities;

@@ -203,4 +203,9 @@ impl CacheReader for PluginCache {
     fn in_scope(&self, namespace: &str) -> bool {
         self.scope.read().as_ref().is_none_or(|s| s.contains(namespace))
     }
+
+    fn for_write(&self, kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
+        let informer = self.informer(kind).ok().filter(Informer::has_synced)?;
+        informer.store().get(namespace, name).filter(|o| self.visible(kind, o))
+    }
 }

@@ -15,8 +15,9 @@ use super::metrics::HotloadMetrics;
 use crate::canary::{Canary, TapWriter};
 use crate::controller::{self, Controller, PluginCache};
 use crate::plugin::grants::KindRef;
-use crate::plugin::host::ApiWriter;
+use crate::plugin::host::{ApiWriter, CacheReader};
 use crate::plugin::{LoadError, Plugin, PluginConfig, Runtime};
+use crate::writer::elide::Elision;
 
 /// Where a plugin came from. A name belongs to one source at a time.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,6 +154,9 @@ pub struct Options {
     /// Make each plugin's RBAC with the host's own rights before reviewing it (`kubewasm dev`
     /// and tests, whose host is a cluster admin).
     pub provision_rbac: bool,
+    /// Answer plugins' applies that would change nothing from the cache (`--elide-unchanged-writes`,
+    /// default on); a plugin's config can turn it off for that plugin.
+    pub elide_unchanged_writes: bool,
 }
 
 impl Default for Options {
@@ -163,6 +167,7 @@ impl Default for Options {
             grace: Duration::from_secs(30),
             identity: None,
             provision_rbac: false,
+            elide_unchanged_writes: true,
         }
     }
 }
@@ -216,7 +221,9 @@ type Slots = BTreeMap<String, Arc<Mutex<Option<Slot>>>>;
 pub struct Manager {
     ctx: controller::Context,
     runtime: Runtime,
+    /// What every plugin writes through, below its own elision and the canary tap.
     writer: Arc<dyn ApiWriter>,
+    elision: Elision,
     options: Options,
     metrics: HotloadMetrics,
     slots: Arc<parking_lot::Mutex<Slots>>,
@@ -231,9 +238,17 @@ impl Manager {
         options: Options,
         metrics: HotloadMetrics,
     ) -> Self {
-        // Every serving write passes the tap, which copies it for a canary when one watches.
-        let writer = Arc::new(TapWriter(writer));
-        Self { ctx, runtime, writer, options, metrics, slots: Arc::default() }
+        let elision = Elision::new(options.elide_unchanged_writes, runtime.metrics.clone());
+        Self { ctx, runtime, writer, elision, options, metrics, slots: Arc::default() }
+    }
+
+    /// The writer of one plugin version reading `cache`: every serving write passes the tap,
+    /// which copies it for a canary when one watches, then elision of applies that would change
+    /// nothing.
+    fn version_writer(&self, cache: &Arc<PluginCache>, config: &PluginConfig) -> Arc<dyn ApiWriter> {
+        let enabled = config.elide_unchanged_writes.unwrap_or(true);
+        let elide = self.elision.writer(self.writer.clone(), cache.clone() as Arc<dyn CacheReader>, enabled);
+        Arc::new(TapWriter(Arc::new(elide)))
     }
 
     fn slot(&self, name: &str) -> Arc<Mutex<Option<Slot>>> {
@@ -293,10 +308,9 @@ impl Manager {
         }
         let revision = slot.as_ref().map_or(1, |s| s.revision + 1);
         let cache = Arc::new(PluginCache::new(&name));
-        let plugin = self
-            .runtime
-            .load_digested(&name, wasm, sha256.clone(), config.clone(), cache.clone(), self.writer.clone())
-            .await?;
+        let writer = self.version_writer(&cache, &config);
+        let plugin =
+            self.runtime.load_digested(&name, wasm, sha256.clone(), config.clone(), cache.clone(), writer).await?;
         let plugin = Arc::new(plugin.with_revision(revision));
         let rbac_missing = self.review_rbac(&name, &plugin).await;
         // Only plugin files gate readiness on their caches: the operator deployed them with the

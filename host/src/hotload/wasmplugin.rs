@@ -237,6 +237,8 @@ impl WasmPluginSpec {
             rate_limiter: Default::default(),
             // A WasmPlugin's canary is `spec.canary`.
             canary: None,
+            // Not in the CRD yet: WasmPlugins follow the host's --elide-unchanged-writes.
+            elide_unchanged_writes: None,
         }
     }
 }

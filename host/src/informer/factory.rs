@@ -129,6 +129,15 @@ impl SharedInformerFactory {
         self.rebuilt(config)
     }
 
+    /// Informers created afterwards keep, per object, the `managedFields` entries of the field
+    /// managers whose name starts with `prefix` (default: none).
+    #[must_use]
+    pub fn keep_managers(self, prefix: &str) -> Self {
+        let mut config = self.inner.config.clone();
+        config.keep_managers = Some(prefix.into());
+        self.rebuilt(config)
+    }
+
     /// Sets the initial list strategy for informers created afterwards.
     #[must_use]
     pub fn list_strategy(self, strategy: ListStrategy) -> Self {

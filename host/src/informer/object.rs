@@ -56,6 +56,8 @@ pub struct CachedObject {
     key: Arc<str>,
     meta: ObjectMeta,
     json: Box<[u8]>,
+    /// The kept `managedFields` entries (a JSON array), outside the JSON plugins receive.
+    managed: Option<Box<[u8]>>,
 }
 
 impl CachedObject {
@@ -81,7 +83,20 @@ impl CachedObject {
     fn new(meta: kube::api::ObjectMeta, json: Vec<u8>) -> Result<Self> {
         let name = meta.name.as_deref().filter(|n| !n.is_empty()).ok_or(Error::MissingName)?;
         let key = object_key(meta.namespace.as_deref(), name).into();
-        Ok(Self { key, meta: meta_from_k8s(meta), json: json.into_boxed_slice() })
+        Ok(Self { key, meta: meta_from_k8s(meta), json: json.into_boxed_slice(), managed: None })
+    }
+
+    /// The object with `managed` (a JSON array of `managedFields` entries) kept beside its JSON.
+    #[must_use]
+    pub fn with_managed_fields(mut self, managed: Option<Vec<u8>>) -> Self {
+        self.managed = managed.map(Vec::into_boxed_slice);
+        self
+    }
+
+    /// The `managedFields` entries kept beside the JSON (the reflector's `keep_managers`), as a
+    /// JSON array; `None` when none were kept.
+    pub fn managed_fields(&self) -> Option<&[u8]> {
+        self.managed.as_deref()
     }
 
     /// The MetaNamespaceKey: `namespace/name`, or `name` for cluster-scoped objects.
@@ -132,7 +147,8 @@ impl CachedObject {
                 .sum::<usize>();
         // An Arc's two counters sit in front of its value: one for this struct, one for the key.
         let arc_counters = 2 * std::mem::size_of::<usize>();
-        2 * arc_counters + std::mem::size_of::<Self>() + self.json.len() + self.key.len() + strings
+        let managed = self.managed.as_ref().map_or(0, |m| m.len());
+        2 * arc_counters + std::mem::size_of::<Self>() + self.json.len() + self.key.len() + strings + managed
     }
 }
 
@@ -199,6 +215,26 @@ mod tests {
         assert_eq!(cached.key(), "ns/a");
         assert_eq!((cached.namespace(), cached.name()), (Some("ns"), "a"));
         assert_eq!(cached.meta().resource_version.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn only_the_named_managers_entries_are_kept_beside_the_json() {
+        let sent = br#"{"metadata":{"name":"a","namespace":"ns","managedFields":[
+            {"manager":"kubectl","operation":"Update","fieldsV1":{"f:data":{}}},
+            {"manager":"kubewasm/nd","operation":"Apply","fieldsV1":{"f:data":{"f:k":{}}}}]},"data":{"k":"v"}}"#;
+        let obj: RawObject = serde_json::from_slice(sent).unwrap();
+        let kept = obj.managed_fields_of("kubewasm/");
+        let cached = CachedObject::from_raw(obj, &configmap_resource(), false).unwrap().with_managed_fields(kept);
+        let entries: serde_json::Value = serde_json::from_slice(cached.managed_fields().unwrap()).unwrap();
+        assert_eq!(entries.as_array().unwrap().len(), 1);
+        assert_eq!(entries[0]["manager"], "kubewasm/nd");
+        assert!(cached.value().unwrap()["metadata"].get("managedFields").is_none(), "plugins never see them");
+        let other: RawObject = serde_json::from_slice(
+            br#"{"metadata":{"name":"b","managedFields":[
+            {"manager":"kubectl","operation":"Update"}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(other.managed_fields_of("kubewasm/"), None, "an object no kubewasm manager wrote keeps nothing");
     }
 
     #[test]

@@ -60,6 +60,22 @@ impl RawObject {
         out.push(b'}');
         out
     }
+
+    /// The `managedFields` entries of the field managers whose name starts with `prefix`, as a
+    /// JSON array; `None` when there are none. Objects no such manager wrote are only scanned
+    /// for the prefix, never parsed.
+    pub fn managed_fields_of(&self, prefix: &str) -> Option<Vec<u8>> {
+        let managed = self.managed_fields.as_deref()?;
+        if !managed.windows(prefix.len()).any(|w| w == prefix.as_bytes()) {
+            return None;
+        }
+        let entries: Vec<serde_json::Value> = serde_json::from_slice(managed).ok()?;
+        let kept: Vec<_> = entries
+            .into_iter()
+            .filter(|e| e.get("manager").and_then(serde_json::Value::as_str).is_some_and(|m| m.starts_with(prefix)))
+            .collect();
+        (!kept.is_empty()).then(|| serde_json::to_vec(&kept).expect("JSON values serialize"))
+    }
 }
 
 /// Writes `s` as a JSON string.

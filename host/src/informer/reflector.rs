@@ -43,11 +43,15 @@ pub struct ReflectorConfig {
     /// of an object's size and no controller reads it (client-go users strip it with a
     /// transform by hand).
     pub keep_managed_fields: bool,
+    /// The field managers (a name prefix) whose `managedFields` entries each cached object keeps
+    /// beside its JSON ([`CachedObject::managed_fields`]), whatever `keep_managed_fields` says:
+    /// the host keeps its plugins' own entries to tell whether an apply would change anything.
+    pub keep_managers: Option<Arc<str>>,
 }
 
 impl Default for ReflectorConfig {
     fn default() -> Self {
-        Self { list_strategy: ListStrategy::Auto, page_size: 500, keep_managed_fields: false }
+        Self { list_strategy: ListStrategy::Auto, page_size: 500, keep_managed_fields: false, keep_managers: None }
     }
 }
 
@@ -230,8 +234,9 @@ impl Reflector {
         if filter.is_some_and(|f| !f.range.contains(fnv1a64(obj.metadata.namespace.as_deref().unwrap_or_default()))) {
             return None;
         }
+        let managers = self.config.keep_managers.as_deref().and_then(|prefix| obj.managed_fields_of(prefix));
         match CachedObject::from_raw(obj, &self.resource, self.config.keep_managed_fields) {
-            Ok(o) => Some(Arc::new(o)),
+            Ok(o) => Some(Arc::new(o.with_managed_fields(managers))),
             Err(err) => {
                 tracing::warn!(kind = %self.resource.kind, error = %err, "skipping an object that cannot be cached");
                 None

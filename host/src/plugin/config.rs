@@ -31,6 +31,10 @@ pub struct PluginConfig {
     /// A dry-run canary of this plugin (plugin directory; a WasmPlugin has `spec.canary`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanaryConfig>,
+    /// Answer applies that would change nothing from the cache instead of sending them (see the
+    /// README's "Writes that change nothing"); unset: the host's `--elide-unchanged-writes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elide_unchanged_writes: Option<bool>,
 }
 
 /// A plugin file's dry-run canary: a candidate version run beside the serving one with its

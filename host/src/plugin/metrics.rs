@@ -1,5 +1,5 @@
-//! `kubewasm_plugin_*` metrics: loads, load errors, limit hits, host calls, throttled writes and
-//! dropped output.
+//! `kubewasm_plugin_*` metrics: loads, load errors, limit hits, host calls, writes (sent or
+//! unchanged), throttled writes and dropped output.
 
 use std::sync::Arc;
 
@@ -22,6 +22,7 @@ struct Inner {
     limit_hits: IntCounterVec,
     host_calls: IntCounterVec,
     writes_throttled: IntCounterVec,
+    writes: IntCounterVec,
     output_dropped: IntCounterVec,
 }
 
@@ -53,6 +54,11 @@ impl PluginMetrics {
             writes_throttled: counter(
                 "kubewasm_plugin_writes_throttled_total",
                 "Plugin writes held by the plugin's write rate limit: delayed for a token, refused because none came before the deadline, or (Events, which have their own bucket) dropped.",
+                &["plugin", "outcome"],
+            )?,
+            writes: counter(
+                "kubewasm_plugin_writes_total",
+                "Plugin writes (apply, patch, create, delete) allowed by the authorizer: sent to the API server, or unchanged (an apply that would change nothing, answered from the cache).",
                 &["plugin", "outcome"],
             )?,
             output_dropped: counter(
@@ -90,6 +96,12 @@ impl PluginMetrics {
     pub(crate) fn write_throttled(&self, plugin: &str, outcome: &'static str) {
         if let Some(m) = &self.0 {
             m.writes_throttled.with_label_values(&[plugin, outcome]).inc();
+        }
+    }
+
+    pub(crate) fn write(&self, plugin: &str, outcome: &'static str) {
+        if let Some(m) = &self.0 {
+            m.writes.with_label_values(&[plugin, outcome]).inc();
         }
     }
 

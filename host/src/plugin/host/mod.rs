@@ -13,12 +13,19 @@ pub use list::{FieldSelector, ListOptions, ObjectList, page as list_page, sort_k
 mod log;
 pub mod testing;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use kube::core::GroupVersionKind;
 pub use kube::discovery::Scope;
 use serde_json::Value;
 
 use super::bindings::{types, v0_2};
+use crate::informer::CachedObject;
+
+/// What every plugin's field manager starts with (`kubewasm/<plugin>`); the informer cache keeps
+/// these managers' `managedFields` entries.
+pub const FIELD_MANAGER_PREFIX: &str = "kubewasm/";
 
 /// Why a cache read or API write failed; mirrors the WIT `error` variant.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -134,6 +141,13 @@ pub trait CacheReader: Send + Sync + 'static {
     fn in_scope(&self, namespace: &str) -> bool {
         let _ = namespace;
         true
+    }
+    /// The cached object, with the `managedFields` entries the cache keeps, for deciding
+    /// whether a write would change it: only once the kind's cache has synced, and only an
+    /// object the plugin may see. The default knows nothing, so every write is sent.
+    fn for_write(&self, kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
+        let _ = (kind, namespace, name);
+        None
     }
 }
 
@@ -282,7 +296,7 @@ impl Caller {
     /// keeps the variant, the identity is the plugin's. Plugin names hold no `/`.
     pub fn new(plugin: &str) -> Self {
         let identity = plugin.split_once('/').map_or(plugin, |(plugin, _)| plugin);
-        Self { plugin: identity.to_owned(), manager: format!("kubewasm/{plugin}") }
+        Self { plugin: identity.to_owned(), manager: format!("{FIELD_MANAGER_PREFIX}{plugin}") }
     }
 }
 
