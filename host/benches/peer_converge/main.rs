@@ -165,7 +165,7 @@ fn main() {
     if args
         .variants
         .iter()
-        .any(|v| matches!(v, Variant::Kubewasm | Variant::KubewasmUnlimited | Variant::KubewasmImpersonated))
+        .any(|v| !v.is_peer() && !matches!(v, Variant::KubewasmCold | Variant::KubewasmColdInProcess))
     {
         warm_compile_cache(&setup, work.path());
     }

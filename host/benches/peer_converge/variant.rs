@@ -24,6 +24,9 @@ pub enum Variant {
     /// (`--impersonate-plugins`; the RBAC is made at load, `--provision-plugin-rbac`): beside
     /// `kubewasm-unlimited` it shows what impersonation costs, which the write limit would hide.
     KubewasmImpersonated,
+    /// As `kubewasm-unlimited`, sending every apply even when it would change nothing
+    /// (`--elide-unchanged-writes=false`): beside `kubewasm-unlimited` it shows what elision saves.
+    KubewasmUnelided,
     /// One controller-runtime manager running every controller, client-go's FIFO workqueue.
     CrFifo,
     /// One controller-runtime manager, controller-runtime's default priority queue.
@@ -56,6 +59,7 @@ impl Variant {
                 | Self::KubewasmColdInProcess
                 | Self::KubewasmUnlimited
                 | Self::KubewasmImpersonated
+                | Self::KubewasmUnelided
         )
     }
 }
@@ -155,6 +159,11 @@ pub fn commands(
         Variant::KubewasmImpersonated => {
             let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache));
             command.args(["--plugin-write-qps", "0"]).args(IMPERSONATED);
+            vec![command]
+        }
+        Variant::KubewasmUnelided => {
+            let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache));
+            command.args(["--plugin-write-qps", "0", "--elide-unchanged-writes=false"]);
             vec![command]
         }
         Variant::CrFifo => vec![peer("fifo", plugins, first)],
