@@ -7,7 +7,6 @@ use std::path::Path;
 /// Each checked module and the modules it may import (itself always). Modules not listed (the
 /// controller, hot load, canary, app, CLI and the commands) sit above all of these.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("informer", &[]),
     ("identity", &[]),
     ("leader", &[]),
     ("plugin", &["informer", "queue"]),

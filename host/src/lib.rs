@@ -15,7 +15,6 @@ pub mod dev;
 pub mod event_sink;
 pub mod hotload;
 pub mod identity;
-pub mod informer;
 #[cfg(test)]
 mod layering;
 pub mod leader;
@@ -28,5 +27,7 @@ pub mod shutdown;
 pub mod telemetry;
 pub mod writer;
 
+/// Shared informers and their caches, a crate of its own (`crates/informer`).
+pub use kubewasm_informer as informer;
 /// The work queue, a crate of its own (`crates/queue`): it knows nothing of the host.
 pub use kubewasm_queue as queue;

@@ -15,10 +15,10 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tower_test::mock::{self, Handle};
 
 use super::*;
-use crate::informer::factory::{InformerKey, InformerParams};
-use crate::informer::metrics::InformerMetrics;
-use crate::informer::shared_informer::{Informer, InformerInner, Shared};
-use crate::informer::{Notification, ReflectorConfig};
+use crate::factory::{InformerKey, InformerParams};
+use crate::metrics::InformerMetrics;
+use crate::shared_informer::{Informer, InformerInner, Shared};
+use crate::{Notification, ReflectorConfig};
 
 type Server = Handle<Request<Body>, Response<Body>>;
 
@@ -108,7 +108,7 @@ async fn take(rx: &mut UnboundedReceiver<Notification>, n: usize) -> Vec<String>
     out
 }
 
-fn subscribe(informer: &Informer) -> (crate::informer::HandlerRegistration, UnboundedReceiver<Notification>) {
+fn subscribe(informer: &Informer) -> (crate::HandlerRegistration, UnboundedReceiver<Notification>) {
     let (tx, rx) = unbounded_channel();
     (informer.add_event_handler(move |n| drop(tx.send(n))), rx)
 }
@@ -162,11 +162,11 @@ async fn malformed_watch_events_are_skipped_and_the_watch_goes_on() {
 }
 
 /// Two namespaces on either side of the middle of the hash space.
-fn namespaces_in_halves() -> (&'static str, &'static str, [crate::informer::shard::HashRange; 2]) {
-    let [low, high] = crate::informer::shard::split(2)[..] else { panic!("two ranges") };
+fn namespaces_in_halves() -> (&'static str, &'static str, [crate::shard::HashRange; 2]) {
+    let [low, high] = crate::shard::split(2)[..] else { panic!("two ranges") };
     // FNV-1a of names that differ only in their last byte differ only in low bits: vary more.
     let candidates = ["ns-0", "ns-1", "team-a", "team-b", "default", "kube-system"];
-    let hash = |ns: &str| crate::informer::shard::fnv1a64(ns);
+    let hash = |ns: &str| crate::shard::fnv1a64(ns);
     let a = candidates.iter().find(|ns| low.contains(hash(ns))).unwrap();
     let b = candidates.iter().find(|ns| high.contains(hash(ns))).unwrap();
     (a, b, [low, high])
@@ -180,7 +180,7 @@ fn cm_in(namespace: &str, name: &str, rv: u32) -> Value {
 /// Answers the shard selector probe (a one-item list with `shardSelector`); `echo` as a server
 /// with ShardedListAndWatch on does. Watches the previous range's watcher sent before it was
 /// dropped are left unanswered.
-async fn answer_probe(server: &mut Server, range: &crate::informer::shard::HashRange, echo: bool) {
+async fn answer_probe(server: &mut Server, range: &crate::shard::HashRange, echo: bool) {
     let (request, respond) = loop {
         let (request, respond) =
             tokio::time::timeout(Duration::from_secs(30), server.next_request()).await.unwrap().unwrap();
@@ -200,7 +200,7 @@ async fn answer_probe(server: &mut Server, range: &crate::informer::shard::HashR
 
 /// A cluster-wide ConfigMap informer sharded by `gate`, its scripted server, and its
 /// client-side-filter gauge.
-fn sharded_informer(gate: &crate::informer::shard::ShardGate) -> (Informer, Server, prometheus::IntGauge) {
+fn sharded_informer(gate: &crate::shard::ShardGate) -> (Informer, Server, prometheus::IntGauge) {
     let gauge = gate.client_side_filter("v1/ConfigMap").unwrap();
     let shard = ReflectorShard {
         caching: gate.caching().unwrap(),
@@ -214,7 +214,7 @@ fn sharded_informer(gate: &crate::informer::shard::ShardGate) -> (Informer, Serv
 
 #[tokio::test]
 async fn a_server_that_ignores_the_shard_selector_is_filtered_on_the_client_and_a_new_range_relists() {
-    let gate = crate::informer::shard::ShardGate::sharded();
+    let gate = crate::shard::ShardGate::sharded();
     let (a, b, [low, high]) = namespaces_in_halves();
     let (informer, mut server, gauge) = sharded_informer(&gate);
     let (_reg, mut rx) = subscribe(&informer);
@@ -235,7 +235,7 @@ async fn a_server_that_ignores_the_shard_selector_is_filtered_on_the_client_and_
 
 #[tokio::test]
 async fn a_server_that_honours_the_shard_selector_gets_it_on_every_list_and_watch() {
-    let gate = crate::informer::shard::ShardGate::sharded();
+    let gate = crate::shard::ShardGate::sharded();
     let (a, _, [low, _]) = namespaces_in_halves();
     let (informer, mut server, gauge) = sharded_informer(&gate);
     gate.cache(low);

@@ -101,7 +101,7 @@ impl ShardGate {
 
     /// Changes the served range once every reconcile in flight has finished; none starts
     /// meanwhile (tokio's `RwLock` is fair: waiting readers queue behind the writer).
-    pub(crate) async fn serve(&self, range: Option<HashRange>) {
+    pub async fn serve(&self, range: Option<HashRange>) {
         let Some(inner) = &self.inner else { return };
         let mut serving = inner.serving.write().await;
         let grew = range.is_some_and(|new| *serving != Some(new));
@@ -113,7 +113,7 @@ impl ShardGate {
     }
 
     /// Sets the range sharded informers list and watch (they relist when it changes).
-    pub(crate) fn cache(&self, range: HashRange) {
+    pub fn cache(&self, range: HashRange) {
         if let Some(inner) = &self.inner {
             inner.caching.send_if_modified(|current| current.replace(range) != Some(range));
         }
@@ -150,7 +150,7 @@ impl ShardGate {
 
     /// Whether every sharded informer holds exactly `range`: serving it before would show a
     /// reconcile an object of the range as missing (deleted) while its list is under way.
-    pub(crate) fn listed_everywhere(&self, range: HashRange) -> bool {
+    pub fn listed_everywhere(&self, range: HashRange) -> bool {
         self.inner.as_ref().is_none_or(|inner| inner.listed.lock().1.values().all(|l| *l == Some(range)))
     }
 

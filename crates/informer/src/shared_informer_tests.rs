@@ -4,7 +4,7 @@ use prometheus::Registry;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::*;
-use crate::informer::{Notification, factory::InformerParams};
+use crate::{Notification, factory::InformerParams};
 
 /// An informer whose "reflector" is a task that only flags when it is dropped, fed by hand.
 fn informer() -> (Informer, Arc<AtomicBool>) {

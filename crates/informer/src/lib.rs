@@ -8,8 +8,8 @@
 //! ```
 //!
 //! ```no_run
-//! # async fn demo(client: kube::Client) -> kubewasm::informer::Result<()> {
-//! use kubewasm::informer::{Notification, SharedInformerFactory};
+//! # async fn demo(client: kube::Client) -> kubewasm_informer::Result<()> {
+//! use kubewasm_informer::{Notification, SharedInformerFactory};
 //! let factory = SharedInformerFactory::new(client, &prometheus::Registry::new())?;
 //! let gvk = kube::core::GroupVersionKind::gvk("", "v1", "ConfigMap");
 //! let informer = factory.informer_for(&gvk).await?;
@@ -30,6 +30,11 @@
 //!   caught up; `obj` is then the last state the cache (or the handler) knew.
 //! - Reads (`get_by_key`, `list_selected`, `by_index`) are local, lock a `RwLock` briefly and
 //!   return `Arc<CachedObject>`; [`CachedObject::json`] is the body exactly as cached.
+//!
+//! A crate of its own, below the plugin runtime and the host: it depends on no other kubewasm
+//! crate, and `kubewasm` re-exports it as `kubewasm::informer`. Start reading at
+//! [`SharedInformerFactory`], then [`Informer`], the reflector (`reflector.rs`) and the
+//! [`Store`]; `shard/` holds the hash ranges a sharded replica caches and its shard gate.
 
 mod error;
 pub mod factory;

@@ -4,7 +4,7 @@ use kube::core::SelectorExt;
 use proptest::prelude::*;
 
 use super::*;
-use crate::informer::index::CONTROLLER_OWNER_INDEX;
+use crate::index::CONTROLLER_OWNER_INDEX;
 
 fn obj(ns: Option<&str>, name: &str, labels: &[(&str, &str)], node: Option<&str>) -> Arc<CachedObject> {
     let labels: serde_json::Map<String, Value> =

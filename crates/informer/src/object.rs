@@ -104,7 +104,8 @@ impl CachedObject {
         &self.key
     }
 
-    pub(crate) fn key_arc(&self) -> &Arc<str> {
+    /// The key, shared: a queue key made from it points at the cache's copy.
+    pub fn key_arc(&self) -> &Arc<str> {
         &self.key
     }
 

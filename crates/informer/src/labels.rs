@@ -68,13 +68,13 @@ impl fmt::Debug for Labels {
 }
 
 /// The requirements of a selector, to match many objects without re-cloning it.
-pub(crate) fn requirements(selector: &Selector) -> Vec<Expression> {
+pub fn requirements(selector: &Selector) -> Vec<Expression> {
     selector.clone().into_iter().collect()
 }
 
 /// Whether `labels` satisfy every requirement (apimachinery semantics, as kube-core's
 /// `SelectorExt` on a map).
-pub(crate) fn matches(requirements: &[Expression], labels: &Labels) -> bool {
+pub fn matches(requirements: &[Expression], labels: &Labels) -> bool {
     requirements.iter().all(|r| match r {
         Expression::In(k, values) => labels.get(k).is_some_and(|v| values.contains(v)),
         Expression::NotIn(k, values) => labels.get(k).is_none_or(|v| !values.contains(v)),
@@ -91,7 +91,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::informer::selector::parse_label_selector;
+    use crate::selector::parse_label_selector;
 
     #[test]
     fn labels_round_trip_sorted_by_key() {
