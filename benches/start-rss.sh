@@ -4,7 +4,7 @@
 #   bash benches/start-rss.sh ROUNDS BINARY...
 # Each run serves namespace-defaults from a plugin directory against one local control plane,
 # waits for /readyz, lets the first reconciles finish (5 s), and prints VmRSS and VmHWM.
-# Needs `make plugins control-plane`. Results: BENCHMARKS.md, "Converge beside controller-runtime".
+# Needs `make plugins control-plane`. Results: benches/HISTORY.md, "Converge beside controller-runtime" (start-up RSS).
 set -euo pipefail
 rounds=$1
 shift

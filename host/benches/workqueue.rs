@@ -31,7 +31,7 @@ async fn round<K: Key>(keys: Vec<K>, workers: usize) -> Duration {
         })
         .collect();
     // The producer runs on the calling (block_on) thread, outside the worker pool, as informer
-    // callbacks do; see BENCHMARKS.md for why it is not a pool task.
+    // callbacks do; benches/HISTORY.md ("Methodology note") says why it is not a pool task.
     for key in keys {
         queue.add(key);
     }

@@ -1,6 +1,6 @@
 //! Converge side by side: kubewasm against controller-runtime (`benches/go/controller-runtime`)
 //! on namespace-defaults, in interleaved rounds, each variant against its own fresh control plane
-//! (BENCHMARKS.md, "Converge side by side with controller-runtime").
+//! (BENCHMARKS.md, "Converge beside controller-runtime").
 //!
 //! `make bench-converge` (one controller), `make bench-converge-ten` (`--plugins 10`) and
 //! `make bench-plugin-rss` (`--marginal 1,2,5,10,20`); `ARGS="--namespaces 50 --rounds 1"`
