@@ -278,7 +278,7 @@ impl WasmPluginSource {
             async move {
                 let (this, plugins, modules, initial) = (&this, &plugins, &modules, &initial);
                 crate::queue::run(&queue, move |name| async move {
-                    let followup = this.reconcile(&name, &plugins, &modules).await;
+                    let followup = this.reconcile(&name, plugins, modules).await;
                     initial.settle(&name, followup, sync_timeout);
                     followup.next()
                 })
