@@ -173,7 +173,7 @@ fn locate_sdk(language: Language, sdk: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// Creates the `language` plugin project `name` in `dir` (default `./<name>`), building with the
-/// SDK `sdk` (default: the one of the checkout this binary was built from; see [`locate_sdk`]).
+/// SDK `sdk` (default: the one of the checkout this binary was built from; see `locate_sdk`).
 /// Returns the directory.
 pub fn new(language: Language, name: &str, dir: Option<&Path>, sdk: Option<&Path>) -> Result<PathBuf> {
     check_name(name)?;

@@ -1,4 +1,4 @@
-//! `kubewasm test`: the command-line glue around [`Harness`](super::Harness).
+//! `kubewasm test`: the command-line glue around [`super::Harness`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! of a process) and a compiler crash stay out of the host.
 //!
 //! The child is the host's own binary (`kubewasm compile-plugin`, hidden), run with the engine
-//! settings of the host's [`Runtime`](super::Runtime). It builds the same engine, compiles the
+//! settings of the host's [`super::Runtime`]. It builds the same engine, compiles the
 //! component read from stdin into the shared wasmtime cache directory, then writes a marker named
 //! by the component's sha256 and the engine's compatibility hash. The host compiles in a child
 //! only when that marker is missing. Either way, it then loads the component through its own

@@ -17,7 +17,7 @@ use super::state::PluginShared;
 use super::throttle::{WriteLimiter, WriteRate};
 
 /// The newest world a plugin may implement; the host also serves every older one in
-/// [`WORLDS`].
+/// `WORLDS`.
 pub const WORLD: &str = "kubewasm:controller/controller@0.2.0";
 
 /// Every world the host serves, oldest first.

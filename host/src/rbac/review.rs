@@ -170,8 +170,8 @@ const REVIEW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// What plugin `plugin` lacks at the API server for `grants`, as its ServiceAccount in
 /// `identity.namespace` (each entry a permission, or why the review could not be made). With
 /// `provision`, its RBAC is first made with `host`'s own rights, and reviewed again until the API
-/// server's authorizer has caught up (at most [`PROVISIONED_REVIEWS`] times). Bounded by
-/// [`REVIEW_TIMEOUT`].
+/// server's authorizer has caught up (at most `PROVISIONED_REVIEWS` times). Bounded by
+/// `REVIEW_TIMEOUT`.
 pub async fn check(host: &Client, identity: &Identity, provision: bool, plugin: &str, grants: &Grants) -> Vec<String> {
     let review = reviewed(host, identity, provision, plugin, grants);
     match tokio::time::timeout(REVIEW_TIMEOUT, review).await {
