@@ -115,6 +115,9 @@ async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_requ
     assert_eq!(rules.len(), before - 1);
     roles.replace(role_name, &PostParams::default(), &role).await.unwrap();
     let _host = start();
+    // The restarted host answers the converged Namespaces' unchanged applies from its cache
+    // (issue 30), so a new Namespace gives the plugin a NetworkPolicy to write.
+    examples::create_namespace(&admin, &format!("fresh-{id}"), serde_json::json!({})).await;
     eventually("a 403 on networkpolicies in the audit log", CONVERGE, || async {
         audit_events(&log).into_iter().find(|e| {
             code(e) == Some(403) && e.pointer("/objectRef/resource").and_then(|r| r.as_str()) == Some("networkpolicies")
