@@ -258,7 +258,8 @@ pub struct CheckArgs {
 /// `kubewasm rbac`.
 #[derive(Debug, Args)]
 pub struct RbacArgs {
-    /// The plugin, loaded as `kubewasm check` loads it.
+    /// The plugin, loaded as `kubewasm check` loads it; `--config` may also be a WasmPlugin
+    /// manifest, whose spec is then the config and whose name the plugin's.
     #[command(flatten)]
     pub plugin: CheckArgs,
     /// The host's namespace, where the plugin's ServiceAccount is made.

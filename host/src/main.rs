@@ -63,12 +63,17 @@ fn main() -> anyhow::Result<()> {
 
 /// Loads a plugin with no cluster behind it; returns its name (the file's) and the plugin.
 async fn load(args: CheckArgs) -> anyhow::Result<(String, kubewasm::plugin::Plugin)> {
-    let name = args.wasm.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+    let mut name = args.wasm.file_stem().unwrap_or_default().to_string_lossy().into_owned();
     let config = args
         .config
         .or_else(|| ["yaml", "yml", "json"].iter().map(|e| args.wasm.with_extension(e)).find(|p| p.is_file()));
-    let file = app::PluginFile { name: name.clone(), wasm: args.wasm.clone(), config };
-    let config = app::read_config(&file)?;
+    let config = match config.as_deref().map(wasm_plugin_manifest).transpose()?.flatten() {
+        Some(manifest) => {
+            name = kube::ResourceExt::name_any(&manifest);
+            manifest.spec.plugin_config()
+        }
+        None => app::read_config(&app::PluginFile { name: name.clone(), wasm: args.wasm.clone(), config })?,
+    };
     let wasm = std::fs::read(&args.wasm).with_context(|| format!("reading {}", args.wasm.display()))?;
     let mut runtime_config = RuntimeConfig::default();
     if let Some(dir) = &args.compile_cache {
@@ -79,6 +84,20 @@ async fn load(args: CheckArgs) -> anyhow::Result<(String, kubewasm::plugin::Plug
         .load(&name, wasm.into(), config, Arc::new(MemoryCache::default()), Arc::new(RecordingWriter::default()))
         .await?;
     Ok((name, plugin))
+}
+
+/// The WasmPlugin `path` holds, if it is a WasmPlugin manifest rather than a plugin config
+/// file: its spec is then the config, and its name the plugin's.
+fn wasm_plugin_manifest(path: &std::path::Path) -> anyhow::Result<Option<kubewasm::hotload::WasmPlugin>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let value: serde_yaml::Value =
+        serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    if value.get("kind").and_then(serde_yaml::Value::as_str) != Some("WasmPlugin") {
+        return Ok(None);
+    }
+    let manifest =
+        serde_yaml::from_value(value).with_context(|| format!("{}: not a valid WasmPlugin", path.display()))?;
+    Ok(Some(manifest))
 }
 
 /// Loads a plugin with no cluster behind it and prints what it registers and may access.

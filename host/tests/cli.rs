@@ -41,3 +41,28 @@ fn the_examples_overlay_holds_each_plugins_rbac_exactly_as_kubewasm_rbac_prints_
         );
     }
 }
+
+#[test]
+fn kubewasm_rbac_reads_a_wasm_plugin_manifest_as_the_plugins_config_and_name() {
+    let dir = tempfile::tempdir().unwrap();
+    common::examples::install_examples(dir.path());
+    let config: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.path().join("namespace-defaults.yaml")).unwrap()).unwrap();
+    let mut spec = config;
+    spec["module"] = serde_yaml::from_str("configMap: {name: modules, key: namespace-defaults.wasm}").unwrap();
+    let manifest = serde_yaml::to_string(&serde_json::json!({
+        "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+        "metadata": { "name": "namespace-defaults" },
+        "spec": spec,
+    }))
+    .unwrap();
+    let manifest_path = dir.path().join("wasmplugin.yaml");
+    std::fs::write(&manifest_path, manifest).unwrap();
+    // Under another file name, so the name can only come from the manifest.
+    std::fs::copy(dir.path().join("namespace-defaults.wasm"), dir.path().join("module.wasm")).unwrap();
+    let mut rbac = Command::new(env!("CARGO_BIN_EXE_kubewasm"));
+    rbac.args(["--log", "warn", "rbac"]).arg(dir.path().join("module.wasm")).arg("--config").arg(&manifest_path);
+    let printed = common::run_ok(rbac);
+    let committed = common::examples::deploy_dir().join("overlays/examples/identities/namespace-defaults.yaml");
+    assert_eq!(printed, std::fs::read_to_string(committed).unwrap());
+}
