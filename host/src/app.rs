@@ -18,7 +18,7 @@ use crate::controller::{self, ControllerMetrics};
 use crate::hotload::{Desired, DirectorySource, HotloadMetrics, Manager, Options, Origin, WasmPluginSource};
 pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::identity::Identities;
-use crate::informer::SharedInformerFactory;
+use crate::informer::{Discovery, SharedInformerFactory};
 use crate::leader::{self, LeaderGate};
 use crate::plugin::host::{ApiWriter, FIELD_MANAGER_PREFIX};
 use crate::plugin::metrics::PluginMetrics;
@@ -62,6 +62,14 @@ pub struct App {
     protected: Protected,
 }
 
+/// What [`App::assemble`] is handed: the plugins' writer, the discovery cache it resolves kinds
+/// with, and the registry its metrics went to.
+struct Parts {
+    writer: Arc<dyn ApiWriter>,
+    discovery: Discovery,
+    registry: Registry,
+}
+
 impl App {
     /// Builds the shared parts on `client` as `kubewasm dev` runs them: each plugin's requests
     /// sent as its own ServiceAccount, whose RBAC the host makes with `client`'s (a cluster
@@ -95,9 +103,11 @@ impl App {
             Some(identity) => Identities::host(client.clone()).impersonating(&identity.namespace),
             None => Identities::host(client.clone()),
         };
-        let writer = KubeWriter::with_identities(identities);
+        let discovery = Discovery::new(client.clone());
+        let writer = KubeWriter::with_identities(identities).discovery(discovery.clone());
         registry.register(Box::new(writer.events_dropped()))?;
-        Self::assemble(client, runtime_config, max_retries, options, Arc::new(writer), registry)
+        let parts = Parts { writer: Arc::new(writer), discovery, registry };
+        Self::assemble(client, runtime_config, max_retries, options, parts)
     }
 
     /// Builds the shared parts on `client`, with plugins writing through `writer` (tests wrap
@@ -109,19 +119,20 @@ impl App {
         options: Options,
         writer: Arc<dyn ApiWriter>,
     ) -> anyhow::Result<Self> {
-        Self::assemble(client, runtime_config(compile_cache), max_retries, options, writer, Registry::new())
+        let parts = Parts { writer, discovery: Discovery::new(client.clone()), registry: Registry::new() };
+        Self::assemble(client, runtime_config(compile_cache), max_retries, options, parts)
     }
 
     /// The one place the parts are put together: plugin writes go through the API-server
-    /// breaker, every metric into `registry`.
+    /// breaker, kinds are resolved by one discovery cache, every metric goes into the registry.
     fn assemble(
         client: Client,
         runtime_config: RuntimeConfig,
         max_retries: Option<u32>,
         options: Options,
-        writer: Arc<dyn ApiWriter>,
-        registry: Registry,
+        parts: Parts,
     ) -> anyhow::Result<Self> {
+        let Parts { writer, discovery, registry } = parts;
         let runtime_config = runtime_config.metrics(PluginMetrics::register(&registry)?);
         let protected = runtime_config.protected.clone();
         protected.namespace(&leader::default_namespace(), "is the host's own namespace");
@@ -131,7 +142,9 @@ impl App {
         let ctx = controller::Context {
             // Each cached object keeps its plugins' own managedFields entries, which elision of
             // applies that would change nothing reads.
-            factory: SharedInformerFactory::new(client.clone(), &registry)?.keep_managers(FIELD_MANAGER_PREFIX),
+            factory: SharedInformerFactory::new(client.clone(), &registry)?
+                .with_discovery(discovery)
+                .keep_managers(FIELD_MANAGER_PREFIX),
             client: client.clone(),
             metrics: ControllerMetrics::register(&registry)?,
             queue_metrics: QueueMetrics::register(&registry)?,

@@ -25,9 +25,7 @@ use futures::future::BoxFuture;
 use prometheus::{IntCounter, IntGauge, Registry};
 use tokio::sync::watch;
 
-use crate::plugin::host::{
-    ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
-};
+use crate::plugin::host::{ApiCall, ApiReply, ApiWriter, CallError, Caller};
 
 /// The breaker's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -286,33 +284,10 @@ impl BreakerWriter {
 
 #[async_trait]
 impl ApiWriter for BreakerWriter {
-    async fn apply(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.apply(caller, object, force)).await
+    async fn send(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
+        self.seen(self.inner.send(caller, call)).await
     }
-    async fn apply_status(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.apply_status(caller, object, force)).await
-    }
-    async fn patch(
-        &self,
-        caller: &Caller,
-        target: &ObjectRef,
-        patch: &Patch,
-        options: &PatchOptions,
-    ) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.patch(caller, target, patch, options)).await
-    }
-    async fn create(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
-        self.seen(self.inner.create(caller, object)).await
-    }
-    async fn delete(&self, caller: &Caller, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
-        self.seen(self.inner.delete(caller, target, options)).await
-    }
-    async fn get(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        self.seen(self.inner.get(caller, target)).await
-    }
-    async fn publish_event(&self, caller: &Caller, event: &EventRecord) -> Result<(), CallError> {
-        self.seen(self.inner.publish_event(caller, event)).await
-    }
+
     async fn scope(&self, kind: &kube::core::GroupVersionKind) -> Result<crate::plugin::host::Scope, CallError> {
         self.seen(self.inner.scope(kind)).await
     }
@@ -323,6 +298,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU32};
 
     use super::*;
+    use crate::plugin::host::{ApiWriterExt, DeleteOptions, ObjectRef};
 
     /// A probe that answers while `up` is set, counting its calls; a `hang` probe never answers.
     struct Server {
@@ -411,25 +387,7 @@ mod tests {
 
     #[async_trait]
     impl ApiWriter for Hung {
-        async fn apply(&self, _: &Caller, _: &TypedObject, _: bool) -> Result<Vec<u8>, CallError> {
-            std::future::pending().await
-        }
-        async fn apply_status(&self, _: &Caller, _: &TypedObject, _: bool) -> Result<Vec<u8>, CallError> {
-            std::future::pending().await
-        }
-        async fn patch(&self, _: &Caller, _: &ObjectRef, _: &Patch, _: &PatchOptions) -> Result<Vec<u8>, CallError> {
-            std::future::pending().await
-        }
-        async fn create(&self, _: &Caller, _: &TypedObject) -> Result<Vec<u8>, CallError> {
-            std::future::pending().await
-        }
-        async fn delete(&self, _: &Caller, _: &ObjectRef, _: &DeleteOptions) -> Result<(), CallError> {
-            std::future::pending().await
-        }
-        async fn get(&self, _: &Caller, _: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-            std::future::pending().await
-        }
-        async fn publish_event(&self, _: &Caller, _: &EventRecord) -> Result<(), CallError> {
+        async fn send(&self, _: &Caller, _: &ApiCall) -> Result<ApiReply, CallError> {
             std::future::pending().await
         }
     }
@@ -446,7 +404,7 @@ mod tests {
         };
         let mark = breaker.mark();
         let started = tokio::time::Instant::now();
-        let result = writer.delete(&Caller::new("p"), &target, &DeleteOptions::default()).await;
+        let result = writer.delete(&Caller::new("p"), target, DeleteOptions::default()).await;
         assert!(matches!(result, Err(CallError::Unavailable(_))), "{result:?}");
         assert_eq!(started.elapsed(), DEFAULT_WRITE_TIMEOUT, "the write timed out after the write timeout");
         assert!(breaker.outage_since(mark).await, "the probe hangs too: an outage");

@@ -13,7 +13,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("shard", &["informer", "leader"]),
     ("breaker", &["plugin"]),
     ("event_sink", &["identity", "plugin"]),
-    ("rbac", &["identity", "plugin"]),
+    ("rbac", &["identity", "informer", "plugin"]),
     ("writer", &["event_sink", "identity", "informer", "plugin"]),
 ];
 

@@ -29,7 +29,7 @@ fn main() -> anyhow::Result<()> {
                     namespace: args.namespace,
                     host_service_account: args.host_service_account,
                 };
-                print!("{}", kubewasm::rbac::manifest(&name, plugin.grants(), &identity)?);
+                print!("{}", kubewasm::rbac::manifest(&name, plugin.grants(), &identity, &kubewasm::rbac::ResourceNames::guessed())?);
                 Ok(())
             }
             Command::CompilePlugin(args) => {

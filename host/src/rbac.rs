@@ -2,8 +2,9 @@
 //! impersonate for its requests, the rules its effective grants need, and the host's right to
 //! impersonate it (`kubewasm rbac`).
 //!
-//! Resources are named from kinds by kube's own pluralization (`ApiResource::from_gvk`), so the
-//! output needs no cluster; a CRD with an irregular plural needs its rule edited.
+//! Resources are named as the API server's discovery names them where a cluster is at hand (the
+//! review at load), else by kube's own pluralization (`ApiResource::from_gvk`), so `kubewasm rbac`
+//! needs no cluster; there a CRD with an irregular plural needs its rule edited.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, GroupVersionKind};
 
 use crate::identity::service_account_name;
+use crate::informer::Discovery;
 use crate::plugin::grants::{Grants, KindRef};
 
 pub mod review;
@@ -49,13 +51,49 @@ pub fn user(identity: &Identity, plugin: &str) -> String {
     crate::identity::user(&identity.namespace, plugin)
 }
 
+/// How kinds are named as RBAC resources: as discovery found them, else by kube's
+/// pluralization.
+#[derive(Clone, Debug, Default)]
+pub struct ResourceNames(BTreeMap<KindRef, String>);
+
+impl ResourceNames {
+    /// Every name guessed by kube's pluralization (no cluster at hand).
+    pub fn guessed() -> Self {
+        Self::default()
+    }
+
+    /// The names the API server serves every kind of `grants` under; a kind discovery cannot
+    /// answer for (not served yet, or the server unreachable) keeps the guess.
+    pub async fn discovered(discovery: &Discovery, grants: &Grants) -> Self {
+        let mut names = BTreeMap::new();
+        let for_kind = grants.for_kind().map(KindRef::of);
+        let kinds = grants.readable().chain(grants.writable()).chain(grants.writable_controlled());
+        for kind in kinds.chain(grants.status_writable()).chain(for_kind.as_ref()) {
+            if names.contains_key(kind) {
+                continue;
+            }
+            if let Ok(Some(plural)) = discovery.plural(&kind.group, &kind.kind).await {
+                names.insert(kind.clone(), plural);
+            }
+        }
+        Self(names)
+    }
+
+    /// `kind`'s resource name.
+    pub fn plural(&self, kind: &KindRef) -> String {
+        match self.0.get(kind) {
+            Some(plural) => plural.clone(),
+            None => ApiResource::from_gvk(&GroupVersionKind::gvk(&kind.group, "v1", &kind.kind)).plural,
+        }
+    }
+}
+
 /// The rules `grants` need, one per API group and verb set, resources sorted.
-pub fn rules(grants: &Grants) -> Vec<PolicyRule> {
+pub fn rules(grants: &Grants, names: &ResourceNames) -> Vec<PolicyRule> {
     let mut by_verbs: BTreeMap<(String, &[&str]), Vec<String>> = BTreeMap::new();
     let mut add = |kind: &KindRef, verbs: &'static [&'static str], suffix: &str| {
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&kind.group, "v1", &kind.kind));
         let entry = by_verbs.entry((kind.group.clone(), verbs)).or_default();
-        let name = format!("{}{suffix}", resource.plural);
+        let name = format!("{}{suffix}", names.plural(kind));
         if !entry.contains(&name) {
             entry.push(name);
         }
@@ -96,8 +134,8 @@ fn events_kind() -> KindRef {
 /// `grants.namespaces` names, plus Events in `default` (where Events about cluster-scoped objects
 /// go); or cluster-wide (`None`). A selector over Namespaces cannot be written as RBAC: such a
 /// plugin gets cluster-wide rules, and the host's authorizer alone keeps it to its namespaces.
-pub fn scopes(grants: &Grants) -> Vec<(Option<String>, Vec<PolicyRule>)> {
-    let rules = rules(grants);
+pub fn scopes(grants: &Grants, names: &ResourceNames) -> Vec<(Option<String>, Vec<PolicyRule>)> {
+    let rules = rules(grants, names);
     let Some(names) = grants.namespaces().filter(|s| s.selector.is_none()).map(|s| &s.names) else {
         return vec![(None, rules)];
     };
@@ -115,15 +153,21 @@ pub fn scopes(grants: &Grants) -> Vec<(Option<String>, Vec<PolicyRule>)> {
 }
 
 /// [`objects`] as multi-document YAML.
-pub fn manifest(plugin: &str, grants: &Grants, identity: &Identity) -> Result<String, serde_yaml::Error> {
-    let docs: Result<Vec<String>, _> = objects(plugin, grants, identity).iter().map(serde_yaml::to_string).collect();
+pub fn manifest(
+    plugin: &str,
+    grants: &Grants,
+    identity: &Identity,
+    names: &ResourceNames,
+) -> Result<String, serde_yaml::Error> {
+    let docs: Result<Vec<String>, _> =
+        objects(plugin, grants, identity, names).iter().map(serde_yaml::to_string).collect();
     Ok(docs?.join("---\n"))
 }
 
 /// The objects: the ServiceAccount, the plugin's rules (a Role and RoleBinding per namespace of
 /// [`scopes`], else a ClusterRole and ClusterRoleBinding), and a Role letting the host's
 /// ServiceAccount impersonate it.
-pub fn objects(plugin: &str, grants: &Grants, identity: &Identity) -> Vec<serde_json::Value> {
+pub fn objects(plugin: &str, grants: &Grants, identity: &Identity, names: &ResourceNames) -> Vec<serde_json::Value> {
     let sa = service_account_name(plugin);
     let meta = |name: &str, namespace: Option<&str>| ObjectMeta {
         name: Some(name.to_owned()),
@@ -144,7 +188,7 @@ pub fn objects(plugin: &str, grants: &Grants, identity: &Identity) -> Vec<serde_
     };
     let mut docs =
         vec![typed(ServiceAccount { metadata: meta(&sa, Some(&identity.namespace)), ..ServiceAccount::default() })];
-    for (namespace, rules) in scopes(grants) {
+    for (namespace, rules) in scopes(grants, names) {
         match namespace {
             Some(ns) => {
                 docs.push(typed(Role { metadata: meta(&sa, Some(&ns)), rules: Some(rules) }));
@@ -226,7 +270,7 @@ mod tests {
 
     #[test]
     fn the_rules_grant_reads_writes_status_and_events_and_nothing_more() {
-        let rules = rules(&grants("write: [Deployment.apps]"));
+        let rules = rules(&grants("write: [Deployment.apps]"), &ResourceNames::guessed());
         let owned = rule(&rules, "", "delete");
         assert_eq!(owned.resources, Some(vec!["configmaps".to_owned()]));
         assert!(owned.verbs.iter().any(|v| v == "get"), "the server's copy of a written kind is read: {owned:?}");
@@ -245,8 +289,13 @@ mod tests {
 
     #[test]
     fn a_plugin_confined_to_named_namespaces_gets_roles_there_and_the_host_may_impersonate_it() {
-        let yaml = manifest("defaults", &grants("write: [Deployment.apps]\nnamespaces: {names: [a, b]}"), &identity())
-            .unwrap();
+        let yaml = manifest(
+            "defaults",
+            &grants("write: [Deployment.apps]\nnamespaces: {names: [a, b]}"),
+            &identity(),
+            &ResourceNames::guessed(),
+        )
+        .unwrap();
         let docs: Vec<serde_json::Value> =
             serde_yaml::Deserializer::from_str(&yaml).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
         let kinds: Vec<(&str, &str)> = docs
@@ -283,7 +332,8 @@ mod tests {
 
     #[test]
     fn an_unconfined_plugin_gets_a_cluster_role() {
-        let yaml = manifest("defaults", &grants("write: [Deployment.apps]"), &identity()).unwrap();
+        let yaml =
+            manifest("defaults", &grants("write: [Deployment.apps]"), &identity(), &ResourceNames::guessed()).unwrap();
         assert!(yaml.contains("kind: ClusterRole\n") && yaml.contains("kind: ClusterRoleBinding\n"), "{yaml}");
     }
 }

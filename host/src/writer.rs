@@ -1,8 +1,6 @@
-//! `KubeWriter`: plugins' writes (server-side apply, patch, create, delete, events) over a
-//! `kube::Client`, with API errors mapped to the WIT error variants; [`record::Recorder`] is its
-//! recording mode, which keeps intended writes instead of sending them.
-
-use std::collections::HashMap;
+//! `KubeWriter`: plugins' calls (server-side apply, patch, create, delete, get, Events) over a
+//! `kube::Client`, with API errors mapped to the WIT error variants; the plugin runtime's
+//! [`RecordingWriter`](crate::plugin::host::RecordingWriter) is its recording mode.
 
 use async_trait::async_trait;
 use kube::Client;
@@ -10,20 +8,19 @@ use kube::api::{
     Api, DeleteParams, DynamicObject, Patch as KubePatch, PatchParams, PostParams, Preconditions as KubePreconditions,
 };
 use kube::core::GroupVersionKind;
-use kube::discovery::{self, ApiResource, Scope};
-use parking_lot::RwLock;
+use kube::discovery::{ApiResource, Scope};
 use serde::Serialize;
 
 pub mod elide;
-pub mod record;
 pub mod unchanged;
 
 use crate::event_sink::EventSink;
 use crate::identity::Identities;
+use crate::informer::Discovery;
 use serde_json::Value;
 
 use crate::plugin::host::{
-    ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Preconditions,
+    ApiCall, ApiReply, ApiWriter, CallError, Caller, DeleteOptions, ObjectRef, Patch, PatchOptions, Preconditions,
     Propagation, TypedObject,
 };
 
@@ -54,7 +51,7 @@ pub fn call_error(err: kube::Error) -> CallError {
 /// start work).
 pub struct KubeWriter {
     identities: Identities,
-    resources: RwLock<HashMap<GroupVersionKind, (ApiResource, Scope)>>,
+    discovery: Discovery,
     events: EventSink,
 }
 
@@ -64,24 +61,26 @@ impl KubeWriter {
         Self::with_identities(Identities::host(client))
     }
 
-    /// A writer sending each plugin's requests as `identities` says.
+    /// A writer sending each plugin's requests as `identities` says, with a discovery cache of
+    /// its own until [`KubeWriter::discovery`] shares the host's.
     pub fn with_identities(identities: Identities) -> Self {
         let events = EventSink::new(identities.clone());
-        Self { identities, resources: RwLock::default(), events }
+        let discovery = Discovery::new(identities.host_client().clone());
+        Self { identities, discovery, events }
+    }
+
+    /// Resolves kinds through `discovery`, the process's one discovery cache.
+    #[must_use]
+    pub fn discovery(self, discovery: Discovery) -> Self {
+        Self { discovery, ..self }
     }
 
     async fn resource(&self, kind: &GroupVersionKind) -> Result<(ApiResource, Scope), CallError> {
-        if let Some(found) = self.resources.read().get(kind) {
-            return Ok(found.clone());
-        }
-        let (resource, caps) =
-            discovery::pinned_kind(self.identities.host_client(), kind).await.map_err(|e| match call_error(e) {
-                CallError::NotFound => CallError::Invalid(format!("the API server does not serve {kind:?}")),
-                other => other,
-            })?;
-        let found = (resource, caps.scope);
-        self.resources.write().insert(kind.clone(), found.clone());
-        Ok(found)
+        let found = self.discovery.resolve(kind).await.map_err(|e| match call_error(e) {
+            CallError::NotFound => CallError::Invalid(format!("the API server does not serve {kind:?}")),
+            other => other,
+        })?;
+        Ok((found.resource, found.scope))
     }
 
     /// The API of `target`'s kind, sending as `caller`.
@@ -161,9 +160,9 @@ fn to_json<T: Serialize>(object: T) -> Result<Vec<u8>, CallError> {
     serde_json::to_vec(&object).map_err(|e| CallError::Other(e.to_string()))
 }
 
-#[async_trait]
-impl ApiWriter for KubeWriter {
-    async fn apply(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+/// One method per call, each mapping it onto kube's typed API.
+impl KubeWriter {
+    async fn apply_object(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
         let api = self.api(caller, &object.target).await?;
         let mut params = PatchParams::apply(&caller.manager);
         params.force = force;
@@ -172,7 +171,12 @@ impl ApiWriter for KubeWriter {
         to_json(stored)
     }
 
-    async fn apply_status(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+    async fn apply_status_object(
+        &self,
+        caller: &Caller,
+        object: &TypedObject,
+        force: bool,
+    ) -> Result<Vec<u8>, CallError> {
         let api = self.api(caller, &object.target).await?;
         let mut params = PatchParams::apply(&caller.manager);
         params.force = force;
@@ -183,7 +187,7 @@ impl ApiWriter for KubeWriter {
         to_json(stored)
     }
 
-    async fn patch(
+    async fn patch_object(
         &self,
         caller: &Caller,
         target: &ObjectRef,
@@ -210,7 +214,7 @@ impl ApiWriter for KubeWriter {
         to_json(stored)
     }
 
-    async fn create(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
+    async fn create_object(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
         let api = self.api(caller, &object.target).await?;
         let body: DynamicObject = serde_json::from_value(object.sent_body().into_owned())
             .map_err(|e| CallError::Invalid(format!("not a Kubernetes object: {e}")))?;
@@ -218,7 +222,12 @@ impl ApiWriter for KubeWriter {
         to_json(api.create(&params, &body).await.map_err(call_error)?)
     }
 
-    async fn delete(&self, caller: &Caller, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
+    async fn delete_object(
+        &self,
+        caller: &Caller,
+        target: &ObjectRef,
+        options: &DeleteOptions,
+    ) -> Result<(), CallError> {
         let api = self.api(caller, target).await?;
         let mut params = match options.propagation {
             Propagation::Background => DeleteParams::background(),
@@ -233,22 +242,55 @@ impl ApiWriter for KubeWriter {
         api.delete(&target.name, &params).await.map(|_| ()).map_err(call_error)
     }
 
-    async fn get(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+    async fn get_object(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
         let api = self.api(caller, target).await?;
         match api.get_opt(&target.name).await.map_err(call_error)? {
             Some(object) => to_json(object).map(Some),
             None => Ok(None),
         }
     }
+}
 
-    /// Enqueues the event for the background sender (never waits on the API server).
-    async fn publish_event(&self, caller: &Caller, event: &EventRecord) -> Result<(), CallError> {
-        self.events.publish(caller, event);
-        Ok(())
+#[async_trait]
+impl ApiWriter for KubeWriter {
+    async fn send(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
+        let result = self.send_call(caller, call).await;
+        // Apply and create answer "not found" only when the resource (or the namespace) is not
+        // served: the kept discovery answer may be stale (a CRD removed or changed).
+        if let (Err(CallError::NotFound), ApiCall::Apply { .. } | ApiCall::ApplyStatus { .. } | ApiCall::Create(_)) =
+            (&result, call)
+        {
+            self.discovery.forget(&call.target().kind);
+        }
+        result
     }
 
     async fn scope(&self, kind: &GroupVersionKind) -> Result<Scope, CallError> {
         self.resource(kind).await.map(|(_, scope)| scope)
+    }
+}
+
+impl KubeWriter {
+    async fn send_call(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
+        match call {
+            ApiCall::Apply { object, force } => self.apply_object(caller, object, *force).await.map(ApiReply::Object),
+            ApiCall::ApplyStatus { object, force } => {
+                self.apply_status_object(caller, object, *force).await.map(ApiReply::Object)
+            }
+            ApiCall::Patch { target, patch, options } => {
+                self.patch_object(caller, target, patch, options).await.map(ApiReply::Object)
+            }
+            ApiCall::Create(object) => self.create_object(caller, object).await.map(ApiReply::Object),
+            ApiCall::Delete { target, options } => {
+                self.delete_object(caller, target, options).await.map(|()| ApiReply::Done)
+            }
+            ApiCall::Get(target) => self.get_object(caller, target).await.map(ApiReply::Found),
+            // Enqueued for the background sender: never waits on the API server.
+            ApiCall::Event(event) => {
+                self.events.publish(caller, event);
+                Ok(ApiReply::Done)
+            }
+        }
     }
 }
 

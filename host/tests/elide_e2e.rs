@@ -11,7 +11,7 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch as KubePatch, PatchParams
 use kube::core::GroupVersionKind;
 use kubewasm::controller::PluginCache;
 use kubewasm::informer::{CachedObject, Informer, SharedInformerFactory};
-use kubewasm::plugin::host::{ApiWriter, CacheReader, CallError, Caller, FIELD_MANAGER_PREFIX, TypedObject};
+use kubewasm::plugin::host::{ApiWriterExt, CacheReader, CallError, Caller, FIELD_MANAGER_PREFIX, TypedObject};
 use kubewasm::plugin::metrics::PluginMetrics;
 use kubewasm::writer::KubeWriter;
 use kubewasm::writer::elide::{ElidingWriter, Elision};
@@ -68,13 +68,13 @@ impl Harness {
 
     async fn apply(&self, body: &Value, force: bool) -> Result<Value, CallError> {
         let object = TypedObject::from_json(&serde_json::to_vec(body).unwrap()).unwrap();
-        let stored = self.writer.apply(&self.caller, &object, force).await?;
+        let stored = self.writer.apply(&self.caller, object, force).await?;
         Ok(serde_json::from_slice(&stored).unwrap())
     }
 
     async fn apply_status(&self, body: &Value) -> Result<Value, CallError> {
         let object = TypedObject::from_json(&serde_json::to_vec(body).unwrap()).unwrap();
-        let stored = self.writer.apply_status(&self.caller, &object, true).await?;
+        let stored = self.writer.apply_status(&self.caller, object, true).await?;
         Ok(serde_json::from_slice(&stored).unwrap())
     }
 

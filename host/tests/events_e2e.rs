@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use kube::core::GroupVersionKind;
-use kubewasm::plugin::host::{ApiWriter, Caller, EventRecord, ObjectRef};
+use kubewasm::plugin::host::{ApiWriterExt, Caller, EventRecord, ObjectRef};
 use kubewasm::writer::KubeWriter;
 use kubewasm_testenv::ControlPlane;
 
@@ -39,15 +39,15 @@ async fn a_published_event_arrives_and_its_repeats_join_one_series() {
         reason: "DefaultsApplied".into(),
         note: "applied".into(),
     };
-    writer.publish_event(&Caller::new("events-e2e"), &event).await.unwrap();
+    writer.publish_event(&Caller::new("events-e2e"), event.clone()).await.unwrap();
     // A cluster-scoped object's events go to `default`, as kube-runtime's Recorder puts them.
     let events = Api::<Event>::namespaced(client.clone(), "default");
     eventually("the event", Duration::from_secs(30), || async {
         (ours(&events, &namespace).await.len() == 1).then_some(())
     })
     .await;
-    writer.publish_event(&Caller::new("events-e2e"), &event).await.unwrap();
-    writer.publish_event(&Caller::new("events-e2e"), &event).await.unwrap();
+    writer.publish_event(&Caller::new("events-e2e"), event.clone()).await.unwrap();
+    writer.publish_event(&Caller::new("events-e2e"), event.clone()).await.unwrap();
     let series = eventually("one Event with a series of 3", Duration::from_secs(30), || async {
         let found = ours(&events, &namespace).await;
         let count = found.first().and_then(|e| e.series.as_ref()).map(|s| s.count);
@@ -74,7 +74,7 @@ async fn two_different_events_about_one_object_in_one_batch_are_both_created() {
     for reason in ["First", "Second"] {
         let event =
             EventRecord { regarding: regarding.clone(), warning: false, reason: reason.into(), note: "n".into() };
-        writer.publish_event(&Caller::new("events-e2e"), &event).await.unwrap();
+        writer.publish_event(&Caller::new("events-e2e"), event.clone()).await.unwrap();
     }
     let events = Api::<Event>::namespaced(client.clone(), &namespace);
     let reasons = eventually("two Events about one ConfigMap", Duration::from_secs(30), || async {

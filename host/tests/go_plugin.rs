@@ -8,7 +8,8 @@ mod common;
 
 use std::sync::Arc;
 
-use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter, WriteCall};
+use kubewasm::plugin::host::ApiCall;
+use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
 use kubewasm::plugin::limits::Limits;
 use kubewasm::plugin::{Action, ObjectKey, PluginConfig, Runtime, RuntimeConfig};
 use serde_json::json;
@@ -47,8 +48,8 @@ async fn the_go_build_reconciles_large_objects_many_times_in_one_instance_throug
         assert_eq!(action, Action::Done);
     }
     let calls = writer.calls();
-    let applies = calls.iter().filter(|c| matches!(c, WriteCall::Apply { .. })).count();
+    let applies = calls.iter().filter(|c| matches!(c, ApiCall::Apply { .. })).count();
     assert_eq!(applies, 2 * reconciles as usize, "a quota and a policy per reconcile");
-    let WriteCall::Apply { object, .. } = &calls[calls.len() - 2] else { panic!("{:?}", calls[calls.len() - 2]) };
+    let ApiCall::Apply { object, .. } = &calls[calls.len() - 2] else { panic!("{:?}", calls[calls.len() - 2]) };
     assert_eq!(object.body["metadata"]["ownerReferences"][0]["uid"], "uid-big", "the last apply is intact");
 }

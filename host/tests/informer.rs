@@ -426,3 +426,87 @@ async fn a_crd_installed_after_start_becomes_watchable() {
     assert_eq!(body["spec"]["size"], 3);
     assert_eq!(informer.store().get_by_key(&format!("{ns}/w1")).map(|o| o.name().to_owned()), Some("w1".to_owned()));
 }
+
+/// A CRD of `group` serving `versions` (the first stored), its plural `plural`, any schema.
+async fn install_crd(client: &Client, group: &str, kind: &str, plural: &str, versions: &[&str]) {
+    let versions: Vec<_> = versions
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            serde_json::json!({"name": v, "served": true, "storage": i == 0,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}})
+        })
+        .collect();
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced", "versions": versions,
+            "names": {"plural": plural, "kind": kind, "listKind": format!("{kind}List")}}
+    }))
+    .unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone()).create(&PostParams::default(), &crd).await.unwrap();
+}
+
+/// Asks `discovery` until it serves `gvk` (a new CRD is served a moment after it is created).
+async fn served(discovery: &kubewasm::informer::Discovery, gvk: &GroupVersionKind) {
+    tokio::time::timeout(DEADLINE, async {
+        while discovery.resolve(gvk).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the CRD is served in time");
+}
+
+#[tokio::test]
+async fn two_versions_of_one_crd_are_cached_each_in_its_own_version() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("informer-versions").await;
+    let group = format!("{ns}.kubewasm.test");
+    install_crd(&client, &group, "Gizmo", "gizmos", &["v1", "v2"]).await;
+    let factory = factory(client.clone());
+    let (v1, v2) = (GroupVersionKind::gvk(&group, "v1", "Gizmo"), GroupVersionKind::gvk(&group, "v2", "Gizmo"));
+    served(factory.discovery(), &v1).await;
+    served(factory.discovery(), &v2).await;
+    let (old, new) = (factory.informer_for(&v1).await.unwrap(), factory.informer_for(&v2).await.unwrap());
+    synced(&old).await;
+    synced(&new).await;
+
+    let gizmo: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Gizmo", "metadata": {"name": "g1", "namespace": ns}
+    }))
+    .unwrap();
+    let resource = factory.discovery().resolve(&v1).await.unwrap().resource;
+    Api::<DynamicObject>::namespaced_with(client, &ns, &resource).create(&PostParams::default(), &gizmo).await.unwrap();
+    let key = format!("{ns}/g1");
+    eventually("both informers cache the gizmo", || {
+        old.store().get_by_key(&key).is_some() && new.store().get_by_key(&key).is_some()
+    })
+    .await;
+    let api_version = |informer: &Informer| {
+        let object = informer.store().get_by_key(&key).unwrap();
+        serde_json::from_slice::<serde_json::Value>(object.json()).unwrap()["apiVersion"].clone()
+    };
+    assert_eq!(api_version(&old), format!("{group}/v1"));
+    assert_eq!(api_version(&new), format!("{group}/v2"));
+}
+
+#[tokio::test]
+async fn rbac_names_a_crd_by_the_plural_the_api_server_serves_not_a_guess() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("informer-plural").await;
+    let group = format!("{ns}.kubewasm.test");
+    install_crd(&client, &group, "Octopus", "octopodes", &["v1"]).await;
+    let factory = factory(client);
+    served(factory.discovery(), &GroupVersionKind::gvk(&group, "v1", "Octopus")).await;
+    use kubewasm::plugin::grants::{GrantConfig, Grants, KindRef};
+    // A plugin reconciling octopodes.
+    let registration =
+        kubewasm::plugin::registration::Registration::new(GroupVersionKind::gvk(&group, "v1", "Octopus"));
+    let grants = Grants::resolve(&registration, &GrantConfig::default()).unwrap();
+    let kind = KindRef { group: group.clone(), kind: "Octopus".into() };
+    assert_ne!(kubewasm::rbac::ResourceNames::guessed().plural(&kind), "octopodes", "kube would guess otherwise");
+    let names = kubewasm::rbac::ResourceNames::discovered(factory.discovery(), &grants).await;
+    assert_eq!(names.plural(&kind), "octopodes");
+}

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::core::GroupVersionKind;
-use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter, WriteCall};
+use kubewasm::plugin::host::ApiCall;
+use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
 use kubewasm::plugin::host::{CallError, EventRecord, ObjectRef};
 use kubewasm::plugin::limits::{LimitHit, Limits};
 use kubewasm::plugin::protected::Protected;
@@ -136,7 +137,7 @@ async fn calls_outside_the_grants_return_forbidden_to_the_plugin_and_only_an_acc
     // Nothing was written; the refusals are reported once, as a Warning event on the object.
     let calls = h.writer.calls();
     assert_eq!(calls.len(), 1, "a forbidden write reached the writer: {calls:?}");
-    let WriteCall::Event(event) = &calls[0] else { panic!("expected only the AccessDenied event: {calls:?}") };
+    let ApiCall::Event(event) = &calls[0] else { panic!("expected only the AccessDenied event: {calls:?}") };
     assert!(event.warning);
     assert_eq!(event.reason, "AccessDenied");
     let expected = ObjectRef {
@@ -189,8 +190,8 @@ async fn namespace_defaults_applies_exactly_a_quota_and_a_default_deny_policy_ow
     let labels = json!({"app.kubernetes.io/managed-by": "kubewasm-namespace-defaults"});
     let calls = h.writer.calls();
     assert_eq!(calls.len(), 3, "{calls:#?}");
-    let WriteCall::Apply { manager, object: quota, force: false } = &calls[0] else { panic!("{:?}", calls[0]) };
-    assert_eq!(manager, "kubewasm/namespace-defaults");
+    let ApiCall::Apply { object: quota, force: false } = &calls[0] else { panic!("{:?}", calls[0]) };
+    assert_eq!(h.writer.callers()[0].manager, "kubewasm/namespace-defaults");
     assert_eq!(
         quota.body,
         json!({
@@ -199,7 +200,7 @@ async fn namespace_defaults_applies_exactly_a_quota_and_a_default_deny_policy_ow
             "spec": {"hard": {"pods": "50", "requests.cpu": "4", "requests.memory": "8Gi"}},
         })
     );
-    let WriteCall::Apply { object: policy, .. } = &calls[1] else { panic!("{:?}", calls[1]) };
+    let ApiCall::Apply { object: policy, .. } = &calls[1] else { panic!("{:?}", calls[1]) };
     assert_eq!(
         policy.body,
         json!({
@@ -208,7 +209,7 @@ async fn namespace_defaults_applies_exactly_a_quota_and_a_default_deny_policy_ow
             "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
         })
     );
-    let WriteCall::Event(EventRecord { regarding, warning: false, reason, .. }) = &calls[2] else {
+    let ApiCall::Event(EventRecord { regarding, warning: false, reason, .. }) = &calls[2] else {
         panic!("{:?}", calls[2])
     };
     assert_eq!(reason, "DefaultsApplied");
@@ -233,7 +234,7 @@ async fn namespace_defaults_takes_quota_and_opt_out_label_from_its_settings() {
         .calls()
         .into_iter()
         .filter_map(|c| match c {
-            WriteCall::Apply { object, .. } => Some(object),
+            ApiCall::Apply { object, .. } => Some(object),
             _ => None,
         })
         .collect();
@@ -256,7 +257,9 @@ async fn namespace_defaults_removes_its_defaults_when_a_namespace_opts_out() {
     plugin.reconcile(&key(None, "c"), 0).await.unwrap();
     let calls = h.writer.calls();
     assert_eq!(calls.len(), 1, "{calls:?}");
-    assert!(matches!(&calls[0], WriteCall::Delete(r) if r.name == "default-quota" && r.kind.kind == "ResourceQuota"));
+    assert!(
+        matches!(&calls[0], ApiCall::Delete { target: r, .. } if r.name == "default-quota" && r.kind.kind == "ResourceQuota")
+    );
 }
 
 #[tokio::test]
@@ -444,8 +447,8 @@ async fn an_owned_kind_is_written_only_where_the_plugin_controls_the_object_and_
     assert_eq!(results[4], "apply child: Ok(())", "{seen}");
     let calls = h.writer.calls();
     assert_eq!(calls.len(), 2, "only the controlled child and the AccessDenied event: {calls:#?}");
-    assert!(matches!(&calls[0], WriteCall::Apply { object, .. } if object.target.name == "child"), "{calls:?}");
-    assert!(matches!(&calls[1], WriteCall::Event(e) if e.reason == "AccessDenied"), "{calls:?}");
+    assert!(matches!(&calls[0], ApiCall::Apply { object, .. } if object.target.name == "child"), "{calls:?}");
+    assert!(matches!(&calls[1], ApiCall::Event(e) if e.reason == "AccessDenied"), "{calls:?}");
 }
 
 #[tokio::test]

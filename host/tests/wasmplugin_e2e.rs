@@ -404,9 +404,13 @@ async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_for_it_and_its_can
     // The RBAC `kubewasm rbac` prints, applied: the serving version is reviewed again by itself
     // and the condition clears, with no new spec.
     let grants = app.manager().plugin(&name).await.unwrap().grants().clone();
-    rbac::review::provision_objects(&client, "kubewasm-system", &rbac::objects(&name, &grants, &identity))
-        .await
-        .unwrap();
+    rbac::review::provision_objects(
+        &client,
+        "kubewasm-system",
+        &rbac::objects(&name, &grants, &identity, &rbac::ResourceNames::guessed()),
+    )
+    .await
+    .unwrap();
     eventually("RBACMissing False without a new version", CONVERGE, || async {
         let wp = plugins.get(&name).await.ok()?;
         condition(&wp, "RBACMissing").filter(|c| c.status == "False").map(drop)

@@ -15,9 +15,7 @@ use kube::api::{Api, PostParams};
 use kubewasm::app::App;
 use kubewasm::hotload::{Desired, Options, Origin};
 use kubewasm::plugin::PluginConfig;
-use kubewasm::plugin::host::{
-    ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, TypedObject,
-};
+use kubewasm::plugin::host::{ApiCall, ApiReply, ApiWriter, CallError, Caller};
 use kubewasm::writer::KubeWriter;
 use kubewasm_testenv::ControlPlane;
 
@@ -36,35 +34,14 @@ struct PanicOnce {
 
 #[async_trait]
 impl ApiWriter for PanicOnce {
-    async fn apply(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        self.inner.apply(caller, object, force).await
-    }
-    async fn apply_status(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        self.inner.apply_status(caller, object, force).await
-    }
-    async fn patch(
-        &self,
-        caller: &Caller,
-        target: &ObjectRef,
-        patch: &Patch,
-        options: &PatchOptions,
-    ) -> Result<Vec<u8>, CallError> {
-        if target.name == self.victim && self.armed.swap(false, Ordering::SeqCst) {
+    async fn send(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
+        if let ApiCall::Patch { target, .. } = call
+            && target.name == self.victim
+            && self.armed.swap(false, Ordering::SeqCst)
+        {
             panic!("test: a host function panicked patching {}", target.name);
         }
-        self.inner.patch(caller, target, patch, options).await
-    }
-    async fn create(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
-        self.inner.create(caller, object).await
-    }
-    async fn delete(&self, caller: &Caller, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
-        self.inner.delete(caller, target, options).await
-    }
-    async fn get(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        self.inner.get(caller, target).await
-    }
-    async fn publish_event(&self, caller: &Caller, event: &EventRecord) -> Result<(), CallError> {
-        self.inner.publish_event(caller, event).await
+        self.inner.send(caller, call).await
     }
 }
 

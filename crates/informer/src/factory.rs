@@ -10,7 +10,7 @@ use kube::{
     Client,
     api::{Api, ApiResource},
     core::GroupVersionKind,
-    discovery::{self, Scope},
+    discovery::Scope,
 };
 use prometheus::Registry;
 
@@ -18,6 +18,7 @@ use super::shard::ShardGate;
 
 use super::{
     Error, Result,
+    discovery::Discovery,
     metrics::InformerMetrics,
     raw::RawObject,
     reflector::{ListStrategy, Reflector, ReflectorConfig, ReflectorShard},
@@ -85,9 +86,8 @@ struct FactoryInner {
     /// Never held across an await: discovery runs outside it, so one slow kind does not
     /// hold up consumers of the others.
     informers: parking_lot::Mutex<HashMap<InformerKey, Weak<InformerInner>>>,
-    /// Resolved kinds. Only successes are cached, so a kind unknown now (a CRD not yet
-    /// installed) is looked up again on the next request.
-    resources: parking_lot::Mutex<HashMap<GroupVersionKind, (ApiResource, Scope)>>,
+    /// Resolved kinds, shared with every other consumer of the host's discovery.
+    discovery: Discovery,
     streaming: tokio::sync::OnceCell<bool>,
     /// The shard range sharded informers follow.
     gate: ShardGate,
@@ -110,11 +110,11 @@ impl SharedInformerFactory {
     pub fn with_config(client: Client, registry: &Registry, config: ReflectorConfig) -> Result<Self> {
         Ok(Self {
             inner: Arc::new(FactoryInner {
+                discovery: Discovery::new(client.clone()),
                 client,
                 config,
                 metrics: Arc::new(InformerMetrics::register(registry)?),
                 informers: Default::default(),
-                resources: Default::default(),
                 streaming: Default::default(),
                 gate: ShardGate::default(),
             }),
@@ -146,6 +146,17 @@ impl SharedInformerFactory {
         self.rebuilt(config)
     }
 
+    /// Kinds are resolved through `discovery`, the process's one discovery cache.
+    #[must_use]
+    pub fn with_discovery(self, discovery: Discovery) -> Self {
+        let config = self.inner.config.clone();
+        let mut rebuilt = self.rebuilt(config);
+        if let Some(inner) = Arc::get_mut(&mut rebuilt.inner) {
+            inner.discovery = discovery;
+        }
+        rebuilt
+    }
+
     /// Informers created afterwards with [`InformerParams::sharded`] follow `gate`'s range.
     #[must_use]
     pub fn shard_gate(self, gate: ShardGate) -> Self {
@@ -165,7 +176,7 @@ impl SharedInformerFactory {
                 config,
                 metrics: inner.metrics.clone(),
                 informers: Default::default(),
-                resources: Default::default(),
+                discovery: inner.discovery.clone(),
                 streaming: Default::default(),
                 gate: inner.gate.clone(),
             }),
@@ -232,16 +243,19 @@ impl SharedInformerFactory {
         self.inner.informers.lock().values().filter(|w| w.strong_count() > 0).count()
     }
 
+    /// The discovery cache this factory resolves kinds with; hand it to every other consumer.
+    pub fn discovery(&self) -> &Discovery {
+        &self.inner.discovery
+    }
+
     async fn resolve(&self, gvk: &GroupVersionKind) -> Result<(ApiResource, Scope)> {
-        if let Some(found) = self.inner.resources.lock().get(gvk) {
-            return Ok(found.clone());
-        }
-        let (resource, caps) = discovery::pinned_kind(&self.inner.client, gvk)
+        let found = self
+            .inner
+            .discovery
+            .resolve(gvk)
             .await
             .map_err(|source| Error::KindNotFound { gvk: gvk.clone(), source: Box::new(source) })?;
-        let found = (resource, caps.scope);
-        self.inner.resources.lock().insert(gvk.clone(), found.clone());
-        Ok(found)
+        Ok((found.resource, found.scope))
     }
 
     /// Whether new reflectors start with a streaming list.

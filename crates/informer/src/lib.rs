@@ -36,6 +36,7 @@
 //! [`SharedInformerFactory`], then [`Informer`], the reflector (`reflector.rs`) and the
 //! [`Store`]; `shard/` holds the hash ranges a sharded replica caches and its shard gate.
 
+pub mod discovery;
 mod error;
 pub mod factory;
 pub mod handler;
@@ -51,6 +52,7 @@ pub mod shared_informer;
 pub mod store;
 pub mod uid;
 
+pub use discovery::Discovery;
 pub use error::{Error, Result};
 pub use factory::{InformerParams, SharedInformerFactory};
 pub use handler::{Notification, ResourceEventHandler};

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::writer::record::IntendedWrite;
+use crate::plugin::host::ApiCall;
 
 /// Longest diff kept as a sample (status and Event stay small); longer ones are cut. 4 KiB.
 pub const MAX_SAMPLE: usize = 4096;
@@ -14,7 +14,7 @@ pub struct Side {
     /// Why its reconcile failed, if it did.
     pub error: Option<String>,
     /// The writes (and Events) it made or meant to make, in order.
-    pub writes: Vec<IntendedWrite>,
+    pub writes: Vec<ApiCall>,
 }
 
 /// What a comparison found.
@@ -62,7 +62,7 @@ fn strip_volatile(value: &mut Value) {
 
 /// A side's writes as report values (the offline runner's rendering), without volatile fields,
 /// sorted: two reconciles that make the same writes in another order are the same.
-pub fn normalize(writes: &[IntendedWrite]) -> Vec<Value> {
+pub fn normalize(writes: &[ApiCall]) -> Vec<Value> {
     let mut values: Vec<(String, Value)> = writes
         .iter()
         .map(|w| {
@@ -110,16 +110,23 @@ pub fn compare(serving: &Side, candidate: &Side) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugin::host::TypedObject;
     use serde_json::json;
 
-    fn apply(name: &str, data: Value) -> IntendedWrite {
-        IntendedWrite::Apply {
-            object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "a"}, "data": data}),
+    fn object(json: Value) -> TypedObject {
+        TypedObject::from_json(json.to_string().as_bytes()).unwrap()
+    }
+
+    fn apply(name: &str, data: Value) -> ApiCall {
+        ApiCall::Apply {
+            object: object(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "a"}, "data": data}),
+            ),
             force: true,
         }
     }
 
-    fn side(writes: Vec<IntendedWrite>) -> Side {
+    fn side(writes: Vec<ApiCall>) -> Side {
         Side { error: None, writes }
     }
 
@@ -133,8 +140,10 @@ mod tests {
 
     #[test]
     fn a_resource_version_the_write_was_based_on_does_not_count() {
-        let with_rv = |rv: &str| IntendedWrite::Apply {
-            object: json!({"kind": "ConfigMap", "metadata": {"name": "x", "resourceVersion": rv}}),
+        let with_rv = |rv: &str| ApiCall::Apply {
+            object: object(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "resourceVersion": rv}}),
+            ),
             force: false,
         };
         assert_eq!(compare(&side(vec![with_rv("1")]), &side(vec![with_rv("2")])), Verdict::Same);

@@ -26,8 +26,8 @@ pub use tap::{TapWriter, WriteLog};
 
 use crate::informer::Informer;
 use crate::plugin::grants::KindRef;
+use crate::plugin::host::RecordingWriter;
 use crate::plugin::{ObjectKey, Plugin};
-use crate::writer::record::Recorder;
 
 /// Serving reconciles waiting for the candidate; past it a comparison is skipped. 64.
 pub const QUEUE: usize = 64;
@@ -98,7 +98,7 @@ impl Drop for Canary {
 /// What the candidate needs in its task.
 struct Candidate {
     plugin: Plugin,
-    recorder: Arc<Recorder>,
+    recorder: Arc<RecordingWriter>,
     informers: BTreeMap<KindRef, Informer>,
     report: Arc<Mutex<Report>>,
     count: Count,
@@ -109,7 +109,7 @@ impl Canary {
     /// from `informers`) with the serving version; `count` counts each comparison.
     pub(crate) fn start(
         plugin: Plugin,
-        recorder: Arc<Recorder>,
+        recorder: Arc<RecordingWriter>,
         informers: BTreeMap<KindRef, Informer>,
         count: Count,
     ) -> Self {

@@ -184,10 +184,13 @@ impl Controller {
     pub async fn build(ctx: &Context, plugin: Arc<Plugin>, cache: Arc<PluginCache>) -> Result<Self, Error> {
         let name = plugin.name().to_owned();
         let for_kind = plugin.registration().for_kind.clone();
-        let (_, caps) = kube::discovery::pinned_kind(&ctx.client, &for_kind)
+        let resolved = ctx
+            .factory
+            .discovery()
+            .resolve(&for_kind)
             .await
             .map_err(|source| Error::Discovery { kind: KindRef::of(&for_kind), source })?;
-        let owner = Owner { kind: KindRef::of(&for_kind), namespaced: caps.scope == Scope::Namespaced };
+        let owner = Owner { kind: KindRef::of(&for_kind), namespaced: resolved.scope == Scope::Namespaced };
 
         let queue = queue::Config::default().name(name.clone()).metrics(ctx.queue_metrics.clone());
         let queue = WorkQueue::new(queue.rate_limiter(plugin.rate_limiter().build()));

@@ -22,9 +22,9 @@ use serde_json::{Value, json};
 use crate::controller::{PluginCache, serve_reads, wanted_informers};
 use crate::informer::{CachedObject, Informer, parse_label_selector};
 use crate::plugin::grants::KindRef;
+use crate::plugin::host::{ApiCall, RecordingWriter};
 use crate::plugin::host::{ApiWriter, CacheReader};
 use crate::plugin::{Action, ObjectKey, Plugin, PluginConfig, Runtime};
-use crate::writer::record::{IntendedWrite, Recorder};
 
 /// Why an offline run could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +71,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// A plugin loaded over seeded caches with its writes recorded.
 pub struct Harness {
     plugin: Plugin,
-    recorder: Arc<Recorder>,
+    recorder: Arc<RecordingWriter>,
     informers: BTreeMap<KindRef, Informer>,
 }
 
@@ -106,7 +106,7 @@ impl Harness {
     {
         let cache = Arc::new(PluginCache::new(name));
         let reads = wrap(cache.clone());
-        let recorder = Arc::new(Recorder::new(Some(reads.clone() as Arc<dyn CacheReader>)));
+        let recorder = Arc::new(RecordingWriter::new(Some(reads.clone() as Arc<dyn CacheReader>)));
         let plugin = runtime.load(name, wasm, config, reads.clone(), recorder.clone() as Arc<dyn ApiWriter>).await?;
         let mut informers = BTreeMap::new();
         for (kind, (gvk, selector)) in wanted_informers(&plugin) {
@@ -178,7 +178,7 @@ impl Harness {
     }
 
     fn writes(&self) -> Value {
-        self.recorder.take().iter().map(IntendedWrite::to_value).collect()
+        self.recorder.take().iter().map(ApiCall::to_value).collect()
     }
 }
 

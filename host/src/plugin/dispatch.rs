@@ -8,7 +8,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Plugin;
 use super::bindings::{Controller, v0_1, v0_2};
-use super::host::{EventRecord, MAX_NOTE, ObjectRef};
+use super::host::{ApiWriterExt, EventRecord, MAX_NOTE, ObjectRef};
 use super::limits::LimitHit;
 use super::registration::Registration;
 use super::state::PluginCtx;
@@ -225,7 +225,7 @@ impl Plugin {
             name: key.name.clone(),
         };
         let event = EventRecord { regarding, warning: true, reason: "AccessDenied".into(), note };
-        if let Err(err) = self.shared.writer.publish_event(&self.shared.caller, &event).await {
+        if let Err(err) = self.shared.writer.publish_event(&self.shared.caller, event).await {
             tracing::warn!(plugin = %self.shared.name, error = %err, "could not publish the AccessDenied event");
         }
     }

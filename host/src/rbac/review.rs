@@ -10,8 +10,9 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
-use super::Identity;
+use super::{Identity, ResourceNames};
 use crate::identity::{self, Identities};
+use crate::informer::Discovery;
 use crate::plugin::grants::Grants;
 
 /// Reviews sent at once.
@@ -45,8 +46,11 @@ impl std::fmt::Display for Permission {
 }
 
 /// Every permission `grants` need, in each of its [`super::scopes`].
-pub fn wanted(grants: &Grants) -> Vec<Permission> {
-    super::scopes(grants).iter().flat_map(|(namespace, rules)| permissions(rules, namespace.as_deref())).collect()
+pub fn wanted(grants: &Grants, names: &ResourceNames) -> Vec<Permission> {
+    super::scopes(grants, names)
+        .iter()
+        .flat_map(|(namespace, rules)| permissions(rules, namespace.as_deref()))
+        .collect()
 }
 
 /// Every permission `rules` grant in `namespace` (cluster-wide for `None`).
@@ -172,8 +176,16 @@ const REVIEW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// `provision`, its RBAC is first made with `host`'s own rights, and reviewed again until the API
 /// server's authorizer has caught up (at most `PROVISIONED_REVIEWS` times). Bounded by
 /// `REVIEW_TIMEOUT`.
-pub async fn check(host: &Client, identity: &Identity, provision: bool, plugin: &str, grants: &Grants) -> Vec<String> {
-    let review = reviewed(host, identity, provision, plugin, grants);
+///
+/// Resources are named as `discovery` finds them, which asks with the host's client.
+pub async fn check(
+    discovery: &Discovery,
+    identity: &Identity,
+    provision: bool,
+    plugin: &str,
+    grants: &Grants,
+) -> Vec<String> {
+    let review = reviewed(discovery, identity, provision, plugin, grants);
     match tokio::time::timeout(REVIEW_TIMEOUT, review).await {
         Ok(lacking) => lacking,
         Err(_) => vec![format!(
@@ -183,12 +195,19 @@ pub async fn check(host: &Client, identity: &Identity, provision: bool, plugin: 
     }
 }
 
-async fn reviewed(host: &Client, identity: &Identity, provision: bool, plugin: &str, grants: &Grants) -> Vec<String> {
+async fn reviewed(
+    discovery: &Discovery,
+    identity: &Identity,
+    provision: bool,
+    plugin: &str,
+    grants: &Grants,
+) -> Vec<String> {
+    let host = discovery.client();
     let as_plugin = Identities::host(host.clone()).impersonating(&identity.namespace).client(plugin);
-    let wanted = wanted(grants);
-    if provision
-        && let Err(e) = provision_objects(host, &identity.namespace, &super::objects(plugin, grants, identity)).await
-    {
+    let names = ResourceNames::discovered(discovery, grants).await;
+    let wanted = wanted(grants, &names);
+    let objects = super::objects(plugin, grants, identity, &names);
+    if provision && let Err(e) = provision_objects(host, &identity.namespace, &objects).await {
         return vec![format!("could not make the plugin's RBAC: {e}")];
     }
     let mut reviews = 0;

@@ -21,8 +21,7 @@ use serde_json::Value;
 
 use super::unchanged::Apply;
 use crate::plugin::host::{
-    ApiWriter, CacheReader, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Scope,
-    TypedObject,
+    ApiCall, ApiReply, ApiWriter, CacheReader, CallError, Caller, ObjectRef, Scope, TypedObject,
 };
 use crate::plugin::metrics::PluginMetrics;
 
@@ -155,69 +154,29 @@ impl ElidingWriter {
     fn count(&self, caller: &Caller, outcome: &'static str) {
         self.shared.metrics.write(&caller.plugin, outcome);
     }
-
-    /// Counts a write sent and remembers the resourceVersion it returned.
-    fn sent(
-        &self,
-        caller: &Caller,
-        target: &ObjectRef,
-        result: Result<Vec<u8>, CallError>,
-    ) -> Result<Vec<u8>, CallError> {
-        self.count(caller, "sent");
-        self.shared.remember(target, &result, |json| resource_version(json));
-        result
-    }
 }
 
 #[async_trait]
 impl ApiWriter for ElidingWriter {
-    async fn apply(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        if let Some(cached) = self.unchanged(caller, object, false) {
+    async fn send(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
+        let apply = match call {
+            ApiCall::Apply { object, .. } => Some((object, false)),
+            ApiCall::ApplyStatus { object, .. } => Some((object, true)),
+            ApiCall::Patch { .. } | ApiCall::Create(_) | ApiCall::Delete { .. } => None,
+            ApiCall::Get(_) | ApiCall::Event(_) => return self.inner.send(caller, call).await,
+        };
+        if let Some(cached) = apply.and_then(|(object, status)| self.unchanged(caller, object, status)) {
             self.count(caller, "unchanged");
-            return Ok(cached);
+            return Ok(ApiReply::Object(cached));
         }
-        let result = self.inner.apply(caller, object, force).await;
-        self.sent(caller, &object.target, result)
-    }
-
-    async fn apply_status(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
-        if let Some(cached) = self.unchanged(caller, object, true) {
-            self.count(caller, "unchanged");
-            return Ok(cached);
-        }
-        let result = self.inner.apply_status(caller, object, force).await;
-        self.sent(caller, &object.target, result)
-    }
-
-    async fn patch(
-        &self,
-        caller: &Caller,
-        target: &ObjectRef,
-        patch: &Patch,
-        options: &PatchOptions,
-    ) -> Result<Vec<u8>, CallError> {
-        let result = self.inner.patch(caller, target, patch, options).await;
-        self.sent(caller, target, result)
-    }
-
-    async fn create(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
-        let result = self.inner.create(caller, object).await;
-        self.sent(caller, &object.target, result)
-    }
-
-    async fn delete(&self, caller: &Caller, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
-        let result = self.inner.delete(caller, target, options).await;
+        let result = self.inner.send(caller, call).await;
         self.count(caller, "sent");
-        self.shared.remember(target, &result, |()| None);
+        // A delete's (or a failed write's) resourceVersion is unknown: the next apply is sent.
+        self.shared.remember(call.target(), &result, |reply| match reply {
+            ApiReply::Object(json) => resource_version(json),
+            ApiReply::Found(_) | ApiReply::Done => None,
+        });
         result
-    }
-
-    async fn get(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        self.inner.get(caller, target).await
-    }
-
-    async fn publish_event(&self, caller: &Caller, event: &EventRecord) -> Result<(), CallError> {
-        self.inner.publish_event(caller, event).await
     }
 
     async fn scope(&self, kind: &GroupVersionKind) -> Result<Scope, CallError> {

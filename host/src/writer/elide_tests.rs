@@ -4,6 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::informer::CachedObject;
+use crate::plugin::host::{ApiWriterExt, DeleteOptions, Patch, PatchOptions};
 
 const MANAGER: &str = "kubewasm/cm";
 
@@ -58,28 +59,20 @@ impl Server {
 
 #[async_trait]
 impl ApiWriter for Server {
-    async fn apply(&self, _: &Caller, object: &TypedObject, _: bool) -> Result<Vec<u8>, CallError> {
-        self.stored(object.body.clone())
-    }
-    async fn apply_status(&self, _: &Caller, object: &TypedObject, _: bool) -> Result<Vec<u8>, CallError> {
-        self.stored(object.body.clone())
-    }
-    async fn patch(&self, _: &Caller, _: &ObjectRef, p: &Patch, _: &PatchOptions) -> Result<Vec<u8>, CallError> {
-        let Patch::Merge(body) = p else { unreachable!("the tests merge") };
-        self.stored(body.clone())
-    }
-    async fn create(&self, _: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
-        self.stored(object.body.clone())
-    }
-    async fn delete(&self, _: &Caller, _: &ObjectRef, _: &DeleteOptions) -> Result<(), CallError> {
-        self.requests.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-    async fn get(&self, _: &Caller, _: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        Ok(None)
-    }
-    async fn publish_event(&self, _: &Caller, _: &EventRecord) -> Result<(), CallError> {
-        Ok(())
+    async fn send(&self, _: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
+        match call {
+            ApiCall::Apply { object, .. } | ApiCall::ApplyStatus { object, .. } | ApiCall::Create(object) => {
+                self.stored(object.body.clone()).map(ApiReply::Object)
+            }
+            ApiCall::Patch { patch: Patch::Merge(body), .. } => self.stored(body.clone()).map(ApiReply::Object),
+            ApiCall::Patch { .. } => unreachable!("the tests merge"),
+            ApiCall::Delete { .. } => {
+                self.requests.fetch_add(1, Ordering::SeqCst);
+                Ok(ApiReply::Done)
+            }
+            ApiCall::Get(_) => Ok(ApiReply::Found(None)),
+            ApiCall::Event(_) => Ok(ApiReply::Done),
+        }
     }
 }
 
@@ -125,11 +118,11 @@ fn owned_k() -> Value {
 async fn an_apply_the_cache_already_holds_is_answered_from_it_and_counted_unchanged() {
     let s = setup(true, true);
     s.cache.holds("5", json!({"k": "v"}), owned_k());
-    let answer = s.writer.apply(&s.caller, &config_map(json!({"k": "v"})), false).await.unwrap();
+    let answer = s.writer.apply(&s.caller, config_map(json!({"k": "v"})), false).await.unwrap();
     assert_eq!(s.server.requests(), 0);
     assert_eq!(resource_version(&answer).as_deref(), Some("5"), "the cached object is the answer");
     assert_eq!((s.written("unchanged"), s.written("sent")), (1, 0));
-    s.writer.apply(&s.caller, &config_map(json!({"k": "w"})), false).await.unwrap();
+    s.writer.apply(&s.caller, config_map(json!({"k": "w"})), false).await.unwrap();
     assert_eq!((s.server.requests(), s.written("sent")), (1, 1), "another value is sent");
 }
 
@@ -137,14 +130,14 @@ async fn an_apply_the_cache_already_holds_is_answered_from_it_and_counted_unchan
 async fn an_apply_before_the_cache_shows_the_plugins_last_write_is_sent() {
     let s = setup(true, true);
     s.cache.holds("5", json!({"k": "v"}), owned_k());
-    s.writer.apply(&s.caller, &config_map(json!({"k": "w"})), false).await.unwrap();
+    s.writer.apply(&s.caller, config_map(json!({"k": "w"})), false).await.unwrap();
     // The server answered resourceVersion 10; the cache still shows 5, where `k: v` matches.
-    s.writer.apply(&s.caller, &config_map(json!({"k": "v"})), false).await.unwrap();
+    s.writer.apply(&s.caller, config_map(json!({"k": "v"})), false).await.unwrap();
     assert_eq!(s.server.requests(), 2, "a lagging cache is not trusted");
     s.cache.holds("11", json!({"k": "v"}), owned_k());
-    s.writer.apply(&s.caller, &config_map(json!({"k": "v"})), false).await.unwrap();
+    s.writer.apply(&s.caller, config_map(json!({"k": "v"})), false).await.unwrap();
     assert_eq!(s.server.requests(), 2, "once the cache shows the last write, it decides");
-    s.writer.apply(&s.caller, &config_map(json!({"k": "v"})), false).await.unwrap();
+    s.writer.apply(&s.caller, config_map(json!({"k": "v"})), false).await.unwrap();
     assert_eq!(s.server.requests(), 2);
 }
 
@@ -154,13 +147,13 @@ async fn patches_creates_and_deletes_are_sent_and_a_delete_holds_elision_until_t
     s.cache.holds("5", json!({"k": "v"}), owned_k());
     let target = config_map(json!({})).target;
     let patch = Patch::Merge(json!({"metadata": {"name": "c"}, "data": {"k": "v"}}));
-    s.writer.patch(&s.caller, &target, &patch, &PatchOptions::default()).await.unwrap();
+    s.writer.patch(&s.caller, target.clone(), patch, PatchOptions::default()).await.unwrap();
     s.cache.holds("10", json!({"k": "v"}), owned_k());
-    s.writer.create(&s.caller, &config_map(json!({"k": "v"}))).await.unwrap();
+    s.writer.create(&s.caller, config_map(json!({"k": "v"}))).await.unwrap();
     s.cache.holds("11", json!({"k": "v"}), owned_k());
-    s.writer.delete(&s.caller, &target, &DeleteOptions::default()).await.unwrap();
+    s.writer.delete(&s.caller, target.clone(), DeleteOptions::default()).await.unwrap();
     assert_eq!(s.server.requests(), 3);
-    s.writer.apply(&s.caller, &config_map(json!({"k": "v"})), false).await.unwrap();
+    s.writer.apply(&s.caller, config_map(json!({"k": "v"})), false).await.unwrap();
     assert_eq!(s.server.requests(), 4, "the cache may still hold what was deleted");
 }
 
@@ -169,7 +162,7 @@ async fn the_host_switch_and_the_plugins_setting_each_turn_elision_off() {
     for (host, plugin) in [(false, true), (true, false)] {
         let s = setup(host, plugin);
         s.cache.holds("5", json!({"k": "v"}), owned_k());
-        s.writer.apply(&s.caller, &config_map(json!({"k": "v"})), false).await.unwrap();
+        s.writer.apply(&s.caller, config_map(json!({"k": "v"})), false).await.unwrap();
         assert_eq!((s.server.requests(), s.written("sent")), (1, 1), "host {host}, plugin {plugin}");
     }
 }
@@ -177,9 +170,9 @@ async fn the_host_switch_and_the_plugins_setting_each_turn_elision_off() {
 #[tokio::test]
 async fn an_object_the_cache_cannot_vouch_for_is_sent() {
     let s = setup(true, true);
-    s.writer.apply(&s.caller, &config_map(json!({"k": "v"})), false).await.unwrap();
+    s.writer.apply(&s.caller, config_map(json!({"k": "v"})), false).await.unwrap();
     assert_eq!(s.server.requests(), 1, "not cached, or its kind not synced");
     s.cache.holds("10", json!({"k": "v"}), json!({"f:data": {"f:k": {}, "f:gone": {}}}));
-    s.writer.apply(&s.caller, &config_map(json!({"k": "v"})), false).await.unwrap();
+    s.writer.apply(&s.caller, config_map(json!({"k": "v"})), false).await.unwrap();
     assert_eq!(s.server.requests(), 2, "the manager owns a field the body drops");
 }

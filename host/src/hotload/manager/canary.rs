@@ -10,8 +10,8 @@ use crate::controller::{self, PluginCache};
 use crate::informer::InformerParams;
 use crate::plugin::PluginConfig;
 use crate::plugin::grants::KindRef;
+use crate::plugin::host::RecordingWriter;
 use crate::plugin::host::{ApiWriter, CacheReader};
-use crate::writer::record::Recorder;
 
 impl Manager {
     /// Runs `candidate` as a dry-run canary of the version of `name` that `origin` serves (or
@@ -91,7 +91,7 @@ impl Manager {
         config.max_concurrent = Some(1);
         let label = format!("{name}/canary");
         let cache = Arc::new(PluginCache::new(&label));
-        let recorder = Arc::new(Recorder::new(Some(cache.clone() as Arc<dyn CacheReader>)));
+        let recorder = Arc::new(RecordingWriter::new(Some(cache.clone() as Arc<dyn CacheReader>)));
         let writer = recorder.clone() as Arc<dyn ApiWriter>;
         let plugin = self.runtime.load_digested(&label, wasm, sha256, config, cache.clone(), writer).await?;
         let candidate = KindRef::of(&plugin.registration().for_kind);

@@ -9,7 +9,8 @@ impl Manager {
     pub(super) async fn review_rbac(&self, name: &str, plugin: &Plugin) -> Option<Vec<String>> {
         let identity = self.options.identity.as_ref()?;
         let provision = self.options.provision_rbac;
-        let missing = crate::rbac::review::check(&self.ctx.client, identity, provision, name, plugin.grants()).await;
+        let missing =
+            crate::rbac::review::check(self.ctx.factory.discovery(), identity, provision, name, plugin.grants()).await;
         if !missing.is_empty() {
             tracing::warn!(
                 plugin = name,

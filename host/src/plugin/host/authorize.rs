@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{CallError, ObjectRef};
+use super::{ApiWriterExt, CallError, ObjectRef};
 use crate::plugin::authorizer::{Decision, Existing, Facts, Lookup, Request};
 use crate::plugin::state::{PluginCtx, PluginShared};
 
@@ -49,7 +49,7 @@ fn cached(shared: &PluginShared, target: &ObjectRef) -> Option<Value> {
 
 /// The API server's copy of `target` (`None`: it does not exist).
 async fn server_copy(shared: &PluginShared, target: &ObjectRef) -> Result<Option<Value>, CallError> {
-    let bytes = shared.writer.get(&shared.caller, target).await?;
+    let bytes = shared.writer.get(&shared.caller, target.clone()).await?;
     bytes
         .map(|b| serde_json::from_slice(&b).map_err(|e| CallError::Other(format!("the API server's copy: {e}"))))
         .transpose()

@@ -3,8 +3,10 @@
 
 use serde_json::Value;
 
-use super::{CallError, DeleteOptions, ObjectRef, Patch, PatchOptions, Preconditions, Propagation, TypedObject};
-use crate::plugin::authorizer::{Body, Request, Verb};
+use super::{
+    ApiCall, ApiReply, CallError, DeleteOptions, ObjectRef, Patch, PatchOptions, Preconditions, Propagation,
+    TypedObject,
+};
 use crate::plugin::bindings::v0_2::{client as c2, types as t2};
 use crate::plugin::bindings::{client, types};
 use crate::plugin::state::PluginCtx;
@@ -12,52 +14,44 @@ use crate::plugin::state::PluginCtx;
 type CallResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
 impl PluginCtx {
-    /// Authorizes and sends an apply (of the object or its status); marks what the plugin makes.
-    async fn apply_authorized(&mut self, object: &[u8], force: bool, status: bool) -> Result<Vec<u8>, CallError> {
-        let mut object = TypedObject::from_json(object)?;
-        let request = Request { verb: Verb::Apply, target: &object.target, status, body: Body::Object(&object.body) };
-        if self.authorize(&request).await? {
+    /// Authorizes `call`, marks an object the plugin makes (the authorizer says which), and
+    /// sends it through the host's write path.
+    async fn send_authorized(&mut self, mut call: ApiCall) -> Result<ApiReply, CallError> {
+        let mark = self.authorize(&call.access()).await?;
+        if let (true, ApiCall::Apply { object, .. } | ApiCall::ApplyStatus { object, .. } | ApiCall::Create(object)) =
+            (mark, &mut call)
+        {
             object.mark = Some(self.shared.authorizer.plugin().to_owned());
         }
-        let shared = &self.shared;
-        if status {
-            shared.writer.apply_status(&shared.caller, &object, force).await
-        } else {
-            shared.writer.apply(&shared.caller, &object, force).await
-        }
+        self.shared.writer.send(&self.shared.caller, &call).await
+    }
+
+    async fn apply_authorized(&mut self, object: &[u8], force: bool, status: bool) -> Result<Vec<u8>, CallError> {
+        let object = TypedObject::from_json(object)?;
+        let call = if status { ApiCall::ApplyStatus { object, force } } else { ApiCall::Apply { object, force } };
+        self.send_authorized(call).await?.into_object()
     }
 
     async fn create_authorized(&mut self, object: &[u8]) -> Result<Vec<u8>, CallError> {
-        let mut object = TypedObject::from_json(object)?;
-        let request =
-            Request { verb: Verb::Create, target: &object.target, status: false, body: Body::Object(&object.body) };
-        if self.authorize(&request).await? {
-            object.mark = Some(self.shared.authorizer.plugin().to_owned());
-        }
-        self.shared.writer.create(&self.shared.caller, &object).await
+        let object = TypedObject::from_json(object)?;
+        self.send_authorized(ApiCall::Create(object)).await?.into_object()
     }
 
     async fn patch_authorized(
         &mut self,
-        target: &ObjectRef,
+        target: ObjectRef,
         patch: Patch,
-        options: &PatchOptions,
+        options: PatchOptions,
     ) -> Result<Vec<u8>, CallError> {
-        let request = Request { verb: Verb::Patch, target, status: options.status, body: Body::Patch(&patch) };
-        self.authorize(&request).await?;
-        self.shared.writer.patch(&self.shared.caller, target, &patch, options).await
+        self.send_authorized(ApiCall::Patch { target, patch, options }).await?.into_object()
     }
 
-    async fn delete_authorized(&mut self, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError> {
-        let request = Request { verb: Verb::Delete, target, status: false, body: Body::None };
-        self.authorize(&request).await?;
-        self.shared.writer.delete(&self.shared.caller, target, options).await
+    async fn delete_authorized(&mut self, target: ObjectRef, options: DeleteOptions) -> Result<(), CallError> {
+        self.send_authorized(ApiCall::Delete { target, options }).await.map(drop)
     }
 
-    async fn get_authorized(&mut self, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        let request = Request { verb: Verb::Get, target, status: false, body: Body::None };
-        self.authorize(&request).await?;
-        self.shared.writer.get(&self.shared.caller, target).await
+    async fn get_authorized(&mut self, target: ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        self.send_authorized(ApiCall::Get(target)).await?.into_found()
     }
 }
 
@@ -104,7 +98,7 @@ impl PluginCtx {
             return self.finish(function, Err(e));
         }
         let result = match patch {
-            Ok(patch) => self.patch_authorized(&target, patch, &options).await,
+            Ok(patch) => self.patch_authorized(target, patch, options).await,
             Err(e) => Err(e),
         };
         self.finish(function, result)
@@ -127,7 +121,7 @@ impl PluginCtx {
         if let Err(e) = self.throttle_write().await {
             return self.finish(function, Err(e));
         }
-        let result = self.delete_authorized(&target, &options).await;
+        let result = self.delete_authorized(target, options).await;
         self.finish(function, result)
     }
 }
@@ -281,7 +275,7 @@ impl c2::Host for PluginCtx {
             return Ok(v2(self.finish("client.get", Err(e))));
         }
         let target = ObjectRef { kind: kind.into(), namespace, name };
-        let result = self.get_authorized(&target).await;
+        let result = self.get_authorized(target).await;
         Ok(v2(self.finish("client.get", result)))
     }
 }

@@ -1,7 +1,6 @@
 //! `kubewasm:controller/events`: Kubernetes Events reported as `kubewasm/<plugin>`.
 
-use super::{CallError, EventRecord, ObjectRef};
-use crate::plugin::authorizer::{Body, Request, Verb};
+use super::{ApiCall, CallError, EventRecord, ObjectRef};
 use crate::plugin::bindings::v0_2::{events as e2, types as t2};
 use crate::plugin::bindings::{events, types};
 use crate::plugin::state::PluginCtx;
@@ -29,16 +28,15 @@ impl PluginCtx {
         if reason.is_empty() || reason.len() > MAX_REASON {
             return Err(CallError::Invalid(format!("event reason must be 1..={MAX_REASON} characters")));
         }
-        let request = Request { verb: Verb::Event, target: &regarding, status: false, body: Body::None };
-        self.authorize(&request).await?;
+        let call = ApiCall::Event(EventRecord { regarding, warning, reason, note: truncate(note, MAX_NOTE) });
+        self.authorize(&call.access()).await?;
         // Events are droppable (WIT) and have a bucket of their own: past it an Event is dropped
         // and counted, so a reconcile never waits for an Event, nor its writes behind Events.
         if !self.shared.event_limiter.try_acquire() {
             self.shared.metrics.write_throttled(&self.shared.name, "event_dropped");
             return Ok(());
         }
-        let event = EventRecord { regarding, warning, reason, note: truncate(note, MAX_NOTE) };
-        self.shared.writer.publish_event(&self.shared.caller, &event).await
+        self.shared.writer.send(&self.shared.caller, &call).await.map(drop)
     }
 }
 

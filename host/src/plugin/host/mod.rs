@@ -4,6 +4,8 @@
 
 mod authorize;
 mod cache;
+mod call;
+pub use call::{ApiCall, ApiReply, ApiWriterExt, object_key};
 mod client;
 mod config;
 mod events;
@@ -11,6 +13,8 @@ pub use events::{MAX_NOTE, MAX_REASON};
 mod list;
 pub use list::{FieldSelector, ListOptions, ObjectList, page as list_page, sort_key};
 mod log;
+mod recording;
+pub use recording::RecordingWriter;
 pub mod testing;
 
 use std::sync::Arc;
@@ -300,30 +304,13 @@ impl Caller {
     }
 }
 
-/// Sends requests to the API server on a plugin's behalf, as its [`Caller`]; implemented over
-/// kube's client, and by [`testing::RecordingWriter`] in tests.
+/// Sends requests to the API server on a plugin's behalf, as its [`Caller`]: implemented over
+/// kube's client, by [`RecordingWriter`] (offline, record, canary, tests), and by the decorators
+/// of the write path, each of which handles the one [`ApiCall`] type in one method.
 #[async_trait]
 pub trait ApiWriter: Send + Sync + 'static {
-    /// Server-side apply; returns the stored object's JSON.
-    async fn apply(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError>;
-    /// Server-side apply of the status subresource; `force` takes over conflicting fields.
-    async fn apply_status(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError>;
-    /// Patches an object (or its status), if it meets the preconditions.
-    async fn patch(
-        &self,
-        caller: &Caller,
-        target: &ObjectRef,
-        patch: &Patch,
-        options: &PatchOptions,
-    ) -> Result<Vec<u8>, CallError>;
-    /// Creates an object.
-    async fn create(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError>;
-    /// Deletes an object as `options` say.
-    async fn delete(&self, caller: &Caller, target: &ObjectRef, options: &DeleteOptions) -> Result<(), CallError>;
-    /// Reads an object from the API server, bypassing the cache; `None` if it does not exist.
-    async fn get(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError>;
-    /// Publishes an event reported by the caller's manager.
-    async fn publish_event(&self, caller: &Caller, event: &EventRecord) -> Result<(), CallError>;
+    /// Sends `call` as `caller`.
+    async fn send(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError>;
     /// Whether `kind` is namespaced or cluster-scoped, as the API server's discovery says. The
     /// default, for writers with no server behind them, knows the built-in cluster-scoped kinds
     /// and takes every other kind as namespaced.

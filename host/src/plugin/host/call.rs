@@ -1,0 +1,261 @@
+//! One request a plugin makes of the API server ([`ApiCall`]) and its answer ([`ApiReply`]):
+//! the one type every writer and decorator handles, and the one a recording writer keeps.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::{ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Propagation};
+use super::{Preconditions, TypedObject};
+use crate::plugin::authorizer::{self, Body, Verb};
+
+/// One request to the API server on a plugin's behalf.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ApiCall {
+    /// Server-side apply of the object (`force`: take over conflicting fields).
+    Apply {
+        /// The object applied.
+        object: TypedObject,
+        /// The force flag.
+        force: bool,
+    },
+    /// Server-side apply of the status subresource.
+    ApplyStatus {
+        /// The object applied.
+        object: TypedObject,
+        /// The force flag.
+        force: bool,
+    },
+    /// A patch of one object, or of its status, if it meets the preconditions.
+    Patch {
+        /// The object patched.
+        target: ObjectRef,
+        /// The patch.
+        patch: Patch,
+        /// Status subresource and preconditions.
+        options: PatchOptions,
+    },
+    /// A create.
+    Create(TypedObject),
+    /// A delete, as `options` say.
+    Delete {
+        /// The object deleted.
+        target: ObjectRef,
+        /// Preconditions and propagation.
+        options: DeleteOptions,
+    },
+    /// A read from the API server that bypasses the cache (contract 0.2's `client.get`).
+    Get(ObjectRef),
+    /// An Event reported by the caller's field manager.
+    Event(EventRecord),
+}
+
+/// What the API server answered to an [`ApiCall`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApiReply {
+    /// The object as stored (apply, patch, create).
+    Object(Vec<u8>),
+    /// The object read, or `None` if it does not exist (get).
+    Found(Option<Vec<u8>>),
+    /// Done, with nothing to return (delete, Event).
+    Done,
+}
+
+impl ApiReply {
+    /// The stored object of an apply, patch or create.
+    pub fn into_object(self) -> Result<Vec<u8>, CallError> {
+        match self {
+            ApiReply::Object(bytes) => Ok(bytes),
+            other => Err(CallError::Other(format!("expected the stored object, the writer answered {other:?}"))),
+        }
+    }
+
+    /// The object a get read, if it exists.
+    pub fn into_found(self) -> Result<Option<Vec<u8>>, CallError> {
+        match self {
+            ApiReply::Found(found) => Ok(found),
+            other => Err(CallError::Other(format!("expected a read, the writer answered {other:?}"))),
+        }
+    }
+}
+
+impl ApiCall {
+    /// The object the call is about (an Event: the object it regards).
+    pub fn target(&self) -> &ObjectRef {
+        match self {
+            ApiCall::Apply { object, .. } | ApiCall::ApplyStatus { object, .. } | ApiCall::Create(object) => {
+                &object.target
+            }
+            ApiCall::Patch { target, .. } | ApiCall::Delete { target, .. } | ApiCall::Get(target) => target,
+            ApiCall::Event(event) => &event.regarding,
+        }
+    }
+
+    /// Whether the call changes the cluster (everything but a get).
+    pub fn is_write(&self) -> bool {
+        !matches!(self, ApiCall::Get(_))
+    }
+
+    /// The call as the authorizer judges it.
+    pub fn access(&self) -> authorizer::Request<'_> {
+        let (verb, status, body) = match self {
+            ApiCall::Apply { object, .. } => (Verb::Apply, false, Body::Object(&object.body)),
+            ApiCall::ApplyStatus { object, .. } => (Verb::Apply, true, Body::Object(&object.body)),
+            ApiCall::Create(object) => (Verb::Create, false, Body::Object(&object.body)),
+            ApiCall::Patch { patch, options, .. } => (Verb::Patch, options.status, Body::Patch(patch)),
+            ApiCall::Delete { .. } => (Verb::Delete, false, Body::None),
+            ApiCall::Get(_) => (Verb::Get, false, Body::None),
+            ApiCall::Event(_) => (Verb::Event, false, Body::None),
+        };
+        authorizer::Request { verb, target: self.target(), status, body }
+    }
+
+    /// The call as a report shows it (`kubewasm test`, `kubewasm record`, a canary's diff): an
+    /// apply or create its object, a patch its type and body, a delete the object's kind and
+    /// key, an Event its object, type, reason and note, a get its object.
+    pub fn to_value(&self) -> Value {
+        match self {
+            ApiCall::Apply { object, force: false } => json!({ "apply": object.body }),
+            ApiCall::Apply { object, force: true } => json!({ "apply": object.body, "force": true }),
+            ApiCall::ApplyStatus { object, force: false } => json!({ "applyStatus": object.body }),
+            ApiCall::ApplyStatus { object, force: true } => json!({ "applyStatus": object.body, "force": true }),
+            ApiCall::Create(object) => json!({ "create": object.body }),
+            ApiCall::Patch { target, patch, options } => {
+                let (kind, body) = match patch {
+                    Patch::Merge(v) => ("merge", v),
+                    Patch::Json(v) => ("json", v),
+                    Patch::Strategic(v) => ("strategic", v),
+                };
+                let mut patch = reference(target);
+                patch["type"] = kind.into();
+                patch["body"] = body.clone();
+                if options.status {
+                    patch["subresource"] = "status".into();
+                }
+                show_preconditions(&mut patch, &options.preconditions);
+                json!({ "patch": patch })
+            }
+            ApiCall::Delete { target, options } => {
+                let mut delete = reference(target);
+                show_preconditions(&mut delete, &options.preconditions);
+                match options.propagation {
+                    Propagation::Background => {}
+                    Propagation::Foreground => delete["propagationPolicy"] = "Foreground".into(),
+                    Propagation::Orphan => delete["propagationPolicy"] = "Orphan".into(),
+                }
+                json!({ "delete": delete })
+            }
+            ApiCall::Get(target) => json!({ "get": reference(target) }),
+            ApiCall::Event(event) => json!({ "event": {
+                "regarding": reference(&event.regarding),
+                "type": if event.warning { "Warning" } else { "Normal" },
+                "reason": event.reason,
+                "note": event.note,
+            }}),
+        }
+    }
+}
+
+/// `namespace/name`, or `name` for a cluster-scoped object.
+pub fn object_key(target: &ObjectRef) -> String {
+    match &target.namespace {
+        Some(ns) => format!("{ns}/{}", target.name),
+        None => target.name.clone(),
+    }
+}
+
+fn reference(target: &ObjectRef) -> Value {
+    json!({ "apiVersion": target.kind.api_version(), "kind": target.kind.kind, "key": object_key(target) })
+}
+
+/// Adds the preconditions that are set to `shown` (nothing when there are none, so 0.1 writes
+/// read as before).
+fn show_preconditions(shown: &mut Value, preconditions: &Preconditions) {
+    if let Some(rv) = &preconditions.resource_version {
+        shown["preconditions"]["resourceVersion"] = rv.as_str().into();
+    }
+    if let Some(uid) = &preconditions.uid {
+        shown["preconditions"]["uid"] = uid.as_str().into();
+    }
+}
+
+/// Typed shorthands over [`ApiWriter::send`], one per call, for any writer.
+#[async_trait]
+pub trait ApiWriterExt: ApiWriter {
+    /// Server-side apply; returns the stored object's JSON.
+    async fn apply(&self, caller: &Caller, object: TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+        self.send(caller, &ApiCall::Apply { object, force }).await?.into_object()
+    }
+
+    /// Server-side apply of the status subresource.
+    async fn apply_status(&self, caller: &Caller, object: TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+        self.send(caller, &ApiCall::ApplyStatus { object, force }).await?.into_object()
+    }
+
+    /// Patches an object (or its status), if it meets the preconditions.
+    async fn patch(
+        &self,
+        caller: &Caller,
+        target: ObjectRef,
+        patch: Patch,
+        options: PatchOptions,
+    ) -> Result<Vec<u8>, CallError> {
+        self.send(caller, &ApiCall::Patch { target, patch, options }).await?.into_object()
+    }
+
+    /// Creates an object.
+    async fn create(&self, caller: &Caller, object: TypedObject) -> Result<Vec<u8>, CallError> {
+        self.send(caller, &ApiCall::Create(object)).await?.into_object()
+    }
+
+    /// Deletes an object as `options` say.
+    async fn delete(&self, caller: &Caller, target: ObjectRef, options: DeleteOptions) -> Result<(), CallError> {
+        self.send(caller, &ApiCall::Delete { target, options }).await.map(drop)
+    }
+
+    /// Reads an object from the API server, bypassing the cache; `None` if it does not exist.
+    async fn get(&self, caller: &Caller, target: ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+        self.send(caller, &ApiCall::Get(target)).await?.into_found()
+    }
+
+    /// Publishes an Event reported by the caller's manager.
+    async fn publish_event(&self, caller: &Caller, event: EventRecord) -> Result<(), CallError> {
+        self.send(caller, &ApiCall::Event(event)).await.map(drop)
+    }
+}
+
+impl<W: ApiWriter + ?Sized> ApiWriterExt for W {}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::GroupVersionKind;
+
+    use super::*;
+
+    fn config_map() -> ObjectRef {
+        ObjectRef { kind: GroupVersionKind::gvk("", "v1", "ConfigMap"), namespace: Some("a".into()), name: "c".into() }
+    }
+
+    #[test]
+    fn a_delete_shows_its_kind_key_preconditions_and_propagation() {
+        let options = DeleteOptions {
+            preconditions: Preconditions { resource_version: Some("7".into()), uid: None },
+            propagation: Propagation::Orphan,
+        };
+        let shown = ApiCall::Delete { target: config_map(), options }.to_value();
+        assert_eq!(
+            shown,
+            json!({ "delete": { "apiVersion": "v1", "kind": "ConfigMap", "key": "a/c",
+                "preconditions": { "resourceVersion": "7" }, "propagationPolicy": "Orphan" } })
+        );
+    }
+
+    #[test]
+    fn a_status_patch_is_judged_as_a_status_write_of_its_target() {
+        let options = PatchOptions { status: true, ..Default::default() };
+        let call = ApiCall::Patch { target: config_map(), patch: Patch::Merge(json!({})), options };
+        let access = call.access();
+        assert_eq!((access.verb, access.status, access.target), (Verb::Patch, true, &config_map()));
+        assert!(call.is_write());
+        assert!(!ApiCall::Get(config_map()).is_write());
+    }
+}
