@@ -134,7 +134,7 @@ impl App {
     ) -> anyhow::Result<Self> {
         let Parts { writer, discovery, registry } = parts;
         let runtime_config = runtime_config.metrics(PluginMetrics::register(&registry)?);
-        let protected = runtime_config.protected.clone();
+        let protected = runtime_config.protected_of().clone();
         protected.namespace(&leader::default_namespace(), "is the host's own namespace");
         let breaker_config = breaker::Config::default().write_timeout(runtime_config.write_timeout_of());
         let breaker = Breaker::kube(client.clone(), breaker_config, Some(BreakerMetrics::register(&registry)?));

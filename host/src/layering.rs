@@ -9,7 +9,6 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     ("identity", &[]),
     ("leader", &[]),
-    ("plugin", &["informer", "queue"]),
     ("shard", &["informer", "leader"]),
     ("breaker", &["plugin"]),
     ("event_sink", &["identity", "plugin"]),

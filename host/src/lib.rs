@@ -19,7 +19,6 @@ pub mod identity;
 mod layering;
 pub mod leader;
 pub mod offline;
-pub mod plugin;
 pub mod rbac;
 pub mod scaffold;
 pub mod shard;
@@ -31,3 +30,6 @@ pub mod writer;
 pub use kubewasm_informer as informer;
 /// The work queue, a crate of its own (`crates/queue`): it knows nothing of the host.
 pub use kubewasm_queue as queue;
+/// The plugin runtime, a crate of its own (`crates/runtime`): it knows the informer cache and
+/// the queue's rate limiters, and nothing of controllers, hot load or the CLI.
+pub use kubewasm_runtime as plugin;

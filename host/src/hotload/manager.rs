@@ -238,7 +238,7 @@ impl Manager {
         options: Options,
         metrics: HotloadMetrics,
     ) -> Self {
-        let elision = Elision::new(options.elide_unchanged_writes, runtime.metrics.clone());
+        let elision = Elision::new(options.elide_unchanged_writes, runtime.metrics().clone());
         Self { ctx, runtime, writer, elision, options, metrics, slots: Arc::default() }
     }
 

@@ -108,7 +108,7 @@ fn reconciled_meta(filter: &EventFilter, owner: &Meta) -> bool {
     use kube::core::SelectorExt as _;
     filter.namespace.as_deref().is_none_or(|ns| owner.namespace.as_deref() == Some(ns))
         && filter.label_selector.as_deref().is_none_or(|s| {
-            crate::informer::parse_label_selector(s).is_ok_and(|selector| selector.matches(&owner.labels))
+            kubewasm_informer::parse_label_selector(s).is_ok_and(|selector| selector.matches(&owner.labels))
         })
 }
 
@@ -149,7 +149,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::host::testing::MemoryCache;
+    use crate::host::testing::MemoryCache;
     use serde_json::json;
 
     fn gvk(g: &str, k: &str) -> GroupVersionKind {

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::grants::GrantConfig;
 use super::limits::Limits;
-use crate::queue::rate_limiter::LimiterConfig;
+use kubewasm_queue::rate_limiter::LimiterConfig;
 
 /// Operator configuration of one plugin.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

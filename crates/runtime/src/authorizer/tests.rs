@@ -7,10 +7,10 @@ use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::plugin::grants::GrantConfig;
-use crate::plugin::host::testing::MemoryCache;
-use crate::plugin::host::{CallError, ListOptions, ObjectList, builtin_scope};
-use crate::plugin::registration::{EventFilter, Registration, WatchSpec};
+use crate::grants::GrantConfig;
+use crate::host::testing::MemoryCache;
+use crate::host::{CallError, ListOptions, ObjectList, builtin_scope};
+use crate::registration::{EventFilter, Registration, WatchSpec};
 
 /// A cache confined to the namespace `in` (and the Namespace `in`).
 struct Scoped(MemoryCache);

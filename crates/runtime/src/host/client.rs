@@ -7,9 +7,9 @@ use super::{
     ApiCall, ApiReply, CallError, DeleteOptions, ObjectRef, Patch, PatchOptions, Preconditions, Propagation,
     TypedObject,
 };
-use crate::plugin::bindings::v0_2::{client as c2, types as t2};
-use crate::plugin::bindings::{client, types};
-use crate::plugin::state::PluginCtx;
+use crate::bindings::v0_2::{client as c2, types as t2};
+use crate::bindings::{client, types};
+use crate::state::PluginCtx;
 
 type CallResult<T> = wasmtime::Result<Result<T, types::Error>>;
 

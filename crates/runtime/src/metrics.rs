@@ -99,7 +99,8 @@ impl PluginMetrics {
         }
     }
 
-    pub(crate) fn write(&self, plugin: &str, outcome: &'static str) {
+    /// Counts a write of `plugin` by outcome (`kubewasm_plugin_writes_total`: `sent`, `unchanged`).
+    pub fn write(&self, plugin: &str, outcome: &'static str) {
         if let Some(m) = &self.0 {
             m.writes.with_label_values(&[plugin, outcome]).inc();
         }

@@ -6,6 +6,13 @@
 //! pooling allocator, so nothing leaks between keys and swapping a version is swapping a
 //! [`Plugin`]. An operator may let instances serve several calls (`limits.reuseInstances`) for
 //! plugins whose instantiation is expensive.
+//!
+//! A crate of its own, above `kubewasm-informer` (the cache plugins read, [`host::CacheReader`])
+//! and `kubewasm-queue` (rate-limiter configs), below the host, which re-exports it as
+//! `kubewasm::plugin`: it knows nothing of controllers, hot load or the CLI. Start reading at
+//! [`Runtime`] and [`Plugin`], then `dispatch.rs` (one call in one instance), the
+//! [`authorizer`] that decides every request, and [`host`], one file per WIT interface, whose
+//! writes are [`host::ApiCall`]s sent through a [`host::ApiWriter`].
 
 pub mod authorizer;
 pub mod bindings;
@@ -54,7 +61,7 @@ pub struct Plugin {
     max_concurrent: u32,
     revision: u64,
     /// Retry backoff of its keys, from the operator's config.
-    rate_limiter: crate::queue::rate_limiter::LimiterConfig,
+    rate_limiter: kubewasm_queue::rate_limiter::LimiterConfig,
     /// Instances kept for reuse (`limits.reuseInstances`); at most one per concurrent call.
     idle: parking_lot::Mutex<Vec<dispatch::Idle>>,
     /// This version's share of the instance pool; every instance holds one of its permits.
@@ -88,7 +95,7 @@ impl Plugin {
     }
 
     /// The retry backoff the operator configured for its keys (client-go's defaults).
-    pub fn rate_limiter(&self) -> &crate::queue::rate_limiter::LimiterConfig {
+    pub fn rate_limiter(&self) -> &kubewasm_queue::rate_limiter::LimiterConfig {
         &self.rate_limiter
     }
 

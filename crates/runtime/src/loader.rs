@@ -111,7 +111,7 @@ impl Runtime {
 
     /// [`load`](Self::load) for a caller that already hashed `wasm` (`sha256` must be
     /// [`sha256_hex`](super::sha256_hex) of it): a large component is not hashed twice.
-    pub(crate) async fn load_digested(
+    pub async fn load_digested(
         &self,
         name: &str,
         wasm: Arc<[u8]>,

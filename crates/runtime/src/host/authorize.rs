@@ -3,8 +3,8 @@
 use serde_json::Value;
 
 use super::{ApiWriterExt, CallError, ObjectRef};
-use crate::plugin::authorizer::{Decision, Existing, Facts, Lookup, Request};
-use crate::plugin::state::{PluginCtx, PluginShared};
+use crate::authorizer::{Decision, Existing, Facts, Lookup, Request};
+use crate::state::{PluginCtx, PluginShared};
 
 /// How many facts a decision can need: the scope, the cached object, the server's copy.
 const MAX_LOOKUPS: usize = 3;

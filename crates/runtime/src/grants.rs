@@ -124,14 +124,14 @@ pub struct NamespaceSelector(String);
 impl NamespaceSelector {
     /// The parsed selector.
     pub fn selector(&self) -> kube::core::Selector {
-        crate::informer::parse_label_selector(&self.0).expect("checked when parsed")
+        kubewasm_informer::parse_label_selector(&self.0).expect("checked when parsed")
     }
 }
 
 impl TryFrom<String> for NamespaceSelector {
     type Error = String;
     fn try_from(s: String) -> Result<Self, String> {
-        crate::informer::parse_label_selector(&s).map_err(|e| e.to_string())?;
+        kubewasm_informer::parse_label_selector(&s).map_err(|e| e.to_string())?;
         Ok(Self(s))
     }
 }
@@ -317,7 +317,7 @@ impl Grants {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::registration::WatchSpec;
+    use crate::registration::WatchSpec;
 
     fn gvk(g: &str, v: &str, k: &str) -> GroupVersionKind {
         GroupVersionKind::gvk(g, v, k)

@@ -1,9 +1,9 @@
 //! `kubewasm:controller/events`: Kubernetes Events reported as `kubewasm/<plugin>`.
 
 use super::{ApiCall, CallError, EventRecord, ObjectRef};
-use crate::plugin::bindings::v0_2::{events as e2, types as t2};
-use crate::plugin::bindings::{events, types};
-use crate::plugin::state::PluginCtx;
+use crate::bindings::v0_2::{events as e2, types as t2};
+use crate::bindings::{events, types};
+use crate::state::PluginCtx;
 
 /// Longest event note kept, in bytes (the API server allows 1 KiB for `note`).
 pub const MAX_NOTE: usize = 1024;

@@ -1,8 +1,8 @@
 //! `kubewasm:controller/log`: plugin log lines into the host's `tracing` output.
 
-use crate::plugin::bindings::log;
-use crate::plugin::bindings::v0_2::log as l2;
-use crate::plugin::state::{MAX_LOG_LINE, PluginCtx};
+use crate::bindings::log;
+use crate::bindings::v0_2::log as l2;
+use crate::state::{MAX_LOG_LINE, PluginCtx};
 
 impl log::Host for PluginCtx {
     async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {

@@ -1,8 +1,8 @@
 //! `kubewasm:controller/config`: the operator's settings for the plugin.
 
-use crate::plugin::bindings::config;
-use crate::plugin::bindings::v0_2::config as c2;
-use crate::plugin::state::PluginCtx;
+use crate::bindings::config;
+use crate::bindings::v0_2::config as c2;
+use crate::state::PluginCtx;
 
 impl config::Host for PluginCtx {
     async fn settings(&mut self) -> wasmtime::Result<Vec<u8>> {

@@ -25,7 +25,7 @@ pub use kube::discovery::Scope;
 use serde_json::Value;
 
 use super::bindings::{types, v0_2};
-use crate::informer::CachedObject;
+use kubewasm_informer::CachedObject;
 
 /// What every plugin's field manager starts with (`kubewasm/<plugin>`); the informer cache keeps
 /// these managers' `managedFields` entries.
@@ -186,7 +186,7 @@ impl TypedObject {
         match &self.mark {
             Some(plugin) => {
                 let mut body = self.body.clone();
-                crate::plugin::authorizer::body::add_mark(&mut body, plugin);
+                crate::authorizer::body::add_mark(&mut body, plugin);
                 std::borrow::Cow::Owned(body)
             }
             None => std::borrow::Cow::Borrowed(&self.body),

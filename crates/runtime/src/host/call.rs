@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Propagation};
 use super::{Preconditions, TypedObject};
-use crate::plugin::authorizer::{self, Body, Verb};
+use crate::authorizer::{self, Body, Verb};
 
 /// One request to the API server on a plugin's behalf.
 #[derive(Clone, Debug, PartialEq)]

@@ -168,7 +168,7 @@ impl Registration {
             std::iter::once(&self.for_filter).chain(&self.owns_filters).chain(self.watches.iter().map(|w| &w.filter));
         for filter in filters {
             if let Some(selector) = &filter.label_selector {
-                crate::informer::parse_label_selector(selector)
+                kubewasm_informer::parse_label_selector(selector)
                     .map_err(|e| InvalidRegistration(format!("label selector `{selector}`: {e}")))?;
             }
         }

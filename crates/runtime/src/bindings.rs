@@ -13,7 +13,7 @@ pub mod v0_1 {
     mod generated {
         wasmtime::component::bindgen!({
             world: "controller",
-            path: "../wit/controller@0.1.0",
+            path: "../../wit/controller@0.1.0",
             imports: { default: async | trappable },
             exports: { default: async },
         });
@@ -31,7 +31,7 @@ pub mod v0_2 {
     mod generated {
         wasmtime::component::bindgen!({
             world: "controller",
-            path: "../wit/controller@0.2.0",
+            path: "../../wit/controller@0.2.0",
             imports: { default: async | trappable },
             exports: { default: async },
         });

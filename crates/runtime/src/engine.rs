@@ -189,8 +189,13 @@ impl RuntimeConfig {
         self
     }
 
+    /// The protected objects set by [`protected`](Self::protected); the host adds its own.
+    pub fn protected_of(&self) -> &Protected {
+        &self.protected
+    }
+
     /// The write timeout set by [`write_timeout`](Self::write_timeout).
-    pub(crate) fn write_timeout_of(&self) -> Duration {
+    pub fn write_timeout_of(&self) -> Duration {
         self.write_timeout
     }
 
@@ -231,6 +236,11 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// The plugin metrics every plugin of this runtime counts into.
+    pub fn metrics(&self) -> &PluginMetrics {
+        &self.metrics
+    }
+
     /// Builds the engine and starts its epoch ticker (a thread that ends with the engine).
     pub fn new(config: RuntimeConfig) -> Result<Self, Error> {
         let mut pool = PoolingAllocationConfig::default();

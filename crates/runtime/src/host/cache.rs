@@ -3,9 +3,9 @@
 use kube::core::GroupVersionKind;
 
 use super::{CallError, ListOptions};
-use crate::plugin::bindings::v0_2::{cache as c2, types as t2};
-use crate::plugin::bindings::{cache, types};
-use crate::plugin::state::PluginCtx;
+use crate::bindings::v0_2::{cache as c2, types as t2};
+use crate::bindings::{cache, types};
+use crate::state::PluginCtx;
 
 type CallResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
