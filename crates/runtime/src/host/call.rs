@@ -2,6 +2,7 @@
 //! the one type every writer and decorator handles, and the one a recording writer keeps.
 
 use async_trait::async_trait;
+use kubewasm_informer::object::object_key;
 use serde_json::{Value, json};
 
 use super::{ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Propagation};
@@ -155,16 +156,9 @@ impl ApiCall {
     }
 }
 
-/// `namespace/name`, or `name` for a cluster-scoped object.
-pub fn object_key(target: &ObjectRef) -> String {
-    match &target.namespace {
-        Some(ns) => format!("{ns}/{}", target.name),
-        None => target.name.clone(),
-    }
-}
-
 fn reference(target: &ObjectRef) -> Value {
-    json!({ "apiVersion": target.kind.api_version(), "kind": target.kind.kind, "key": object_key(target) })
+    let key = object_key(target.namespace.as_deref(), &target.name);
+    json!({ "apiVersion": target.kind.api_version(), "kind": target.kind.kind, "key": key })
 }
 
 /// Adds the preconditions that are set to `shown` (nothing when there are none, so 0.1 writes

@@ -5,7 +5,7 @@
 mod authorize;
 mod cache;
 mod call;
-pub use call::{ApiCall, ApiReply, ApiWriterExt, object_key};
+pub use call::{ApiCall, ApiReply, ApiWriterExt};
 mod client;
 mod config;
 mod events;
