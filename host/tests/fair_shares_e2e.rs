@@ -61,9 +61,8 @@ async fn a_greedy_neighbour_is_clamped_and_namespace_defaults_still_converges_be
     app.add_plugin(&defaults).await.unwrap();
     let plugin = app.manager().plugin("greedy").await.unwrap();
     assert_eq!(plugin.max_concurrent(), 16, "u32::MAX clamped to the default cap");
-    let reconciler = app.manager().reconciler("greedy").await.unwrap();
-    eventually("the greedy plugin's 16 workers", CONVERGE, || async { (reconciler.workers() == 16).then_some(()) })
-        .await;
+    let workers = app.manager().workers("greedy").await.unwrap();
+    eventually("the greedy plugin's 16 workers", CONVERGE, || async { (workers.running() == 16).then_some(()) }).await;
     eventually("the greedy plugin writing", CONVERGE, || async {
         let list = configmaps.list(&ListParams::default().labels(&format!("kubewasm.test/greedy={greedy_ns}"))).await;
         let annotated = list.unwrap().items.iter().filter(|c| c.metadata.annotations.is_some()).count();
@@ -84,6 +83,6 @@ async fn a_greedy_neighbour_is_clamped_and_namespace_defaults_still_converges_be
         policies.get_opt("default-deny").await.unwrap()
     })
     .await;
-    assert!(reconciler.workers() <= 16, "never more workers than the cap");
+    assert!(workers.running() <= 16, "never more workers than the cap");
     assert!(app.shut_down(Duration::from_secs(20)).await, "in-flight reconciles finished within the grace period");
 }

@@ -59,9 +59,9 @@ async fn a_swap_under_load_loses_no_key_overlaps_no_key_and_ends_on_the_new_vers
         app.manager().serving("stamper").await.filter(|s| s.revision == 2)
     })
     .await;
-    let reconciler = app.manager().reconciler("stamper").await.unwrap();
+    let workers = app.manager().workers("stamper").await.unwrap();
     eventually("workers down from 4 to the new version's 2", CONVERGE, || async {
-        (reconciler.workers() == 2).then_some(())
+        (workers.running() == 2).then_some(())
     })
     .await;
 

@@ -281,7 +281,7 @@ async fn a_confined_plugin_is_never_handed_a_key_outside_its_namespaces() {
     let grants = format!("grants: {{namespaces: {{names: [{inside}]}}}}\n");
     app.add_plugin(&intruder(dir.path(), "confined", &grants, attempts(&inside, json!([])))).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
-    let reconciler = app.manager().reconciler("confined").await.unwrap();
+    let workers = app.manager().workers("confined").await.unwrap();
 
     // In this order (a watch delivers in order): outside a trigger and an object it controls
     // (For and Owns keys outside), then the same inside, whose keys mark the end.
@@ -299,9 +299,9 @@ async fn a_confined_plugin_is_never_handed_a_key_outside_its_namespaces() {
     let mut keys = Vec::new();
     let ends = [format!("{inside}/owned"), format!("{inside}/owner")];
     eventually("the inside keys (For and Owns) queued", CONVERGE, || {
-        while !reconciler.queue().is_empty() {
-            let key = reconciler.queue().get().now_or_never().flatten().unwrap();
-            reconciler.queue().done(&key);
+        while !workers.queue().is_empty() {
+            let key = workers.queue().get().now_or_never().flatten().unwrap();
+            workers.queue().done(&key);
             keys.push(key.as_str().to_owned());
         }
         let done = ends.iter().all(|end| keys.contains(end));

@@ -65,13 +65,12 @@ async fn a_swap_that_lowers_max_concurrent_never_runs_more_reconciles_at_once_th
         (stamped(&client, &ns, "v1").await == KEYS).then_some(())
     })
     .await;
-    let reconciler = app.manager().reconciler("stamper").await.unwrap();
-    assert_eq!(reconciler.workers(), 4);
+    let workers = app.manager().workers("stamper").await.unwrap();
+    assert_eq!(workers.running(), 4);
 
     // The swap requeues every key; one worker may take them from now on.
     assert_eq!(app.manager().apply(stamper("v2", &label, 1)).await.unwrap(), Applied::Swapped);
-    eventually("the idle surplus workers stopped", CONVERGE, || async { (reconciler.workers() == 1).then_some(()) })
-        .await;
+    eventually("the idle surplus workers stopped", CONVERGE, || async { (workers.running() == 1).then_some(()) }).await;
     eventually("every ConfigMap stamped v2", CONVERGE, || async {
         (stamped(&client, &ns, "v2").await == KEYS).then_some(())
     })
@@ -79,7 +78,7 @@ async fn a_swap_that_lowers_max_concurrent_never_runs_more_reconciles_at_once_th
     let runs: Vec<Run> = spans.of_namespace(&ns).into_iter().filter(|r| r.revision == 2).collect();
     assert!(runs.len() >= KEYS, "revision 2 reconciled every key: {}", runs.len());
     assert_eq!(most_at_once(&runs), 1, "revision 2 ran more than its one reconcile at a time");
-    assert_eq!(reconciler.workers(), 1);
+    assert_eq!(workers.running(), 1);
     assert!(app.shut_down(Duration::from_secs(30)).await);
 }
 

@@ -15,7 +15,7 @@ pub use cache::PluginCache;
 pub use key::{InvalidKey, NamespacedKey};
 pub use metrics::ControllerMetrics;
 pub use policy::Outcome;
-pub use worker::{RECONCILE_TRACE_TARGET, Reconciler};
+pub use worker::{RECONCILE_TRACE_TARGET, Workers};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,7 +127,7 @@ pub struct Context {
 /// its informers delivered while it served nothing were dropped.
 async fn requeue_on_new_range(
     mut resyncs: tokio::sync::watch::Receiver<u64>,
-    reconciler: Arc<Reconciler>,
+    workers: Arc<Workers>,
     store: Arc<crate::informer::Store>,
     stop: CancellationToken,
 ) {
@@ -136,18 +136,18 @@ async fn requeue_on_new_range(
             () = stop.cancelled() => return,
             changed = resyncs.changed() => if changed.is_err() { return },
         }
-        requeue_selected(&reconciler, &store);
+        requeue_selected(&workers, &store);
     }
 }
 
 /// Queues again every object in `store` (the for kind's cache) that the serving version's
 /// event filter selects: the for informer is shared, so it also holds objects outside a
 /// plugin's label or namespace filter, which must never reach the plugin.
-fn requeue_selected(reconciler: &Reconciler, store: &crate::informer::Store) {
-    let filter = filter::Filter::new(&reconciler.plugin().registration().for_filter);
+fn requeue_selected(workers: &Workers, store: &crate::informer::Store) {
+    let filter = filter::Filter::new(&workers.plugin().registration().for_filter);
     for object in store.list() {
         if filter.as_ref().is_none_or(|f| f.selects(&object)) {
-            reconciler.enqueue(NamespacedKey::from(object.key()));
+            workers.enqueue(NamespacedKey::from(object.key()));
         }
     }
 }
@@ -157,7 +157,7 @@ fn requeue_selected(reconciler: &Reconciler, store: &crate::informer::Store) {
 /// a swap replaces.
 pub struct Controller {
     name: String,
-    reconciler: Arc<Reconciler>,
+    workers: Arc<Workers>,
     for_watched: Watched,
     owner: Owner,
     for_informer: Informer,
@@ -194,16 +194,16 @@ impl Controller {
 
         let queue = queue::Config::default().name(name.clone()).metrics(ctx.queue_metrics.clone());
         let queue = WorkQueue::new(queue.rate_limiter(plugin.rate_limiter().build()));
-        let reconciler = Reconciler::new(plugin.clone(), queue.clone(), ctx.metrics.controller(&name), ctx.max_retries);
-        let reconciler = Arc::new(reconciler.breaker(ctx.breaker.clone()).shard(ctx.shard.clone()));
-        let wiring = Wiring::new(ctx, &plugin, cache, &reconciler, &owner, None).await?;
+        let workers = Workers::new(plugin.clone(), queue.clone(), ctx.metrics.controller(&name), ctx.max_retries);
+        let workers = Arc::new(workers.breaker(ctx.breaker.clone()).shard(ctx.shard.clone()));
+        let wiring = Wiring::new(ctx, &plugin, cache, &workers, &owner, None).await?;
         let for_informer = wiring.informers().iter().find(|i| KindRef::of(i.gvk()) == owner.kind).cloned();
         let for_informer = for_informer.expect("the wiring reads the for kind");
         let for_filter = Some(&plugin.registration().for_filter);
-        let for_registration = filter::add_filtered(&for_informer, for_filter, ForTrigger(reconciler.clone()));
+        let for_registration = filter::add_filtered(&for_informer, for_filter, ForTrigger(workers.clone()));
         let controller = Self {
             name,
-            reconciler,
+            workers,
             for_watched: for_watched(&plugin),
             owner,
             for_informer,
@@ -235,7 +235,7 @@ impl Controller {
         if let Some(readiness) = &readiness {
             readiness.set(format!("controller {}", self.name), false);
         }
-        let (reconciler, name) = (self.reconciler.clone(), self.name.clone());
+        let (workers, name) = (self.workers.clone(), self.name.clone());
         let informers = self.wiring.informers().to_vec();
         let (leader, stop) = (self.leader.clone(), self.stop.clone());
         self.tasks.push(tokio::spawn(async move {
@@ -267,12 +267,11 @@ impl Controller {
                 () = leader.leading() => {}
             }
             tracing::info!(controller = %name, "caches synced; starting workers");
-            reconciler.run().await;
+            workers.run().await;
         }));
         if let Some(resyncs) = self.shard.resyncs() {
-            let (reconciler, store, stop) =
-                (self.reconciler.clone(), self.for_informer.store().clone(), self.stop.clone());
-            self.tasks.push(tokio::spawn(requeue_on_new_range(resyncs, reconciler, store, stop)));
+            let (workers, store, stop) = (self.workers.clone(), self.for_informer.store().clone(), self.stop.clone());
+            self.tasks.push(tokio::spawn(requeue_on_new_range(resyncs, workers, store, stop)));
         }
     }
 
@@ -293,11 +292,11 @@ impl Controller {
         if new != self.for_watched {
             return Err(Error::ForChanged { old: self.for_watched.clone(), new });
         }
-        let wiring = Wiring::new(ctx, &plugin, cache, &self.reconciler, &self.owner, Some(&self.wiring)).await?;
+        let wiring = Wiring::new(ctx, &plugin, cache, &self.workers, &self.owner, Some(&self.wiring)).await?;
         wiring.wait_for_sync(sync_timeout).await?;
         // A new namespace scope changes which keys exist for the plugin: offer it all again.
-        let rescoped = plugin.grants().namespaces() != self.reconciler.plugin().grants().namespaces();
-        let old = self.reconciler.swap(plugin);
+        let rescoped = plugin.grants().namespaces() != self.workers.plugin().grants().namespaces();
+        let old = self.workers.swap(plugin);
         self.wiring = wiring;
         if requeue_all || rescoped {
             self.requeue_all();
@@ -308,7 +307,7 @@ impl Controller {
     /// Queues every cached object of the for kind that its event filter selects again (e.g. so
     /// a new canary sees them all).
     pub fn requeue_all(&self) {
-        requeue_selected(&self.reconciler, self.for_informer.store());
+        requeue_selected(&self.workers, self.for_informer.store());
     }
 
     /// The caches the current version reads that have not synced yet.
@@ -323,8 +322,8 @@ impl Controller {
     }
 
     /// The serving half: queue, current plugin, swap.
-    pub fn reconciler(&self) -> &Arc<Reconciler> {
-        &self.reconciler
+    pub fn workers(&self) -> &Arc<Workers> {
+        &self.workers
     }
 
     /// The current version's cache view.
@@ -334,7 +333,7 @@ impl Controller {
 
     /// The queue of keys.
     pub fn queue(&self) -> &WorkQueue<NamespacedKey> {
-        self.reconciler.queue()
+        self.workers.queue()
     }
 
     /// Stops handing out keys at once (queued keys are dropped: a replica that stops does not
@@ -344,7 +343,7 @@ impl Controller {
         self.stop.cancel();
         self.wiring.shut_down_watches();
         let deadline = tokio::time::Instant::now() + grace;
-        let drained = tokio::time::timeout_at(deadline, self.reconciler.queue().shut_down_now()).await.is_ok();
+        let drained = tokio::time::timeout_at(deadline, self.workers.queue().shut_down_now()).await.is_ok();
         let aborts: Vec<_> = self.tasks.iter().map(JoinHandle::abort_handle).collect();
         if !drained {
             aborts.iter().for_each(tokio::task::AbortHandle::abort);

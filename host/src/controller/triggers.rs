@@ -7,13 +7,13 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::NamespacedKey;
-use super::worker::Reconciler;
+use super::worker::Workers;
 use crate::informer::{CachedObject, Informer, ResourceEventHandler};
 use crate::plugin::grants::KindRef;
 use crate::queue::{Config as QueueConfig, Next, WorkQueue};
 
 /// For: every change to an object enqueues its own key.
-pub(crate) struct ForTrigger(pub(crate) Arc<Reconciler>);
+pub(crate) struct ForTrigger(pub(crate) Arc<Workers>);
 
 impl ResourceEventHandler for ForTrigger {
     fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
@@ -30,7 +30,7 @@ impl ResourceEventHandler for ForTrigger {
 /// Owns: a change to an object enqueues the key of its controller owner, if that owner is of
 /// the for kind (client-go's `handleObject`). An owner change enqueues both owners.
 pub(crate) struct OwnsTrigger {
-    pub(crate) reconciler: Arc<Reconciler>,
+    pub(crate) workers: Arc<Workers>,
     pub(crate) owner: KindRef,
     /// Whether the for kind is namespaced (then the owner lives in the object's namespace).
     pub(crate) owner_namespaced: bool,
@@ -46,7 +46,7 @@ impl OwnsTrigger {
 
     fn enqueue(&self, obj: &CachedObject) {
         if let Some(key) = self.owner_key(obj) {
-            self.reconciler.enqueue(key);
+            self.workers.enqueue(key);
         }
     }
 }
@@ -134,13 +134,13 @@ impl Mapper {
     }
 
     /// Maps queued objects until the queue shuts down.
-    pub(crate) async fn run(self: Arc<Self>, reconciler: Arc<Reconciler>) {
-        crate::queue::run(&self.queue, |item| self.map_one(item, &reconciler)).await;
+    pub(crate) async fn run(self: Arc<Self>, workers: Arc<Workers>) {
+        crate::queue::run(&self.queue, |item| self.map_one(item, &workers)).await;
     }
 
     /// Maps every pending state of `item` and its cached state; enqueues the union of their
     /// keys. A failure retries them all with backoff, at most [`MAX_MAP_RETRIES`] times.
-    async fn map_one(&self, item: MapItem, reconciler: &Reconciler) -> Next {
+    async fn map_one(&self, item: MapItem, workers: &Workers) -> Next {
         let item = &item;
         let informer = &self.watched[item.0];
         let earlier = self.pending.lock().remove(item).unwrap_or_default();
@@ -148,7 +148,7 @@ impl Mapper {
         if let Some(current) = informer.store().get_by_key(&item.1) {
             push_state(&mut states, current);
         }
-        let plugin = reconciler.plugin();
+        let plugin = workers.plugin();
         // A confined plugin maps only what it may see (old states and tombstones included).
         states.retain(|s| plugin.sees(informer.gvk(), s.namespace(), s.name()));
         let mut keys = BTreeSet::new();
@@ -170,11 +170,11 @@ impl Mapper {
                 return Next::Backoff;
             }
             tracing::warn!(error = %err, object = %item.1, failures, "map failed too often; dropping the object's changes");
-            reconciler.metrics().map_dropped.inc();
+            workers.metrics().map_dropped.inc();
         }
         for key in &keys {
             match NamespacedKey::try_from(key) {
-                Ok(key) => reconciler.enqueue(key),
+                Ok(key) => workers.enqueue(key),
                 Err(err) => tracing::warn!(error = %err, object = %item.1, "map returned an invalid key; skipped"),
             }
         }

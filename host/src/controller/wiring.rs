@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use super::filter::add_filtered;
 use super::triggers::{Mapper, OwnsTrigger};
-use super::{Context, Error, PluginCache, Reconciler, indexes};
+use super::{Context, Error, PluginCache, Workers, indexes};
 use crate::informer::{HandlerRegistration, Informer, InformerParams};
 use crate::plugin::Plugin;
 use crate::plugin::grants::KindRef;
@@ -131,14 +131,14 @@ pub(crate) struct Wiring {
 }
 
 impl Wiring {
-    /// Wires `plugin`'s reads, indexes and triggers into `reconciler`'s queue, reusing the
+    /// Wires `plugin`'s reads, indexes and triggers into `workers`'s queue, reusing the
     /// triggers of `previous` that the new registration keeps (so they do not replay their
     /// objects). `previous` itself is left intact: dropping the result undoes everything.
     pub(crate) async fn new(
         ctx: &Context,
         plugin: &Plugin,
         cache: Arc<PluginCache>,
-        reconciler: &Arc<Reconciler>,
+        workers: &Arc<Workers>,
         owner: &Owner,
         previous: Option<&Wiring>,
     ) -> Result<Self, Error> {
@@ -159,7 +159,7 @@ impl Wiring {
             let kept = previous.and_then(|p| p.owns.get(&kind)).filter(|(f, _)| *f == filter).map(|(_, r)| r.clone());
             let registration = kept.unwrap_or_else(|| {
                 let trigger = OwnsTrigger {
-                    reconciler: reconciler.clone(),
+                    workers: workers.clone(),
                     owner: owner.kind.clone(),
                     owner_namespaced: owner.namespaced,
                 };
@@ -179,7 +179,7 @@ impl Wiring {
                 let registrations = (0..spec.len())
                     .map(|i| add_filtered(mapper.watched_informer(i), Some(&spec[i].2), mapper.trigger(i)))
                     .collect();
-                let (mapper_run, reconciler, leader) = (mapper.clone(), reconciler.clone(), ctx.leader.clone());
+                let (mapper_run, workers, leader) = (mapper.clone(), workers.clone(), ctx.leader.clone());
                 // Map only once every watched cache is complete: `map` may read them. `map` is
                 // plugin code and may write, so only the leader runs it.
                 let task = tokio::spawn(async move {
@@ -189,7 +189,7 @@ impl Wiring {
                         }
                     }
                     leader.leading().await;
-                    mapper_run.run(reconciler).await;
+                    mapper_run.run(workers).await;
                 });
                 Some(Arc::new(Watches { spec, mapper, _registrations: registrations, task }))
             }

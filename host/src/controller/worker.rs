@@ -58,14 +58,16 @@ impl FailureLog {
     }
 }
 
-/// The serving half of a controller: its queue, its current plugin version and its workers.
-pub struct Reconciler {
+/// The serving half of a controller: its queue, its current plugin version and the worker
+/// tasks that take keys off the queue and hand them to the plugin (the host's runner; the
+/// SDKs' `Reconciler` is the plugin's own logic).
+pub struct Workers {
     name: String,
     plugin: RwLock<Arc<Plugin>>,
     queue: WorkQueue<NamespacedKey>,
     metrics: Handles,
     max_retries: Option<u32>,
-    workers: Mutex<Workers>,
+    slots: Mutex<Slots>,
     /// The desired number of workers, for surplus workers waiting for a key to notice a downsize.
     desired: watch::Sender<u32>,
     breaker: Option<Breaker>,
@@ -78,15 +80,15 @@ pub struct Reconciler {
 /// Worker bookkeeping. Worker `i` runs while `i < desired`; it checks between keys, under this
 /// lock, so a resize never leaves a slot both unfilled and believed alive.
 #[derive(Default)]
-struct Workers {
+struct Slots {
     desired: u32,
     running: bool,
     alive: HashSet<u32>,
     handles: Vec<JoinHandle<()>>,
 }
 
-impl Reconciler {
-    /// A reconciler serving `plugin` from `queue`. `max_retries`: `None` retries forever, as
+impl Workers {
+    /// Workers serving `plugin` from `queue`. `max_retries`: `None` retries forever, as
     /// controller-runtime does; `Some(n)` drops a key after `n` failures in a row.
     pub fn new(
         plugin: Arc<Plugin>,
@@ -96,14 +98,14 @@ impl Reconciler {
     ) -> Self {
         metrics.max_concurrent.set(plugin.max_concurrent().into());
         let desired = plugin.max_concurrent().max(1);
-        let workers = Mutex::new(Workers { desired, ..Workers::default() });
+        let slots = Mutex::new(Slots { desired, ..Slots::default() });
         Self {
             name: plugin.name().to_owned(),
             plugin: RwLock::new(plugin),
             queue,
             metrics,
             max_retries,
-            workers,
+            slots,
             desired: watch::Sender::new(desired),
             breaker: None,
             shard: ShardGate::default(),
@@ -152,19 +154,19 @@ impl Reconciler {
     /// start from now on.
     pub fn set_workers(self: &Arc<Self>, n: u32) {
         self.metrics.max_concurrent.set(n.into());
-        let mut workers = self.workers.lock();
-        workers.desired = n.max(1);
-        self.desired.send_replace(workers.desired);
-        if workers.running {
-            self.spawn_missing(&mut workers);
+        let mut slots = self.slots.lock();
+        slots.desired = n.max(1);
+        self.desired.send_replace(slots.desired);
+        if slots.running {
+            self.spawn_missing(&mut slots);
         }
     }
 
-    fn spawn_missing(self: &Arc<Self>, workers: &mut Workers) {
-        for i in 0..workers.desired {
-            if workers.alive.insert(i) {
+    fn spawn_missing(self: &Arc<Self>, slots: &mut Slots) {
+        for i in 0..slots.desired {
+            if slots.alive.insert(i) {
                 let this = self.clone();
-                workers.handles.push(tokio::spawn(async move { this.work(i).await }));
+                slots.handles.push(tokio::spawn(async move { this.work(i).await }));
             }
         }
     }
@@ -172,9 +174,9 @@ impl Reconciler {
     async fn work(&self, i: u32) {
         loop {
             {
-                let mut workers = self.workers.lock();
-                if i >= workers.desired {
-                    workers.alive.remove(&i);
+                let mut slots = self.slots.lock();
+                if i >= slots.desired {
+                    slots.alive.remove(&i);
                     return;
                 }
             }
@@ -186,7 +188,7 @@ impl Reconciler {
                 key = self.next_key() => key,
             };
             let Some(key) = key else {
-                self.workers.lock().alive.remove(&i);
+                self.slots.lock().alive.remove(&i);
                 return;
             };
             self.process(key).await;
@@ -344,12 +346,12 @@ impl Reconciler {
     /// [`set_workers`](Self::set_workers)) until the queue shuts down.
     pub async fn run(self: Arc<Self>) {
         {
-            let mut workers = self.workers.lock();
-            workers.running = true;
-            self.spawn_missing(&mut workers);
+            let mut slots = self.slots.lock();
+            slots.running = true;
+            self.spawn_missing(&mut slots);
         }
         loop {
-            let handles = std::mem::take(&mut self.workers.lock().handles);
+            let handles = std::mem::take(&mut self.slots.lock().handles);
             if handles.is_empty() {
                 return;
             }
@@ -360,8 +362,8 @@ impl Reconciler {
     }
 
     /// Workers running now.
-    pub fn workers(&self) -> usize {
-        self.workers.lock().alive.len()
+    pub fn running(&self) -> usize {
+        self.slots.lock().alive.len()
     }
 }
 

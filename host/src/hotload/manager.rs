@@ -361,7 +361,7 @@ impl Manager {
         }
         let current = slot.take().expect("checked above");
         // Its candidate stops now, not when the last reconcile that saw it lets go.
-        current.controller.reconciler().set_canary(None);
+        current.controller.workers().set_canary(None);
         self.ctx.readiness.remove(&format!("controller {name}"));
         current.controller.shut_down(self.options.grace).await;
         self.metrics.unloaded(name);
@@ -401,16 +401,16 @@ impl Manager {
         &self.options
     }
 
-    /// The current plugin version of `name`, with its controller's reconciler.
-    pub async fn reconciler(&self, name: &str) -> Option<Arc<controller::Reconciler>> {
+    /// The current plugin version of `name`, with its controller's workers.
+    pub async fn workers(&self, name: &str) -> Option<Arc<controller::Workers>> {
         let slot = self.slots.lock().get(name).cloned()?;
         let slot = slot.lock().await;
-        slot.as_ref().map(|s| s.controller.reconciler().clone())
+        slot.as_ref().map(|s| s.controller.workers().clone())
     }
 
     /// The serving plugin of `name`.
     pub async fn plugin(&self, name: &str) -> Option<Arc<Plugin>> {
-        Some(self.reconciler(name).await?.plugin())
+        Some(self.workers(name).await?.plugin())
     }
 
     /// Names of the loaded plugins loaded from `origin`.

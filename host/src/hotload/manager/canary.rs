@@ -1,5 +1,5 @@
 //! A plugin's dry-run canary in the manager: its candidate loaded beside the serving version,
-//! attached to the serving version's reconciler, replaced or stopped.
+//! attached to the serving version's workers, replaced or stopped.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ impl Manager {
         let Some(Candidate { wasm, config }) = candidate else {
             let stopped = current.canary.take().is_some();
             if stopped {
-                current.controller.reconciler().set_canary(None);
+                current.controller.workers().set_canary(None);
                 tracing::info!(plugin = %name, "canary stopped");
             }
             return Ok(stopped);
@@ -52,7 +52,7 @@ impl Manager {
         {
             return Err(ApplyError::CanaryRejected { reason, message: message.clone() });
         }
-        let serving = KindRef::of(&current.controller.reconciler().plugin().registration().for_kind);
+        let serving = KindRef::of(&current.controller.workers().plugin().registration().for_kind);
         let result = self.load_canary(name, wasm, sha256.clone(), config.clone(), &serving).await;
         let (canary, rbac_missing) = match result {
             Ok(loaded) => loaded,
@@ -65,7 +65,7 @@ impl Manager {
                 return Err(err);
             }
         };
-        current.controller.reconciler().set_canary(Some(canary.clone()));
+        current.controller.workers().set_canary(Some(canary.clone()));
         current.canary = Some(CanarySlot { sha256: sha256.clone(), config, canary, rbac_missing });
         // The candidate sees the keys the serving version reconciles: offer it every key now
         // rather than only those that change from here on.
