@@ -1,0 +1,221 @@
+//! WasmPlugins whose modules come from a real OCI registry (the CNCF distribution registry,
+//! TLS with a CA made here, htpasswd auth) against a real kube-apiserver + etcd: a tag is
+//! served and followed, a digest pins, each registry failure keeps the serving version with
+//! its reason, and a restarted host loads from its disk cache without the registry.
+
+mod common;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kubewasm::app::App;
+use kubewasm::hotload::WasmPlugin;
+use kubewasm::hotload::oci::push::{Artifact, digest};
+use kubewasm::hotload::oci::{LAYER_MEDIA_TYPE, Options, Puller};
+use kubewasm_testenv::{ControlPlane, REGISTRY_PASSWORD, REGISTRY_USER, Registry};
+use oci_client::secrets::RegistryAuth;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use common::{eventually, plugin_wasm};
+
+const CONVERGE: Duration = Duration::from_secs(180);
+/// The test host's layer cap: the Python build (18.9 MB) fits, the oversize artifact does not.
+const LAYER_CAP: u64 = 24 << 20;
+
+fn auth() -> RegistryAuth {
+    RegistryAuth::Basic(REGISTRY_USER.into(), REGISTRY_PASSWORD.into())
+}
+
+/// A dockerconfigjson Secret `name` in `ns` with `password` for `registry`.
+async fn pull_secret(client: &kube::Client, ns: &str, name: &str, registry: &str, password: &str) {
+    let config = json!({"auths": {registry: {"username": REGISTRY_USER, "password": password}}});
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": config.to_string()},
+    });
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    api.patch(name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&secret)).await.unwrap();
+}
+
+fn degraded(wp: &WasmPlugin) -> Option<(String, String)> {
+    let c = wp.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Degraded" && c.status == "True")?;
+    Some((c.reason.clone(), c.message.clone()))
+}
+
+fn ready(wp: &WasmPlugin) -> bool {
+    wp.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+struct Host {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// A host serving the WasmPlugins labelled `test=<ns>` with modules and secrets in `modules`.
+fn host(client: &kube::Client, modules: &str, ns: &str, registry: &Registry, cache: &std::path::Path) -> Host {
+    let app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
+    let options = Options {
+        cache_dir: Some(cache.to_owned()),
+        ca_pem: Some(registry.ca_pem().as_bytes().to_vec()),
+        max_layer_bytes: Some(LAYER_CAP),
+        ..Default::default()
+    };
+    let source = app
+        .wasm_plugin_source(modules)
+        .selector(&format!("test={ns}"))
+        .oci(&options)
+        .oci_refresh(Duration::from_secs(1));
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(source.run(stop.clone()));
+    Host { stop, task }
+}
+
+impl Host {
+    async fn shut_down(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oci_modules_follow_tags_pin_digests_survive_registry_failures_and_restarts_without_pulling() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let Some(mut registry) = Registry::start_or_skip().await else { return };
+    let client = cp.admin_client().await;
+    common::examples::install_wasm_plugin_crd(&client).await;
+    let ns = cp.namespace("oci").await;
+    let modules = cp.namespace("oci-modules").await;
+    let repo = format!("{}/plugins/namespace-defaults", registry.host());
+    pull_secret(&client, &modules, "pull", &registry.host(), REGISTRY_PASSWORD).await;
+    pull_secret(&client, &modules, "wrong-password", &registry.host(), "not-the-password").await;
+
+    let pusher = Puller::new(&Options { ca_pem: Some(registry.ca_pem().as_bytes().to_vec()), ..Default::default() });
+    let rust = plugin_wasm("namespace_defaults.wasm");
+    let python = plugin_wasm("namespace_defaults_py.wasm");
+    let rust_digest = pusher.push(&format!("{repo}:v1"), &Artifact::wasm(&rust), &auth()).await.unwrap();
+    assert_eq!(rust_digest, digest(&Artifact::wasm(&rust).manifest()), "push returns the manifest's digest");
+
+    let cache = tempfile::tempdir().unwrap();
+    let first = host(&client, &modules, &ns, &registry, cache.path());
+    let name = format!("nd-{ns}");
+    let plugins: Api<WasmPlugin> = Api::all(client.clone());
+    let apply = |oci: serde_json::Value| {
+        let body = json!({
+            "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+            "metadata": {"name": name, "labels": {"test": ns}},
+            "spec": {
+                "module": {"oci": oci},
+                "limits": {"deadlineMs": 5000, "memoryBytes": 134217728},
+                "settings": {"optOutLabel": "kubewasm.dev/no-defaults", "quota": {"pods": "20"}},
+            },
+        });
+        let (plugins, name) = (plugins.clone(), name.clone());
+        async move {
+            plugins.patch(&name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&body)).await.unwrap()
+        }
+    };
+    let status = |what: String, check: Box<dyn Fn(&WasmPlugin) -> bool + Send + Sync>| {
+        let (plugins, name) = (plugins.clone(), name.clone());
+        async move { eventually(&what, CONVERGE, || async { plugins.get(&name).await.ok().filter(|wp| check(wp)) }).await }
+    };
+    let serving = |sha: String, revision: u64| {
+        Box::new(move |wp: &WasmPlugin| {
+            ready(wp)
+                && wp
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.loaded_sha256.as_deref() == Some(&sha) && s.revision == Some(revision))
+        })
+    };
+    let rust_sha = kubewasm::plugin::sha256_hex(&rust);
+    let python_sha = kubewasm::plugin::sha256_hex(&python);
+
+    // By tag: resolved, pulled with the pull secret's credentials over TLS, served.
+    apply(json!({"ref": format!("{repo}:v1"), "pullSecret": "pull"})).await;
+    let wp = status("the Rust build served from the tag".into(), serving(rust_sha.clone(), 1)).await;
+    let oci = wp.status.unwrap().oci.expect("status.oci");
+    assert_eq!((oci.reference.as_str(), oci.digest.as_str()), (format!("{repo}:v1").as_str(), rust_digest.as_str()));
+    assert!(!oci.resolved_at.is_empty());
+    common::examples::namespace_defaults_converges(&client, &format!("{ns}-a")).await;
+
+    // A new build under the same tag is swapped in at the next resolution.
+    let python_digest = pusher.push(&format!("{repo}:v1"), &Artifact::wasm(&python), &auth()).await.unwrap();
+    let wp = status("the Python build swapped in".into(), serving(python_sha.clone(), 2)).await;
+    assert_eq!(wp.status.unwrap().oci.unwrap().digest, python_digest);
+    common::examples::namespace_defaults_converges(&client, &format!("{ns}-b")).await;
+
+    // Each failure keeps revision 2 serving and says why.
+    let not_wasm = Artifact {
+        config: b"{}".to_vec(),
+        config_media_type: "application/vnd.oci.image.config.v1+json".into(),
+        layer: rust.to_vec(),
+        layer_media_type: "application/vnd.oci.image.layer.v1.tar".into(),
+    };
+    pusher.push(&format!("{repo}:image"), &not_wasm, &auth()).await.unwrap();
+    let oversize = vec![7u8; LAYER_CAP as usize + 1];
+    let oversize = Artifact { layer: oversize, ..Artifact::wasm(&[]) };
+    assert_eq!(oversize.layer_media_type, LAYER_MEDIA_TYPE);
+    pusher.push(&format!("{repo}:big"), &oversize, &auth()).await.unwrap();
+    let other = format!("sha256:{}", "0".repeat(64));
+    let failures = [
+        (json!({"ref": format!("{repo}:missing"), "pullSecret": "pull"}), "ModuleNotFound"),
+        (json!({"ref": format!("{repo}:v1"), "pullSecret": "wrong-password"}), "RegistryUnauthorized"),
+        (json!({"ref": format!("{repo}:v1")}), "RegistryUnauthorized"),
+        (json!({"ref": format!("{repo}:image"), "pullSecret": "pull"}), "WrongMediaType"),
+        (json!({"ref": format!("{repo}:big"), "pullSecret": "pull"}), "ModuleTooLarge"),
+        (json!({"ref": format!("{repo}@{rust_digest}"), "digest": other, "pullSecret": "pull"}), "DigestMismatch"),
+        (json!({"ref": format!("{repo}:v1"), "pullSecret": "no-such-secret"}), "PullSecretInvalid"),
+    ];
+    for (oci, reason) in failures {
+        apply(oci).await;
+        let wp = status(
+            format!("Degraded {reason}, revision 2 serving"),
+            Box::new(move |wp: &WasmPlugin| {
+                degraded(wp).is_some_and(|(r, _)| r == reason)
+                    && wp.status.as_ref().and_then(|s| s.revision) == Some(2)
+                    && wp.status.as_ref().is_some_and(|s| s.observed_generation == wp.metadata.generation)
+            }),
+        )
+        .await;
+        assert!(ready(&wp), "{reason}: the previous version still serves");
+    }
+    registry.stop();
+    apply(json!({"ref": format!("{repo}:v2"), "pullSecret": "pull"})).await;
+    status(
+        "Degraded RegistryUnreachable, revision 2 serving".into(),
+        Box::new(|wp: &WasmPlugin| {
+            degraded(wp).is_some_and(|(r, _)| r == "RegistryUnreachable")
+                && wp.status.as_ref().and_then(|s| s.revision) == Some(2)
+        }),
+    )
+    .await;
+    registry.resume().await.unwrap();
+
+    // By digest: the Rust build, and a later move of the tag does not change it.
+    let pinned = json!({"ref": format!("{repo}@{rust_digest}"), "pullSecret": "pull"});
+    apply(pinned.clone()).await;
+    status("the pinned Rust build served".into(), serving(rust_sha.clone(), 3)).await;
+    let moved = Artifact::wasm(&plugin_wasm("fixture_stamper.wasm"));
+    pusher.push(&format!("{repo}:v1"), &moved, &auth()).await.unwrap();
+    let mut repinned = pinned.clone();
+    repinned["refreshIntervalSeconds"] = json!(10);
+    apply(repinned).await;
+    let wp = status(
+        "the spec change reconciled".into(),
+        Box::new(|wp: &WasmPlugin| wp.status.as_ref().is_some_and(|s| s.observed_generation == wp.metadata.generation)),
+    )
+    .await;
+    let s = wp.status.unwrap();
+    assert_eq!((s.loaded_sha256.as_deref(), s.revision), (Some(rust_sha.as_str()), Some(3)), "the pin holds");
+    assert_eq!(s.oci.unwrap().digest, rust_digest);
+    first.shut_down().await;
+
+    // A restarted host with the registry gone loads the pinned module from its disk cache.
+    registry.stop();
+    let second = host(&client, &modules, &ns, &registry, cache.path());
+    status("the pinned module served again after a restart, from the cache".into(), serving(rust_sha.clone(), 1)).await;
+    second.shut_down().await;
+}
