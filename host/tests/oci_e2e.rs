@@ -97,6 +97,20 @@ async fn oci_modules_follow_tags_pin_digests_survive_registry_failures_and_resta
     let python = plugin_wasm("namespace_defaults_py.wasm");
     let rust_digest = pusher.push(&format!("{repo}:v1"), &Artifact::wasm(&rust), &auth()).await.unwrap();
     assert_eq!(rust_digest, digest(&Artifact::wasm(&rust).manifest()), "push returns the manifest's digest");
+    // `kubewasm push` writes the same artifact and prints the reference pinned by its digest.
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca.path(), registry.ca_pem()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .args(["push", &common::plugin_dir().join("namespace_defaults.wasm").display().to_string()])
+        .arg(format!("{repo}:cli"))
+        .arg("--ca-file")
+        .arg(ca.path())
+        .env("KUBEWASM_REGISTRY_USER", REGISTRY_USER)
+        .env("KUBEWASM_REGISTRY_PASSWORD", REGISTRY_PASSWORD)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "kubewasm push: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{repo}@{rust_digest}"));
 
     let cache = tempfile::tempdir().unwrap();
     let first = host(&client, &modules, &ns, &registry, cache.path());
@@ -218,4 +232,46 @@ async fn oci_modules_follow_tags_pin_digests_survive_registry_failures_and_resta
     let second = host(&client, &modules, &ns, &registry, cache.path());
     status("the pinned module served again after a restart, from the cache".into(), serving(rust_sha.clone(), 1)).await;
     second.shut_down().await;
+}
+
+/// The goal, measured (ignored by `make test`: it compiles the Python build four times,
+/// minutes in a debug build). Run:
+/// `cargo test -p kubewasm --release --test oci_e2e -- --ignored --nocapture python_pull`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement; see BENCHMARKS.md"]
+async fn python_pull_and_load_takes_at_most_1_2x_its_load_from_a_local_file() {
+    use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
+    use kubewasm::plugin::{PluginConfig, Runtime, RuntimeConfig};
+    let Some(registry) = Registry::start_or_skip().await else { return };
+    let path = common::plugin_dir().join("namespace_defaults_py.wasm");
+    let pusher = Puller::new(&Options { ca_pem: Some(registry.ca_pem().as_bytes().to_vec()), ..Default::default() });
+    let reference = format!("{}/bench/namespace-defaults:py", registry.host());
+    let digest = pusher.push(&reference, &Artifact::wasm(&std::fs::read(&path).unwrap()), &auth()).await.unwrap();
+    let config = PluginConfig::from_yaml("limits: {memoryBytes: 134217728, deadlineMs: 5000}\n").unwrap();
+    let load = async |wasm: std::sync::Arc<[u8]>| {
+        // No compile cache: every load compiles, as a new version's first load does.
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let (cache, writer) =
+            (std::sync::Arc::new(MemoryCache::default()), std::sync::Arc::new(RecordingWriter::default()));
+        runtime.load("nd", wasm, config.clone(), cache, writer).await.unwrap();
+    };
+    let (mut local, mut pulled, mut pull_only) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..2 {
+        let start = std::time::Instant::now();
+        load(std::fs::read(&path).unwrap().into()).await;
+        local.push(start.elapsed());
+        let start = std::time::Instant::now();
+        // A fresh puller without a disk cache: a real pull every time.
+        let puller =
+            Puller::new(&Options { ca_pem: Some(registry.ca_pem().as_bytes().to_vec()), ..Default::default() });
+        let wasm = puller.pull(&reference, &digest, &auth()).await.unwrap().wasm;
+        pull_only.push(start.elapsed());
+        load(wasm).await;
+        pulled.push(start.elapsed());
+    }
+    let (local, pulled, pull_only) =
+        (local.iter().min().unwrap(), pulled.iter().min().unwrap(), pull_only.iter().min().unwrap());
+    let ratio = pulled.as_secs_f64() / local.as_secs_f64();
+    println!("python: load from file {local:.2?}, pull {pull_only:.2?} + load {pulled:.2?} in all: {ratio:.3}x");
+    assert!(ratio <= 1.2, "pull and load {pulled:?} vs local load {local:?}: {ratio:.3}x");
 }
