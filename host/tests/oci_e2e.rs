@@ -225,12 +225,51 @@ async fn oci_modules_follow_tags_pin_digests_survive_registry_failures_and_resta
     let s = wp.status.unwrap();
     assert_eq!((s.loaded_sha256.as_deref(), s.revision), (Some(rust_sha.as_str()), Some(3)), "the pin holds");
     assert_eq!(s.oci.unwrap().digest, rust_digest);
+
+    // A second plugin by tag (the stamper fixture, which touches only ConfigMaps it is told to).
+    let stamper = plugin_wasm("fixture_stamper.wasm");
+    let stamper_sha = kubewasm::plugin::sha256_hex(&stamper);
+    let stamper_repo = format!("{}/plugins/stamper", registry.host());
+    pusher.push(&format!("{stamper_repo}:v1"), &Artifact::wasm(&stamper), &auth()).await.unwrap();
+    let stamper_name = format!("stamper-{ns}");
+    let body = json!({
+        "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+        "metadata": {"name": stamper_name, "labels": {"test": ns}},
+        "spec": {
+            "module": {"oci": {"ref": format!("{stamper_repo}:v1"), "pullSecret": "pull"}},
+            "grants": {"write": ["ConfigMap"]},
+            "settings": {"version": "v1", "selector": "kubewasm.test/oci=nothing"},
+        },
+    });
+    plugins.patch(&stamper_name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&body)).await.unwrap();
+    let stamper_serves = |revision: u64| {
+        let (plugins, name, sha) = (plugins.clone(), stamper_name.clone(), stamper_sha.clone());
+        async move {
+            eventually("the stamper served by tag", CONVERGE, || async {
+                plugins.get(&name).await.ok().filter(|wp| {
+                    ready(wp)
+                        && wp.status.as_ref().is_some_and(|s| {
+                            s.loaded_sha256.as_deref() == Some(sha.as_str()) && s.revision == Some(revision)
+                        })
+                })
+            })
+            .await
+        }
+    };
+    stamper_serves(1).await;
+    // New settings: the same digest again (read from the disk cache), revision 2.
+    let mut body = body;
+    body["spec"]["settings"]["version"] = json!("v2");
+    plugins.patch(&stamper_name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&body)).await.unwrap();
+    stamper_serves(2).await;
     first.shut_down().await;
 
-    // A restarted host with the registry gone loads the pinned module from its disk cache.
+    // A restarted host with the registry gone loads both from its disk cache: the pinned module
+    // by its digest, the tagged one by the digest its status last reported.
     registry.stop();
     let second = host(&client, &modules, &ns, &registry, cache.path());
     status("the pinned module served again after a restart, from the cache".into(), serving(rust_sha.clone(), 1)).await;
+    stamper_serves(1).await;
     second.shut_down().await;
 }
 
