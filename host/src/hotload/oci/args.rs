@@ -69,7 +69,8 @@ pub async fn push(args: &PushArgs) -> anyhow::Result<String> {
     use anyhow::Context as _;
     let wasm = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
     let ca_pem = args.ca_file.as_ref().map(std::fs::read).transpose().context("reading --ca-file")?;
-    let registry = super::parse(&args.reference)?.resolve_registry().to_owned();
+    let parsed = super::parse(&args.reference)?;
+    let registry = parsed.resolve_registry().to_owned();
     let insecure_registries = if args.insecure { vec![registry] } else { Vec::new() };
     let puller = Puller::new(&Options { ca_pem, insecure_registries, ..Default::default() });
     let auth = match (&args.user, &args.password) {
@@ -78,7 +79,5 @@ pub async fn push(args: &PushArgs) -> anyhow::Result<String> {
         _ => RegistryAuth::Anonymous,
     };
     let digest = puller.push(&args.reference, &Artifact::wasm(&wasm), &auth).await?;
-    let repository = args.reference.rsplit_once(':').filter(|(r, _)| !r.ends_with(']') && r.contains('/'));
-    let base = repository.map_or(args.reference.as_str(), |(r, _)| r);
-    Ok(format!("{base}@{digest}"))
+    Ok(format!("{}/{}@{digest}", parsed.registry(), parsed.repository()))
 }
