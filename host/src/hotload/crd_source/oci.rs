@@ -144,10 +144,11 @@ impl WasmPluginSource {
         }
     }
 
-    /// When to resolve `plugin`'s tag again, if it has an unpinned OCI module.
+    /// When to resolve `plugin`'s tag again, if it has an unpinned OCI module and is not paused.
     pub(super) fn refresh(&self, plugin: Option<&WasmPlugin>) -> Option<Duration> {
-        let module = plugin?.spec.module.oci.as_ref()?;
-        if module.pinned().is_some() {
+        let plugin = plugin?;
+        let module = plugin.spec.module.oci.as_ref()?;
+        if module.pinned().is_some() || plugin.spec.paused {
             return None;
         }
         Some(module.refresh_interval_seconds.map(Duration::from_secs).unwrap_or(self.oci_refresh))
