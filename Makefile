@@ -40,7 +40,7 @@ export KUBEWASM_IMAGE_DIR ?= $(TARGET_DIR)/image
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy fixture-hostile fixture-hostile-legacy
 
-.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools
+.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -138,6 +138,10 @@ sdk-packages: $(PY_TOOL)/.installed
 control-plane:
 	bash tests/control-plane/build.sh
 
+## The CNCF distribution registry the OCI tests push to and pull from, built from Go modules.
+registry:
+	bash tests/registry/build.sh
+
 ## What `make image` needs: umoci, skopeo, musl-gcc (ring's C code) and CA certificates from
 ## Debian packages, and the musl target of the pinned toolchain; buildah for the image test,
 ## which builds the Dockerfile's final stage with it.
@@ -163,7 +167,7 @@ lint:
 ## Formatting, then every test of the native crates (the guest crates are exercised through
 ## the components `plugins` builds, the container image through image_e2e). Missing docs fail
 ## the build itself (workspace lints).
-test: toolchain plugins control-plane image sdk-test sdk-packages
+test: toolchain plugins control-plane registry image sdk-test sdk-packages
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --no-fail-fast
 	$(CARGO) test --no-fail-fast -p kubewasm-go-component

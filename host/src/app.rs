@@ -301,8 +301,10 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
     tracing::info!(%addr, "admin server listening");
     // Both sources register their (failing) readiness checks before either starts, so /readyz
     // cannot pass between the directory's first pass and the WasmPlugin source's start.
+    let oci = args.oci.options(args.compile_cache.as_deref()).context("reading --oci-ca-file")?;
+    let oci_refresh = Duration::from_secs(args.oci.oci_refresh_seconds);
     let wasm_source = args.wasm_plugins.then(|| {
-        let source = app.wasm_plugin_source(&args.module_namespace);
+        let source = app.wasm_plugin_source(&args.module_namespace).oci(&oci).oci_refresh(oci_refresh);
         match &args.wasm_plugin_selector {
             Some(selector) => source.selector(selector),
             None => source,

@@ -42,6 +42,9 @@ pub enum Command {
     /// Create a plugin project outside this repository: build script, config with a settings
     /// schema, and an offline test that runs `kubewasm test` (cargo test, pytest, node --test).
     New(NewArgs),
+    /// Push a component to an OCI registry as the standard wasm artifact and print its
+    /// reference pinned by digest (what a WasmPlugin's `module.oci.ref` names).
+    Push(crate::hotload::oci::args::PushArgs),
     /// Compile one component (stdin) into a compile cache: what the host runs in a child process.
     #[command(name = crate::plugin::compile_process::SUBCOMMAND, hide = true)]
     CompilePlugin(CompileArgs),
@@ -69,6 +72,9 @@ pub struct RunArgs {
     /// Namespace of the ConfigMaps that hold WasmPlugin modules.
     #[arg(long, env = "KUBEWASM_MODULE_NAMESPACE", default_value = "kubewasm-system")]
     pub module_namespace: String,
+    /// Registries of OCI modules.
+    #[command(flatten)]
+    pub oci: crate::hotload::oci::args::OciArgs,
     /// Send each plugin's requests as its own ServiceAccount, `kubewasm-plugin-<name>` in the
     /// host's namespace (`Impersonate-User`), so RBAC bounds what it writes even where the host's
     /// checks would not (cached reads stay the host's); `kubewasm rbac` prints what each needs.

@@ -40,6 +40,10 @@ fn main() -> anyhow::Result<()> {
                 }
                 Ok(())
             }
+            Command::Push(args) => {
+                println!("{}", kubewasm::hotload::oci::args::push(&args).await?);
+                Ok(())
+            }
             Command::Crd => {
                 print!("{}", kubewasm::hotload::crd_yaml());
                 Ok(())

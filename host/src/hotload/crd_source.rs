@@ -13,9 +13,11 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 mod canary;
+mod oci;
 
 use canary::canary_status;
 pub use canary::{CANARY_DIFFERS, CANARY_FAILED, CANARY_REPORT_INTERVAL};
+pub use oci::DEFAULT_REFRESH as DEFAULT_OCI_REFRESH;
 
 use super::manager::{Desired, Manager, Origin};
 use super::wasmplugin::{Condition, ConfigMapModule, ModuleSource, WasmPlugin, WasmPluginStatus};
@@ -56,6 +58,8 @@ enum Followup {
     Canary,
     /// It serves, but its identity lacks rights: review again after [`RBAC_RECHECK`].
     RecheckRbac,
+    /// Its module is an unpinned OCI tag: resolve it again after this long.
+    Refresh(Duration),
 }
 
 impl Followup {
@@ -67,6 +71,7 @@ impl Followup {
             Followup::WaitForCaches => Next::after(CACHE_POLL),
             Followup::Canary => Next::after(CANARY_REPORT_INTERVAL),
             Followup::RecheckRbac => Next::after(RBAC_RECHECK),
+            Followup::Refresh(every) => Next::after(every),
         }
     }
 }
@@ -81,6 +86,12 @@ pub struct WasmPluginSource {
     events: crate::event_sink::EventSink,
     /// Per WasmPlugin, the candidate and the last difference an Event was sent for.
     evented: parking_lot::Mutex<std::collections::HashMap<String, (String, u64)>>,
+    /// Pulls OCI modules (one client, its per-registry limits and disk cache for all plugins).
+    puller: crate::hotload::oci::Puller,
+    /// Per WasmPlugin with an OCI module, what it last resolved to.
+    resolved: parking_lot::Mutex<std::collections::HashMap<String, oci::Resolved>>,
+    /// How often unpinned OCI tags are resolved again by default.
+    oci_refresh: Duration,
 }
 
 fn gvk() -> GroupVersionKind {
@@ -175,7 +186,23 @@ impl WasmPluginSource {
         manager.context().readiness.set(READINESS_CHECK, false);
         let events = crate::event_sink::EventSink::new(crate::identity::Identities::host(client.clone()));
         let (module_namespace, selector, evented) = (module_namespace.into(), None, Default::default());
-        Self { manager, client, module_namespace, selector, events, evented }
+        let puller = crate::hotload::oci::Puller::new(&Default::default());
+        let (resolved, oci_refresh) = (Default::default(), oci::DEFAULT_REFRESH);
+        Self { manager, client, module_namespace, selector, events, evented, puller, resolved, oci_refresh }
+    }
+
+    /// Pull OCI modules with these options (disk cache, CA bundle, plain-HTTP registries).
+    #[must_use]
+    pub fn oci(mut self, options: &crate::hotload::oci::Options) -> Self {
+        self.puller = crate::hotload::oci::Puller::new(options);
+        self
+    }
+
+    /// Resolve unpinned OCI tags again this often unless a WasmPlugin says otherwise.
+    #[must_use]
+    pub fn oci_refresh(mut self, every: Duration) -> Self {
+        self.oci_refresh = every;
+        self
     }
 
     /// Serve only the WasmPlugins matching this label selector (several hosts can split them).
@@ -291,6 +318,7 @@ impl WasmPluginSource {
     /// Applies one WasmPlugin; says what to do with its name next.
     async fn reconcile(&self, name: &str, plugins: &Informer, modules: &Informer) -> Followup {
         let Some(obj) = plugins.store().get(None, name) else {
+            self.forget_oci(name);
             self.manager.remove(name, &Origin::WasmPlugin).await;
             return Followup::Done;
         };
@@ -346,6 +374,9 @@ impl WasmPluginSource {
         modules: &Informer,
     ) -> Result<Option<Arc<[u8]>>, NotServing> {
         let module = &plugin.spec.module;
+        if let Some(oci) = &module.oci {
+            return self.oci_module(name, plugin, oci).await;
+        }
         if let Some(url) = &module.url
             && self.manager.serves(name, &url.sha256, &plugin.spec.plugin_config()).await
         {
@@ -354,11 +385,13 @@ impl WasmPluginSource {
         self.module_bytes(module, modules).await.map(Some)
     }
 
-    /// The bytes of `module`, from its ConfigMap or URL.
+    /// The bytes of `module`, from its ConfigMap, URL or registry (a canary's: not remembered
+    /// for the status).
     async fn module_bytes(&self, module: &ModuleSource, modules: &Informer) -> Result<Arc<[u8]>, NotServing> {
-        match (&module.config_map, &module.url) {
-            (Some(source), None) => self.config_map_module(source, modules),
-            (None, Some(url)) => {
+        match (&module.config_map, &module.url, &module.oci) {
+            (None, None, Some(oci)) => self.oci_bytes(oci).await,
+            (Some(source), None, None) => self.config_map_module(source, modules),
+            (None, Some(url), None) => {
                 match super::fetch::fetch(&url.url, &url.sha256, FETCH_TIMEOUT).await {
                     Ok(bytes) => Ok(Arc::from(bytes)),
                     Err(e) => {
@@ -373,7 +406,7 @@ impl WasmPluginSource {
             }
             _ => Err(NotServing {
                 reason: "InvalidSpec",
-                message: "set exactly one of spec.module.configMap and spec.module.url".into(),
+                message: "set exactly one of spec.module.configMap, spec.module.url and spec.module.oci".into(),
                 retry: false,
             }),
         }
@@ -481,6 +514,7 @@ impl WasmPluginSource {
             revision: serving.as_ref().map(|s| s.revision),
             last_error: result.as_ref().err().map(|p| p.message.clone()).or_else(|| waiting.clone()),
             canary: None,
+            oci: self.oci_status(name, plugin),
         };
         let canary = self.manager.canary(name).await;
         let wants_canary = plugin.is_some_and(|p| p.spec.canary.is_some());
@@ -492,7 +526,7 @@ impl WasmPluginSource {
             (true, None) => Followup::Retry,
             (false, None) if canary.is_some() && wants_canary => Followup::Canary,
             (false, None) if lacking => Followup::RecheckRbac,
-            (false, None) => Followup::Done,
+            (false, None) => self.refresh(plugin).map_or(Followup::Done, Followup::Refresh),
         };
         if !self.manager.context().leader.is_leader() {
             return next;

@@ -10,6 +10,7 @@ pub mod directory;
 pub mod fetch;
 pub mod manager;
 pub mod metrics;
+pub mod oci;
 pub mod wasmplugin;
 
 pub use crd_source::WasmPluginSource;

@@ -79,12 +79,12 @@ fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
 
-/// Where the component comes from: exactly one of `configMap` and `url`.
+/// Where the component comes from: exactly one of `configMap`, `url` and `oci`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "has(self.configMap) != has(self.url)",
-    "message": "set exactly one of configMap and url"
+    "rule": "[has(self.configMap), has(self.url), has(self.oci)].filter(x, x).size() == 1",
+    "message": "set exactly one of configMap, url and oci"
 }]))]
 pub struct ModuleSource {
     /// A key of a ConfigMap in the host's namespace whose `binaryData` holds the component.
@@ -93,6 +93,34 @@ pub struct ModuleSource {
     /// An HTTP(S) URL, pinned by the component's sha256.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<UrlModule>,
+    /// A wasm artifact in an OCI registry (recommended: no size limit of a ConfigMap, and
+    /// pinned by digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciModule>,
+}
+
+/// A component pushed to an OCI registry as a wasm artifact (`kubewasm push`): an image manifest
+/// with config `application/vnd.wasm.config.v0+json` and one `application/wasm` layer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OciModule {
+    /// `registry/repository:tag`, or `registry/repository@sha256:…` (pinned).
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// The manifest digest to pull (`sha256:…`), pinning a tag reference: the tag is then never
+    /// resolved, and the registry's bytes must have this digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
+    pub digest: Option<String>,
+    /// Seconds between resolutions of an unpinned tag (a new digest is swapped in); unset: the
+    /// host's `--oci-refresh-seconds`. Never for a digest reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10))]
+    pub refresh_interval_seconds: Option<u64>,
+    /// A `kubernetes.io/dockerconfigjson` Secret in the host's namespace with credentials for the
+    /// registry; unset: anonymous pulls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<String>,
 }
 
 /// A component fetched over HTTP(S).
@@ -144,6 +172,22 @@ pub struct WasmPluginStatus {
     /// The dry-run canary's findings while `spec.canary` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanaryStatus>,
+    /// For an OCI module: the reference, the digest it resolved to and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciStatus>,
+}
+
+/// What an OCI module reference was last resolved to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OciStatus {
+    /// The reference resolved.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// The manifest digest it named (`sha256:…`).
+    pub digest: String,
+    /// When it was resolved (RFC 3339).
+    pub resolved_at: String,
 }
 
 /// What the dry-run canary found (counts since its candidate was loaded by this host).
@@ -327,7 +371,7 @@ mod tests {
         assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
         let yaml = crd_yaml();
         assert!(yaml.contains("x-kubernetes-preserve-unknown-fields"), "{yaml}");
-        assert!(yaml.contains("has(self.configMap) != has(self.url)"), "{yaml}");
+        assert!(yaml.contains("[has(self.configMap), has(self.url), has(self.oci)]"), "{yaml}");
         assert!(yaml.contains("^[0-9a-f]{64}$"), "{yaml}");
         assert!(!yaml.contains("default:"), "host defaults must not be frozen into objects: {yaml}");
     }

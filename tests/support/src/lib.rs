@@ -25,6 +25,7 @@ mod etcd;
 mod pki;
 mod process;
 mod proxy;
+mod registry;
 
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command};
@@ -39,6 +40,7 @@ use kube::api::PostParams;
 
 pub use binaries::DEFAULT_K8S_VERSION;
 pub use proxy::FaultProxy;
+pub use registry::{DEFAULT_REGISTRY_VERSION, REGISTRY_PASSWORD, REGISTRY_USER, Registry};
 
 use binaries::Binaries;
 use etcd::Etcd;
