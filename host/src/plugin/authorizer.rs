@@ -270,8 +270,10 @@ impl Authorizer {
     /// changing nothing outside `status`.
     fn status_write(&self, req: &Request<'_>, facts: &Facts, granted: bool) -> Result<Decision, String> {
         if !granted && !self.grants.can_write_status(&req.target.kind) {
+            // No grant is suggested: `write` on the kind would open every object's status to it.
             return Err(format!(
-                "a plugin writes the status of its for kind only, or of a kind granted `write: [{}]`",
+                "a plugin writes the status of its for kind only, and {} is not its for kind \
+                 (its controller writes an owned object's status)",
                 KindRef::of(&req.target.kind)
             ));
         }

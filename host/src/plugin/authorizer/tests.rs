@@ -366,6 +366,31 @@ fn every_cell_of_the_authorizer_table_gets_its_decision() {
     assert!(failures.is_empty(), "{} cells decided wrongly:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// Bug 1 of issue 32: a refusal of an owned kind's write pointed at `write: [ConfigMap]`, a
+/// grant that opens every ConfigMap in the cluster, as if it were the fix.
+#[test]
+fn no_refusal_of_an_owned_kind_suggests_a_grant_that_opens_every_object_of_the_kind() {
+    let world = World::new();
+    let authorizer = world.authorizer(owner_of_config_maps(), "{}");
+    let mut refusals = 0;
+    for row in table().into_iter().filter(|r| matches!(r.grant, Grant::Owns) && r.kind == cm()) {
+        let target =
+            ObjectRef { kind: row.kind.clone(), namespace: row.namespace.map(Into::into), name: row.name.into() };
+        let body = match (&row.body, &row.patch) {
+            (Some(object), _) => Body::Object(object),
+            (None, Some(patch)) => Body::Patch(patch),
+            (None, None) => Body::None,
+        };
+        let request = Request { verb: row.verb, target: &target, status: row.status, body };
+        if let Decision::Deny(why) = world.decide(&authorizer, &request) {
+            refusals += 1;
+            let message = authorizer.message(&request, &why);
+            assert!(!message.contains("write: [ConfigMap]") && !message.contains("granted `write"), "{message}");
+        }
+    }
+    assert!(refusals > 5, "the table refuses owned-kind writes ({refusals})");
+}
+
 #[test]
 fn the_host_namespace_is_protected_from_events_and_writes_of_an_unconfined_plugin() {
     let world = World::new();
