@@ -230,6 +230,7 @@ fn table() -> Vec<Row> {
         row(Owns, Read, cm.clone(), (Some("in"), ""), Allow),
         row(Reads, Read, cm.clone(), (None, ""), Allow),
         row(Owns, Read, secret.clone(), (None, ""), Deny("register the kind Secret")),
+        row(Owns, Read, secret.clone(), (None, ""), Deny("`grants.read: [Secret]` in the plugin's config (p.yaml)")),
         // The uncached get: readable kinds, in scope, a Namespace judged by its name.
         row(Owns, Get, cm.clone(), (Some("in"), "anything"), Allow),
         row(Owns, Get, cm.clone(), (Some("out"), "anything"), Deny("namespace out is outside")),
@@ -284,6 +285,7 @@ fn table() -> Vec<Row> {
         // Read only: no writes.
         row(Reads, Apply, cm.clone(), (Some("in"), "mine"), Deny("own the kind ConfigMap")).body(child("in", "mine", None, "web")),
         row(Reads, Delete, cm.clone(), (Some("in"), "mine"), Deny("own the kind ConfigMap")),
+        row(Reads, Delete, cm.clone(), (Some("in"), "mine"), Deny("`grants.write: [ConfigMap]` in the plugin's config (p.yaml)")),
         row(Reads, Get, cm.clone(), (Some("in"), "mine"), Allow),
         // Status of the for kind: only objects it reconciles, only `status`.
         row(Owns, Apply, dep.clone(), (Some("in"), "web"), Allow).status()
