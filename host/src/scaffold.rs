@@ -273,6 +273,26 @@ mod tests {
     }
 
     #[test]
+    fn every_projects_offline_test_passes_a_compile_cache_the_project_ignores() {
+        let sdk = Path::new("/sdk");
+        for (files, test) in [
+            (rust_files("p", sdk), "tests/offline.rs"),
+            (python_files("p", sdk), "tests/test_offline.py"),
+            (js_files("p", sdk), "tests/offline.test.mjs"),
+        ] {
+            let text = |f: &str| files.iter().find(|(p, _, _)| p == f).map(|(_, t, _)| t.clone()).unwrap();
+            let test = text(test);
+            assert!(test.contains("'--compile-cache'") || test.contains("\"--compile-cache\""), "{test}");
+            assert!(
+                test.contains("KUBEWASM_COMPILE_CACHE") && test.contains(".kubewasm/compile-cache")
+                    || test.contains("\".kubewasm\" / \"compile-cache\""),
+                "{test}"
+            );
+            assert!(text(".gitignore").lines().any(|l| l == "/.kubewasm/"), "the cache is not committed");
+        }
+    }
+
+    #[test]
     fn an_sdk_is_its_languages_source_directory_or_package() {
         for language in [Language::Rust, Language::Python, Language::Js] {
             assert!(locate_sdk(language, None).is_ok(), "{language:?}: the checkout's SDK");

@@ -127,15 +127,24 @@ fn scaffold_and_build(language: &str, name: &str) -> (tempfile::TempDir, PathBuf
     (work, project)
 }
 
-/// Runs a project's own offline test command with `kubewasm` being this build's binary and the
-/// tests' compile cache (so the host below loads the component without compiling it again).
-fn offline_test(mut runner: Command, project: &Path) -> String {
+/// Runs a project's own offline test command with `kubewasm` being this build's binary, as an
+/// author runs it (no `$KUBEWASM_COMPILE_CACHE`): the test keeps the compiled component in the
+/// project's `.kubewasm/compile-cache`, which the host below loads it from without compiling
+/// it again. Returns the runner's output and that cache.
+fn offline_test(mut runner: Command, project: &Path) -> (String, PathBuf) {
     runner
         .current_dir(project)
         .env("KUBEWASM", env!("CARGO_BIN_EXE_kubewasm"))
-        .env("KUBEWASM_COMPILE_CACHE", common::test_compile_cache())
+        .env_remove("KUBEWASM_COMPILE_CACHE")
         .env("KUBECONFIG", "/nonexistent");
-    common::run_ok(runner)
+    let out = common::run_ok(runner);
+    let cache = project.join(".kubewasm/compile-cache");
+    assert!(
+        std::fs::read_dir(&cache).is_ok_and(|mut entries| entries.next().is_some()),
+        "the offline test kept the compiled component in {}",
+        cache.display()
+    );
+    (out, cache)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,9 +156,9 @@ async fn a_new_python_project_builds_passes_its_pytest_and_reconciles_on_the_api
     assert_eq!(source_files(&sdk), before, "the build wrote nothing into the SDK's sources");
     let mut pytest = Command::new(venv.join("bin/pytest"));
     pytest.args(["-q", "-p", "no:cacheprovider"]);
-    let out = offline_test(pytest, &project);
+    let (out, cache) = offline_test(pytest, &project);
     assert!(out.contains("1 passed"), "{out}");
-    serves_and_reconciles(&project, "hello-py", Some(&common::test_compile_cache())).await;
+    serves_and_reconciles(&project, "hello-py", Some(&cache)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,9 +167,9 @@ async fn a_new_js_project_builds_passes_its_node_test_and_reconciles_on_the_apis
     let (_work, project) = scaffold_and_build("js", "hello-js");
     let mut node = Command::new("node");
     node.arg("--test");
-    let out = offline_test(node, &project);
+    let (out, cache) = offline_test(node, &project);
     assert!(out.contains("# pass 1") && out.contains("# fail 0"), "{out}");
-    serves_and_reconciles(&project, "hello-js", Some(&common::test_compile_cache())).await;
+    serves_and_reconciles(&project, "hello-js", Some(&cache)).await;
 }
 
 /// Every file under `dir`, recursively (to see that a build wrote nothing there).
