@@ -138,3 +138,18 @@ fn an_unknown_config_field_is_reported_once() {
     assert!(!ok);
     assert_eq!(stderr.matches("unknown field `setings`").count(), 1, "{stderr}");
 }
+
+#[test]
+fn a_relative_compile_cache_is_taken_from_the_working_directory() {
+    let work = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .args(["--log", "warn", "check"])
+        .arg(common::plugin_dir().join("namespace_defaults.wasm"))
+        .args(["--compile-cache", "relative/cache"])
+        .current_dir(work.path())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::read_dir(work.path().join("relative/cache")).unwrap().next().is_some(), "the cache was filled");
+}
