@@ -1,5 +1,5 @@
-//! `kubewasm new rust|python|js`: a project outside the repository is scaffolded, built with its
-//! own build script, passes its offline test through `kubewasm test` (cargo's, pytest, node
+//! `kubewasm new rust|python|js`: a project outside the repository, with the SDK vendored and no
+//! path to the checkout in it, is scaffolded, built with its own build script, passes its offline test through `kubewasm test` (cargo's, pytest, node
 //! --test), and reconciles on a real kube-apiserver + etcd when its directory is served by the host.
 //!
 //! The Python and JavaScript builds use the toolchains `make test` installed (`make py-plugins
@@ -74,6 +74,7 @@ async fn a_new_rust_project_builds_passes_its_offline_test_and_reconciles_on_the
     let dir = project.display().to_string();
     let created = common::run_ok(kubewasm(&["new", "rust", "hello-ns", "--dir", &dir]));
     assert!(created.contains("build.sh"), "{created}");
+    names_no_checkout(&project);
     let again = kubewasm(&["new", "rust", "hello-ns", "--dir", &dir]).output().unwrap();
     assert!(!again.status.success(), "a project is never written over");
 
@@ -114,6 +115,17 @@ async fn serves_and_reconciles(project: &Path, name: &str, compile_cache: Option
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }
 
+/// Asserts that no file of the freshly made `project` names the checkout: it builds from the
+/// SDK copy in its `vendor/`, so it can be committed and built anywhere.
+fn names_no_checkout(project: &Path) {
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().display().to_string();
+    for file in source_files(project) {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        assert!(!text.contains(&checkout), "{} names the checkout {checkout}", file.display());
+    }
+    assert!(project.join("vendor/kubewasm-sdk").is_dir(), "the SDK is vendored");
+}
+
 /// Scaffolds a `language` project named `name` in a temporary directory and runs its build
 /// script; returns the directory (kept alive by the guard).
 fn scaffold_and_build(language: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
@@ -122,6 +134,7 @@ fn scaffold_and_build(language: &str, name: &str) -> (tempfile::TempDir, PathBuf
     let dir = project.display().to_string();
     let created = common::run_ok(kubewasm(&["new", language, name, "--dir", &dir]));
     assert!(created.contains("build.sh"), "{created}");
+    names_no_checkout(&project);
     common::run_ok(Command::new(project.join("build.sh")));
     assert!(project.join(format!("{name}.wasm")).is_file(), "build.sh wrote {name}.wasm");
     (work, project)
