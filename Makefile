@@ -40,13 +40,18 @@ export KUBEWASM_IMAGE_DIR ?= $(TARGET_DIR)/image
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy fixture-hostile fixture-hostile-legacy
 
-.PHONY: help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools
+.PHONY: install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
 	@echo "make test    run every test (builds plugins and the control plane first)"
 	@echo "make image   build the host's container image ($(IMAGE)) without a Docker engine"
+	@echo "make install put kubewasm on the PATH (cargo install into ~/.cargo/bin)"
 	@echo "parts: toolchain plugins control-plane lint bench"
+
+## `kubewasm` on the PATH (~/.cargo/bin): the release binary, built from the lock file.
+install: toolchain
+	$(CARGO) install --locked --path host --bin kubewasm
 
 ## The pinned Rust toolchain and the wasm32-wasip2 target (rust-toolchain.toml names both).
 toolchain:

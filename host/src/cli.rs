@@ -354,8 +354,9 @@ pub struct NewArgs {
     /// Where to create the project (must be absent or empty); default `./<name>`.
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// The SDK the project builds with; default: `plugins/sdk/<language>` of the kubewasm checkout
-    /// this binary was built from. Rust: the crate's directory (a path dependency). Python: the
+    /// The SDK the project builds with; default: a copy of the one this binary carries, written
+    /// into the project's `vendor/kubewasm-sdk/` (no path outside the project). Rust: the
+    /// crate's directory (a path dependency). Python: the
     /// SDK's directory, or the wheel or sdist `make sdk-packages` builds (build.sh installs it
     /// with pip). JavaScript: the SDK's directory, or the tarball `make sdk-packages` packs (a
     /// `file:` dependency).

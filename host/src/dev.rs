@@ -26,13 +26,19 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     })
     .await??;
     write_kubeconfig(control_plane.kubeconfig_path(), &kubeconfig_out)?;
-    let kubeconfig = kubeconfig_out.display();
+    // What is printed works as printed: from any directory, with or without kubectl on PATH.
+    let kubeconfig_abs = std::path::absolute(&kubeconfig_out).unwrap_or_else(|_| kubeconfig_out.clone());
+    let kubeconfig = kubeconfig_abs.display();
+    let kubectl = match on_path("kubectl") {
+        true => "kubectl".to_owned(),
+        false => control_plane.kubectl_path().display().to_string(),
+    };
     let plugins = run.plugins.as_ref().map_or_else(|| "(none: --plugins DIR)".to_owned(), |p| p.display().to_string());
     println!(
         "kubewasm dev: control plane ready in {:?}\n\
          \x20 kubeconfig:  {kubeconfig}\n\
-         \x20 try:         kubectl --kubeconfig {kubeconfig} create namespace demo\n\
-         \x20              kubectl --kubeconfig {kubeconfig} get all,events -A\n\
+         \x20 try:         {kubectl} --kubeconfig {kubeconfig} create namespace demo\n\
+         \x20              {kubectl} --kubeconfig {kubeconfig} get all,events -A\n\
          \x20 plugins:     {plugins} (add, change or remove <name>.wasm / <name>.yaml; they reload)\n\
          \x20 logs:        {}\n\
          \x20 Ctrl-C stops the host and the control plane.",
@@ -50,6 +56,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || drop(control_plane)).await?;
     eprintln!("kubewasm dev: stopped");
     result
+}
+
+/// Whether an executable file `name` is in a directory of `$PATH`.
+fn on_path(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(path) = std::env::var_os("PATH") else { return false };
+    std::env::split_paths(&path)
+        .filter_map(|dir| std::fs::metadata(dir.join(name)).ok())
+        .any(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Copies the control plane's kubeconfig to `out` atomically (written beside it, then renamed).

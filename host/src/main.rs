@@ -71,6 +71,7 @@ async fn load(args: CheckArgs) -> anyhow::Result<(String, kubewasm::plugin::Plug
     let config = args
         .config
         .or_else(|| ["yaml", "yml", "json"].iter().map(|e| args.wasm.with_extension(e)).find(|p| p.is_file()));
+    let config_path = config.clone();
     let config = match config.as_deref().map(wasm_plugin_manifest).transpose()?.flatten() {
         Some(manifest) => {
             name = kube::ResourceExt::name_any(&manifest);
@@ -84,9 +85,26 @@ async fn load(args: CheckArgs) -> anyhow::Result<(String, kubewasm::plugin::Plug
         runtime_config = runtime_config.cache_dir(dir);
     }
     let runtime = Runtime::new(runtime_config)?;
-    let plugin = runtime
-        .load(&name, wasm.into(), config, Arc::new(MemoryCache::default()), Arc::new(RecordingWriter::default()))
-        .await?;
+    let loaded = runtime.load(
+        &name,
+        wasm.into(),
+        config,
+        Arc::new(MemoryCache::default()),
+        Arc::new(RecordingWriter::default()),
+    );
+    // A rejection names the file to fix: the config for its grants, limits or settings.
+    let plugin = loaded.await.map_err(|e| {
+        let blamed = match (config_path, e.blames_config()) {
+            (Some(config), true) => config.display().to_string(),
+            (None, true) => format!(
+                "{} (absent: create it beside {})",
+                args.wasm.with_extension("yaml").display(),
+                args.wasm.display()
+            ),
+            (_, false) => args.wasm.display().to_string(),
+        };
+        anyhow::Error::new(e).context(blamed)
+    })?;
     Ok((name, plugin))
 }
 
@@ -109,9 +127,11 @@ async fn check(args: CheckArgs) -> anyhow::Result<()> {
     let (name, plugin) = load(args).await?;
     let reg = plugin.registration();
     println!("plugin:         {name} (sha256 {})", plugin.sha256());
-    println!("reconciles:     {}", kinds([&reg.for_kind]));
-    println!("owns:           {}", kinds(&reg.owns));
-    println!("watches:        {}", kinds(reg.watches.iter().map(|w| &w.kind)));
+    let no_filter = kubewasm::plugin::registration::EventFilter::default();
+    let owns = reg.owns.iter().enumerate().map(|(i, kind)| (kind, reg.owns_filters.get(i).unwrap_or(&no_filter)));
+    println!("reconciles:     {}", filtered([(&reg.for_kind, &reg.for_filter)]));
+    println!("owns:           {}", filtered(owns));
+    println!("watches:        {}", filtered(reg.watches.iter().map(|w| (&w.kind, &w.filter))));
     println!("reads:          {}", plugin.grants().readable().map(ToString::to_string).collect::<Vec<_>>().join(", "));
     let join = |kinds: Vec<String>| kinds.join(", ");
     println!("writes:         {}", join(plugin.grants().writable().map(ToString::to_string).collect()));
@@ -124,8 +144,16 @@ async fn check(args: CheckArgs) -> anyhow::Result<()> {
 }
 
 /// Kinds as a manifest names them, `apiVersion kind` (`v1 Namespace`, `apps/v1 Deployment`),
-/// comma-separated; `-` for none.
-fn kinds<'a>(gvks: impl IntoIterator<Item = &'a GroupVersionKind>) -> String {
-    let names: Vec<String> = gvks.into_iter().map(|g| format!("{} {}", g.api_version(), g.kind)).collect();
+/// each with its event filter in parentheses if it has one, comma-separated; `-` for none.
+fn filtered<'a>(
+    kinds: impl IntoIterator<Item = (&'a GroupVersionKind, &'a kubewasm::plugin::registration::EventFilter)>,
+) -> String {
+    let names: Vec<String> = kinds
+        .into_iter()
+        .map(|(g, filter)| match filter.is_empty() {
+            true => format!("{} {}", g.api_version(), g.kind),
+            false => format!("{} {} ({filter})", g.api_version(), g.kind),
+        })
+        .collect();
     if names.is_empty() { "-".to_owned() } else { names.join(", ") }
 }

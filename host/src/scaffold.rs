@@ -5,12 +5,11 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::Language;
 
+mod vendor;
+
 /// The contract version the templates are written for (the SDKs' world, `wit/` of a Python or
 /// JavaScript project).
 pub const CONTRACT: &str = "0.2.0";
-
-/// The SDKs of the checkout this binary was built from; `kubewasm new --sdk` overrides them.
-const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/sdk/");
 
 /// The toolchain this repository pins (with the wasm32-wasip2 target), pinned by the project too.
 const TOOLCHAIN: &str = include_str!("../../rust-toolchain.toml");
@@ -144,27 +143,24 @@ fn js_files(name: &str, sdk: &Path) -> Vec<File> {
     files
 }
 
-/// Finds the SDK a `language` project builds with: `sdk`, or the one in the checkout this binary
-/// was built from. Rust takes the crate's directory; Python its source directory (with
-/// `pyproject.toml`), a wheel or an sdist; JavaScript its directory (with `package.json`) or the
-/// tarball `npm pack` makes.
-fn locate_sdk(language: Language, sdk: Option<&Path>) -> Result<PathBuf> {
-    let (dir, manifest, packages, expected): (&str, &str, &[&str], _) = match language {
-        Language::Rust => ("rust", "Cargo.toml", &[], "plugins/sdk/rust of a kubewasm checkout"),
+/// Checks the SDK `--sdk` named for a `language` project. Rust takes the crate's directory;
+/// Python its source directory (with `pyproject.toml`), a wheel or an sdist; JavaScript its
+/// directory (with `package.json`) or the tarball `npm pack` makes.
+fn locate_sdk(language: Language, sdk: &Path) -> Result<PathBuf> {
+    let (manifest, packages, expected): (&str, &[&str], _) = match language {
+        Language::Rust => ("Cargo.toml", &[], "plugins/sdk/rust of a kubewasm checkout"),
         Language::Python => (
-            "python",
             "pyproject.toml",
             &[".whl", ".tar.gz"],
             "plugins/sdk/python of a kubewasm checkout, or the wheel or sdist `make sdk-packages` builds",
         ),
         Language::Js => (
-            "js",
             "package.json",
             &[".tgz"],
             "plugins/sdk/js of a kubewasm checkout, or the tarball `make sdk-packages` packs",
         ),
     };
-    let path = sdk.map_or_else(|| PathBuf::from(format!("{BUILT_SDK}{dir}")), Path::to_owned);
+    let path = sdk.to_owned();
     let missing = |path: PathBuf| Error::NoSdk { language, path, expected };
     let path = path.canonicalize().map_err(|_| missing(path.clone()))?;
     let name = path.file_name().unwrap_or_default().to_string_lossy();
@@ -173,19 +169,30 @@ fn locate_sdk(language: Language, sdk: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// Creates the `language` plugin project `name` in `dir` (default `./<name>`), building with the
-/// SDK `sdk` (default: the one of the checkout this binary was built from; see `locate_sdk`).
-/// Returns the directory.
+/// SDK `sdk` (see `locate_sdk`), by default a copy of the one this binary carries in the
+/// project's `vendor/kubewasm-sdk/`: a project holds no path to a checkout. Returns the
+/// directory.
 pub fn new(language: Language, name: &str, dir: Option<&Path>, sdk: Option<&Path>) -> Result<PathBuf> {
     check_name(name)?;
     let dir = dir.map_or_else(|| PathBuf::from(name), Path::to_owned);
     if dir.read_dir().is_ok_and(|mut entries| entries.next().is_some()) {
         return Err(Error::NotEmpty(dir));
     }
-    let sdk = locate_sdk(language, sdk)?;
-    let files = match language {
-        Language::Rust => rust_files(name, &sdk),
-        Language::Python => python_files(name, &sdk),
-        Language::Js => js_files(name, &sdk),
+    let files = match sdk {
+        Some(sdk) => {
+            let sdk = locate_sdk(language, sdk)?;
+            match language {
+                Language::Rust => rust_files(name, &sdk),
+                Language::Python => python_files(name, &sdk),
+                Language::Js => js_files(name, &sdk),
+            }
+        }
+        // Relative to the project, which its build scripts run from.
+        None => match language {
+            Language::Rust => [rust_files(name, Path::new(vendor::DIR)), vendor::rust()].concat(),
+            Language::Python => [python_files(name, &Path::new(".").join(vendor::DIR)), vendor::python()].concat(),
+            Language::Js => [js_files(name, &Path::new(".").join(vendor::DIR)), vendor::js()].concat(),
+        },
     };
     let io = |path: &Path| {
         let path = path.to_owned();
@@ -228,6 +235,7 @@ mod tests {
         let config = PluginConfig::from_yaml(&text("hello-ns.yaml")).unwrap();
         assert_eq!(config.check_settings(), Ok(()));
         assert!(config.grants.write.is_empty(), "least privilege: the ConfigMaps it owns need no grant");
+        assert!(text("src/lib.rs").contains("deny_unknown_fields"), "settings are strict, as in every SDK");
         let typo = PluginConfig { settings: Some(serde_json::json!({"greting": "hi"})), ..config };
         assert!(typo.check_settings().is_err(), "the schema refuses a misspelled setting");
     }
@@ -273,18 +281,63 @@ mod tests {
     }
 
     #[test]
-    fn an_sdk_is_its_languages_source_directory_or_package() {
-        for language in [Language::Rust, Language::Python, Language::Js] {
-            assert!(locate_sdk(language, None).is_ok(), "{language:?}: the checkout's SDK");
+    fn every_projects_offline_test_passes_a_compile_cache_the_project_ignores() {
+        let sdk = Path::new("/sdk");
+        for (files, test) in [
+            (rust_files("p", sdk), "tests/offline.rs"),
+            (python_files("p", sdk), "tests/test_offline.py"),
+            (js_files("p", sdk), "tests/offline.test.mjs"),
+        ] {
+            let text = |f: &str| files.iter().find(|(p, _, _)| p == f).map(|(_, t, _)| t.clone()).unwrap();
+            let test = text(test);
+            assert!(test.contains("'--compile-cache'") || test.contains("\"--compile-cache\""), "{test}");
+            assert!(
+                test.contains("KUBEWASM_COMPILE_CACHE") && test.contains(".kubewasm/compile-cache")
+                    || test.contains("\".kubewasm\" / \"compile-cache\""),
+                "{test}"
+            );
+            assert!(text(".gitignore").lines().any(|l| l == "/.kubewasm/"), "the cache is not committed");
         }
-        let rust = locate_sdk(Language::Rust, None).unwrap();
-        assert!(matches!(locate_sdk(Language::Python, Some(&rust)), Err(Error::NoSdk { .. })));
+    }
+
+    #[test]
+    fn an_sdk_is_its_languages_source_directory_or_package() {
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk");
+        for (language, dir) in [(Language::Rust, "rust"), (Language::Python, "python"), (Language::Js, "js")] {
+            assert!(locate_sdk(language, &checkout.join(dir)).is_ok(), "{language:?}: a checkout's SDK");
+        }
+        let rust = checkout.join("rust");
+        assert!(matches!(locate_sdk(Language::Python, &rust), Err(Error::NoSdk { .. })));
         let dir = tempfile::tempdir().unwrap();
         let wheel = dir.path().join("kubewasm_sdk-0.2.0-py3-none-any.whl");
         std::fs::write(&wheel, "").unwrap();
-        assert!(locate_sdk(Language::Python, Some(&wheel)).is_ok());
-        assert!(locate_sdk(Language::Js, Some(&wheel)).is_err(), "a wheel is no npm package");
-        assert!(locate_sdk(Language::Js, Some(&dir.path().join("absent.tgz"))).is_err());
+        assert!(locate_sdk(Language::Python, &wheel).is_ok());
+        assert!(locate_sdk(Language::Js, &wheel).is_err(), "a wheel is no npm package");
+        assert!(locate_sdk(Language::Js, &dir.path().join("absent.tgz")).is_err());
+    }
+
+    #[test]
+    fn a_project_made_without_sdk_carries_a_copy_and_no_absolute_path() {
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().display().to_string();
+        for language in [Language::Rust, Language::Python, Language::Js] {
+            let dir = tempfile::tempdir().unwrap();
+            let project = new(language, "p", Some(&dir.path().join("p")), None).unwrap();
+            let mut dirs = vec![project.clone()];
+            let mut vendored = 0;
+            while let Some(d) = dirs.pop() {
+                for entry in std::fs::read_dir(&d).unwrap() {
+                    let path = entry.unwrap().path();
+                    if path.is_dir() {
+                        dirs.push(path);
+                        continue;
+                    }
+                    vendored += usize::from(path.starts_with(project.join(vendor::DIR)));
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    assert!(!text.contains(&checkout), "{language:?}: {} names the checkout", path.display());
+                }
+            }
+            assert!(vendored >= 3, "{language:?}: the SDK is in vendor/");
+        }
     }
 
     #[test]

@@ -66,3 +66,90 @@ fn kubewasm_rbac_reads_a_wasm_plugin_manifest_as_the_plugins_config_and_name() {
     let committed = common::examples::deploy_dir().join("overlays/examples/identities/namespace-defaults.yaml");
     assert_eq!(printed, std::fs::read_to_string(committed).unwrap());
 }
+
+/// `kubewasm check` on a copy of the contract fixture in a directory of its own, with `config`
+/// as its `contract.yaml` (none if `None`): (success, stdout, stderr).
+fn check_contract(config: Option<&str>) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("contract.wasm");
+    std::fs::copy(common::plugin_dir().join("fixture_contract.wasm"), &wasm).unwrap();
+    if let Some(config) = config {
+        std::fs::write(dir.path().join("contract.yaml"), config).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .args(["--log", "warn", "check"])
+        .arg(&wasm)
+        .arg("--compile-cache")
+        .arg(common::test_compile_cache())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).replace(&dir.path().display().to_string(), "DIR");
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+const CONTRACT_GRANTS: &str = "grants: {read: [Secret], write: [ConfigMap, Namespace, Secret]}\n";
+
+#[test]
+fn check_prints_each_kinds_event_filter_beside_it() {
+    let config = format!("{CONTRACT_GRANTS}settings: {{namespace: team, predicates: [generation, labels]}}\n");
+    let (ok, stdout, stderr) = check_contract(Some(&config));
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(
+            "reconciles:     v1 ConfigMap (namespace team; labels kubewasm.test/contract=yes; updates changing generation or labels)\n"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("owns:           v1 Secret (namespace team)\n"), "{stdout}");
+    assert!(
+        stdout.contains("watches:        v1 Secret (namespace team; labels kubewasm.test/watched=yes)\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_missing_grant_names_the_config_file_and_the_grants_to_add_to_it() {
+    let (ok, _, stderr) = check_contract(Some("settings: {namespace: team}\n"));
+    assert!(!ok);
+    assert!(stderr.contains("DIR/contract.yaml"), "the config file is to blame, not the component: {stderr}");
+    assert!(stderr.contains("not granted: read Secret, write Secret, write ConfigMap"), "each once: {stderr}");
+    assert!(
+        stderr.contains("add to its config `grants: {read: [Secret], write: [ConfigMap, Namespace, Secret]}`"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = check_contract(None);
+    assert!(!ok && stderr.contains("DIR/contract.yaml (absent: create it beside DIR/contract.wasm)"), "{stderr}");
+}
+
+#[test]
+fn a_setting_the_schema_refuses_is_blamed_on_the_config_file_and_named_by_its_pointer() {
+    let schema =
+        "settingsSchema: {type: object, properties: {namespace: {type: string}}, additionalProperties: false}\n";
+    let (ok, _, stderr) = check_contract(Some(&format!("{CONTRACT_GRANTS}settings: {{namespce: team}}\n{schema}")));
+    assert!(!ok);
+    assert!(stderr.contains("DIR/contract.yaml"), "{stderr}");
+    assert!(stderr.contains("/namespce: not a setting the schema allows"), "{stderr}");
+}
+
+#[test]
+fn an_unknown_config_field_is_reported_once() {
+    let (ok, _, stderr) = check_contract(Some("setings: {}\n"));
+    assert!(!ok);
+    assert_eq!(stderr.matches("unknown field `setings`").count(), 1, "{stderr}");
+}
+
+#[test]
+fn a_relative_compile_cache_is_taken_from_the_working_directory() {
+    let work = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .args(["--log", "warn", "check"])
+        .arg(common::plugin_dir().join("namespace_defaults.wasm"))
+        .args(["--compile-cache", "relative/cache"])
+        .current_dir(work.path())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::read_dir(work.path().join("relative/cache")).unwrap().next().is_some(), "the cache was filled");
+}

@@ -24,6 +24,11 @@ struct Dev {
 
 impl Dev {
     fn start(extra: &[&str]) -> Self {
+        Self::start_with_path(extra, &std::env::var_os("PATH").unwrap_or_default())
+    }
+
+    /// [`start`](Self::start) with `$PATH` set to `path` for `kubewasm dev`.
+    fn start_with_path(extra: &[&str], path: &std::ffi::OsStr) -> Self {
         let work = tempfile::tempdir().unwrap();
         let plugins = work.path().join("plugins");
         std::fs::create_dir(&plugins).unwrap();
@@ -40,6 +45,7 @@ impl Dev {
             .args(["--admin-addr", "127.0.0.1:0", "--wasm-plugins=false", "--compile-cache"])
             .arg(work.path().join("compile-cache"))
             .args(extra)
+            .env("PATH", path)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
@@ -95,6 +101,26 @@ impl Drop for Dev {
     }
 }
 
+/// `$PATH` with every directory holding `tool` replaced by `shadow`, which gets a link to each
+/// of their other files: the same tools (the control plane needs `sh`, `kill`…) but that one.
+fn path_without(tool: &str, shadow: &std::path::Path) -> std::ffi::OsString {
+    let dirs = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect::<Vec<_>>();
+    let mut kept = vec![shadow.to_owned()];
+    for dir in dirs {
+        if !dir.join(tool).exists() {
+            kept.push(dir);
+            continue;
+        }
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            if name != tool && !shadow.join(&name).exists() {
+                let _ = std::os::unix::fs::symlink(entry.path(), shadow.join(&name));
+            }
+        }
+    }
+    std::env::join_paths(kept).unwrap()
+}
+
 async fn create_namespace(client: &kube::Client, name: &str) {
     let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
@@ -103,15 +129,30 @@ async fn create_namespace(client: &kube::Client, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_runs_a_directory_of_plugins_compiled_in_a_child_process_on_a_local_control_plane_until_sigint_stops_everything()
  {
-    let mut dev = Dev::start(&[]);
+    // No kubectl on its PATH, and the printed commands run from another directory with none
+    // either: they work as printed.
+    let no_kubectl = tempfile::tempdir().unwrap();
+    let path = path_without("kubectl", no_kubectl.path());
+    let mut dev = Dev::start_with_path(&[], &path);
     let client = dev.client().await;
+    let printed = common::eventually("the printed kubectl commands", START, || async {
+        let logs = dev.logs();
+        let lines: Vec<String> = logs.lines().filter(|l| l.contains("--kubeconfig")).map(str::to_owned).collect();
+        (lines.len() == 2).then_some(lines)
+    })
+    .await;
+    let create = printed[0].split_once("try:").expect("a `try:` line").1.trim().to_owned();
+    assert!(create.ends_with("create namespace demo") && create.starts_with('/'), "{create}");
+    let ran = Command::new("/bin/sh").args(["-c", &create]).current_dir("/").env("PATH", &path).output();
+    let ran = ran.unwrap();
+    assert!(ran.status.success(), "`{create}` as printed: {}", String::from_utf8_lossy(&ran.stderr));
     create_namespace(&client, "dev-demo").await;
     let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), "dev-demo");
     common::eventually("the plugin reconciled dev-demo", START, || async {
         quotas.get_opt("default-quota").await.ok().flatten()
     })
     .await;
-    assert!(dev.logs().contains(&format!("kubectl --kubeconfig {}", dev.kubeconfig.display())), "{}", dev.logs());
+    assert!(Api::<Namespace>::all(client.clone()).get_opt("demo").await.unwrap().is_some(), "kubectl created it");
     // `kubewasm compile-plugin` leaves a marker beside the compiled component.
     let markers = std::fs::read_dir(dev.work.path().join("compile-cache/kubewasm-compiled")).map(Iterator::count);
     assert!(matches!(markers, Ok(1)), "no child process compiled the plugin ({markers:?}): {}", dev.logs());

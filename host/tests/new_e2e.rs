@@ -1,5 +1,5 @@
-//! `kubewasm new rust|python|js`: a project outside the repository is scaffolded, built with its
-//! own build script, passes its offline test through `kubewasm test` (cargo's, pytest, node
+//! `kubewasm new rust|python|js`: a project outside the repository, with the SDK vendored and no
+//! path to the checkout in it, is scaffolded, built with its own build script, passes its offline test through `kubewasm test` (cargo's, pytest, node
 //! --test), and reconciles on a real kube-apiserver + etcd when its directory is served by the host.
 //!
 //! The Python and JavaScript builds use the toolchains `make test` installed (`make py-plugins
@@ -74,6 +74,7 @@ async fn a_new_rust_project_builds_passes_its_offline_test_and_reconciles_on_the
     let dir = project.display().to_string();
     let created = common::run_ok(kubewasm(&["new", "rust", "hello-ns", "--dir", &dir]));
     assert!(created.contains("build.sh"), "{created}");
+    names_no_checkout(&project);
     let again = kubewasm(&["new", "rust", "hello-ns", "--dir", &dir]).output().unwrap();
     assert!(!again.status.success(), "a project is never written over");
 
@@ -114,6 +115,17 @@ async fn serves_and_reconciles(project: &Path, name: &str, compile_cache: Option
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }
 
+/// Asserts that no file of the freshly made `project` names the checkout: it builds from the
+/// SDK copy in its `vendor/`, so it can be committed and built anywhere.
+fn names_no_checkout(project: &Path) {
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().display().to_string();
+    for file in source_files(project) {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        assert!(!text.contains(&checkout), "{} names the checkout {checkout}", file.display());
+    }
+    assert!(project.join("vendor/kubewasm-sdk").is_dir(), "the SDK is vendored");
+}
+
 /// Scaffolds a `language` project named `name` in a temporary directory and runs its build
 /// script; returns the directory (kept alive by the guard).
 fn scaffold_and_build(language: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
@@ -122,20 +134,30 @@ fn scaffold_and_build(language: &str, name: &str) -> (tempfile::TempDir, PathBuf
     let dir = project.display().to_string();
     let created = common::run_ok(kubewasm(&["new", language, name, "--dir", &dir]));
     assert!(created.contains("build.sh"), "{created}");
+    names_no_checkout(&project);
     common::run_ok(Command::new(project.join("build.sh")));
     assert!(project.join(format!("{name}.wasm")).is_file(), "build.sh wrote {name}.wasm");
     (work, project)
 }
 
-/// Runs a project's own offline test command with `kubewasm` being this build's binary and the
-/// tests' compile cache (so the host below loads the component without compiling it again).
-fn offline_test(mut runner: Command, project: &Path) -> String {
+/// Runs a project's own offline test command with `kubewasm` being this build's binary, as an
+/// author runs it (no `$KUBEWASM_COMPILE_CACHE`): the test keeps the compiled component in the
+/// project's `.kubewasm/compile-cache`, which the host below loads it from without compiling
+/// it again. Returns the runner's output and that cache.
+fn offline_test(mut runner: Command, project: &Path) -> (String, PathBuf) {
     runner
         .current_dir(project)
         .env("KUBEWASM", env!("CARGO_BIN_EXE_kubewasm"))
-        .env("KUBEWASM_COMPILE_CACHE", common::test_compile_cache())
+        .env_remove("KUBEWASM_COMPILE_CACHE")
         .env("KUBECONFIG", "/nonexistent");
-    common::run_ok(runner)
+    let out = common::run_ok(runner);
+    let cache = project.join(".kubewasm/compile-cache");
+    assert!(
+        std::fs::read_dir(&cache).is_ok_and(|mut entries| entries.next().is_some()),
+        "the offline test kept the compiled component in {}",
+        cache.display()
+    );
+    (out, cache)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,9 +169,9 @@ async fn a_new_python_project_builds_passes_its_pytest_and_reconciles_on_the_api
     assert_eq!(source_files(&sdk), before, "the build wrote nothing into the SDK's sources");
     let mut pytest = Command::new(venv.join("bin/pytest"));
     pytest.args(["-q", "-p", "no:cacheprovider"]);
-    let out = offline_test(pytest, &project);
+    let (out, cache) = offline_test(pytest, &project);
     assert!(out.contains("1 passed"), "{out}");
-    serves_and_reconciles(&project, "hello-py", Some(&common::test_compile_cache())).await;
+    serves_and_reconciles(&project, "hello-py", Some(&cache)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,9 +180,9 @@ async fn a_new_js_project_builds_passes_its_node_test_and_reconciles_on_the_apis
     let (_work, project) = scaffold_and_build("js", "hello-js");
     let mut node = Command::new("node");
     node.arg("--test");
-    let out = offline_test(node, &project);
+    let (out, cache) = offline_test(node, &project);
     assert!(out.contains("# pass 1") && out.contains("# fail 0"), "{out}");
-    serves_and_reconciles(&project, "hello-js", Some(&common::test_compile_cache())).await;
+    serves_and_reconciles(&project, "hello-js", Some(&cache)).await;
 }
 
 /// Every file under `dir`, recursively (to see that a build wrote nothing there).

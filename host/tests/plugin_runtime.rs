@@ -114,6 +114,15 @@ async fn a_panicking_plugin_becomes_a_trap_error_and_the_next_call_works() {
     let trapper = h.load("trapper", "fixture_trapper.wasm", PluginConfig::default()).await.unwrap();
     let err = trapper.reconcile(&key(Some("default"), "cm"), 0).await.unwrap_err();
     assert!(matches!(err, CallFailed::Trap(_)), "{err:?}");
+    // The panic's message and location, not a dump of `<wasm function N>` frames nor advice a
+    // sandboxed guest cannot follow.
+    let message = err.to_string();
+    assert!(
+        message.contains("panicked at plugins/fixtures/trapper/src/lib.rs:")
+            && message.contains(": trapper: panic while reconciling cm"),
+        "{message}"
+    );
+    assert!(!message.contains("<wasm function") && !message.contains("RUST_BACKTRACE"), "{message}");
 }
 
 #[tokio::test]

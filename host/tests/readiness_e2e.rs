@@ -111,6 +111,40 @@ async fn a_config_file_with_an_unknown_field_counts_as_a_rejected_version() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_whose_settings_break_its_schema_is_logged_once_blaming_the_config_file() {
+    let cp = ControlPlane::shared().expect("kube-apiserver, etcd and kubectl: run `make control-plane`");
+    let dir = tempfile::tempdir().unwrap();
+    let schema =
+        "settingsSchema: {type: object, properties: {optOutLabel: {type: string}}, additionalProperties: false}\n";
+    let config = install_plugin(dir.path(), "defaults", "namespace_defaults.wasm", schema).with_extension("yaml");
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut command = kubewasm_run(dir.path());
+    command.arg("--kubeconfig").arg(cp.kubeconfig_path()).args(["--wasm-plugins", "false"]);
+    command.stderr(log.reopen().unwrap());
+    let mut host = HostProcess::spawn(command);
+    host.ready(TIMEOUT).await;
+
+    std::fs::write(&config, format!("settings: {{optOutLable: x}}\n{schema}")).unwrap();
+    eventually("the new version rejected", TIMEOUT, || async {
+        host.metric("kubewasm_plugin_rejected_versions_total", &[("plugin", "defaults")]).filter(|n| *n == 1.0)
+    })
+    .await;
+    // A later pass has run once another file added after it serves: every line the rejecting
+    // pass logs is written by then.
+    install_plugin(dir.path(), "later", "fixture_sleeper.wasm", "grants: {write: [ConfigMap]}\n");
+    eventually("the plugin added after the rejection serving", TIMEOUT, || async {
+        host.get("/readyz").filter(|r| r.contains("[+] controller later"))
+    })
+    .await;
+    let log = std::fs::read_to_string(log.path()).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("optOutLable")).collect();
+    assert_eq!(lines.len(), 1, "one line per rejection:\n{log}");
+    assert!(lines[0].contains("fix=defaults.yaml") && !lines[0].contains("defaults.wasm"), "{}", lines[0]);
+    assert!(lines[0].contains("/optOutLable: not a setting the schema allows"), "{}", lines[0]);
+    assert!(lines[0].contains("serving_revision=1") && !lines[0].contains("Some("), "{}", lines[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_whose_admin_address_is_taken_exits_1_naming_the_address() {
     let cp = ControlPlane::shared().expect("kube-apiserver, etcd and kubectl: run `make control-plane`");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

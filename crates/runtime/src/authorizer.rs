@@ -188,7 +188,12 @@ impl Authorizer {
         if self.grants.can_read(kind) {
             Ok(())
         } else {
-            Err(format!("register the kind {} (for/owns/watches/reads) and have it granted", KindRef::of(kind)))
+            let kind = KindRef::of(kind);
+            Err(format!(
+                "register the kind {kind} in describe() (for, owns, watches or reads); a `reads` kind also needs \
+                 `grants.read: [{kind}]` in the plugin's config ({}.yaml)",
+                self.plugin
+            ))
         }
     }
 
@@ -260,7 +265,12 @@ impl Authorizer {
             return self.status_write(req, facts, write == Some(WriteScope::Anywhere));
         }
         match write {
-            None => Err(format!("own the kind {} or register it under writes and have it granted", kind_ref())),
+            None => Err(format!(
+                "own the kind {0} (its controlled objects), or register it under writes in describe() with \
+                 `grants.write: [{0}]` in the plugin's config ({1}.yaml)",
+                kind_ref(),
+                self.plugin
+            )),
             Some(WriteScope::Anywhere) => Ok(Decision::Allow { mark: req.verb == Verb::Create }),
             Some(WriteScope::Controlled) => self.controlled_write(req, facts),
         }
@@ -270,8 +280,10 @@ impl Authorizer {
     /// changing nothing outside `status`.
     fn status_write(&self, req: &Request<'_>, facts: &Facts, granted: bool) -> Result<Decision, String> {
         if !granted && !self.grants.can_write_status(&req.target.kind) {
+            // No grant is suggested: `write` on the kind would open every object's status to it.
             return Err(format!(
-                "a plugin writes the status of its for kind only, or of a kind granted `write: [{}]`",
+                "a plugin writes the status of its for kind only, and {} is not its for kind \
+                 (its controller writes an owned object's status)",
                 KindRef::of(&req.target.kind)
             ));
         }

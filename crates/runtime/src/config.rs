@@ -51,9 +51,10 @@ pub struct CanaryConfig {
     pub settings: Option<Value>,
 }
 
-/// A configuration file that cannot be used.
+/// A configuration file that cannot be used. Its message is the parser's, said once: an error
+/// chain (`{:#}`) would repeat a message this type also printed.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid plugin configuration: {0}")]
+#[error("invalid plugin configuration")]
 pub struct ConfigError(#[source] pub serde_yaml::Error);
 
 /// Settings that do not satisfy the settings schema, or a schema that is not one.
@@ -67,12 +68,27 @@ pub enum InvalidSettings {
     Settings(Vec<String>),
 }
 
-/// The innermost causes of a validation error, as `/pointer: what is wrong`.
+/// The innermost causes of a validation error, as `/pointer: what is wrong`, the pointer naming
+/// the offending field itself: a property the schema does not allow or requires is named by its
+/// own pointer (`/sufix`), not by its parent object's (`/`).
 fn leaf_problems(error: &boon::ValidationError<'_, '_>, out: &mut Vec<String>) {
+    use boon::ErrorKind;
     if error.causes.is_empty() {
-        let at = error.instance_location.to_string();
-        let at = if at.is_empty() { "/".to_owned() } else { at };
-        out.push(format!("{at}: {}", error.kind));
+        let parent = error.instance_location.to_string();
+        let at = |name: &str| format!("{parent}/{}", name.replace('~', "~0").replace('/', "~1"));
+        match &error.kind {
+            ErrorKind::AdditionalProperties { got } => {
+                out.extend(got.iter().map(|name| format!("{}: not a setting the schema allows", at(name))));
+            }
+            ErrorKind::Required { want } => {
+                out.extend(want.iter().map(|name| format!("{}: required, and missing", at(name))));
+            }
+            ErrorKind::Dependency { prop, missing } | ErrorKind::DependentRequired { prop, missing } => {
+                let when = at(prop);
+                out.extend(missing.iter().map(|name| format!("{}: required when {when} is set", at(name))));
+            }
+            kind => out.push(format!("{}: {kind}", if parent.is_empty() { "/" } else { &parent })),
+        }
     }
     for cause in &error.causes {
         leaf_problems(cause, out);
@@ -128,8 +144,8 @@ mod tests {
 
     #[test]
     fn a_misspelled_field_is_an_error_not_a_silent_default() {
-        let err = PluginConfig::from_yaml("limitz: {}\n").unwrap_err();
-        assert!(err.to_string().contains("unknown field `limitz`"), "{err}");
+        let err = anyhow::Error::new(PluginConfig::from_yaml("limitz: {}\n").unwrap_err());
+        assert!(format!("{err:#}").contains("unknown field `limitz`"), "{err:#}");
         assert!(PluginConfig::from_yaml("grants:\n  read: [apps/v1]\n").is_err());
     }
 
@@ -153,6 +169,62 @@ mod tests {
         assert!(typo.check_settings().unwrap_err().to_string().contains("quotaNmae"));
         let good = PluginConfig { settings: Some(serde_json::json!({"quotaName": "q"})), ..c };
         assert_eq!(good.check_settings(), Ok(()));
+    }
+
+    #[test]
+    fn a_setting_the_schema_refuses_is_named_by_its_own_json_pointer() {
+        let schema = "settingsSchema:\n  type: object\n  properties: {suffix: {type: string}, a: {type: object}}\n  \
+                      additionalProperties: false\n  required: [mode]\n  dependentRequired: {suffix: [prefix]}\n";
+        let c = PluginConfig::from_yaml(&format!("settings: {{sufix: x, suffix: y, a: {{}}}}\n{schema}")).unwrap();
+        let err = c.check_settings().unwrap_err().to_string();
+        assert!(err.contains("/sufix: not a setting the schema allows"), "{err}");
+        assert!(err.contains("/mode: required, and missing"), "{err}");
+        assert!(err.contains("/prefix: required when /suffix is set"), "{err}");
+        assert!(!err.contains("/: "), "no problem is pinned on the whole object: {err}");
+        let nested = "settings: {a: {b/c: 1}}\nsettingsSchema: {properties: {a: {additionalProperties: false}}}\n";
+        let err = PluginConfig::from_yaml(nested).unwrap().check_settings().unwrap_err().to_string();
+        assert!(err.contains("/a/b~1c: not a setting"), "a pointer escapes `/` as `~1`: {err}");
+    }
+
+    #[test]
+    fn an_unknown_field_is_named_once_in_the_error_chain() {
+        let err = anyhow::Error::new(PluginConfig::from_yaml("setings: {}\n").unwrap_err()).context("in p.yaml");
+        let chain = format!("{err:#}");
+        assert_eq!(chain.matches("unknown field `setings`").count(), 1, "{chain}");
+        assert!(chain.starts_with("in p.yaml: invalid plugin configuration: unknown field `setings`"), "{chain}");
+    }
+
+    /// Each section's keys, as serde lists them in an "unknown field" error.
+    fn keys_serde_lists(yaml: &str) -> Vec<String> {
+        let err = PluginConfig::from_yaml(yaml).unwrap_err();
+        let message = std::error::Error::source(&err).unwrap().to_string();
+        let list = message.split("expected ").nth(1).unwrap_or_else(|| panic!("{message}"));
+        list.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn every_config_key_an_error_lists_is_in_the_readmes_config_reference() {
+        let readme = include_str!("../../../README.md");
+        let reference = readme.split("Each plugin has a config file beside it").nth(1).unwrap();
+        let reference = reference.split("```yaml").nth(1).unwrap().split("```").next().unwrap();
+        let mut missing = Vec::new();
+        for yaml in [
+            "x: 1\n",
+            "limits: {x: 1}\n",
+            "grants: {x: 1}\n",
+            "grants: {namespaces: {x: 1}}\n",
+            "rateLimiter: {x: 1}\n",
+            "canary: {x: 1}\n",
+        ] {
+            let keys = keys_serde_lists(yaml);
+            assert!(keys.len() > 1, "{yaml}: {keys:?}");
+            missing.extend(keys.into_iter().filter(|k| {
+                !reference.contains(&format!(" {k}:"))
+                    && !reference.starts_with(&format!("{k}:"))
+                    && !reference.contains(&format!("\n{k}:"))
+            }));
+        }
+        assert!(missing.is_empty(), "README's config reference lacks {missing:?}");
     }
 
     #[test]

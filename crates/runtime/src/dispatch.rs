@@ -234,7 +234,13 @@ impl Plugin {
         if let Some(hit) = &store.data().limiter.hit {
             return self.limit(hit.clone());
         }
-        // A trap's Debug form carries the wasm backtrace, which is what a plugin author needs.
+        // What the guest printed (a panic's message and location) is what its author needs;
+        // the wasm backtrace names only `<wasm function N>` frames of a stripped plugin. Without
+        // that, the trap's Debug form with the backtrace is the best there is.
+        if let (Some(trap), Some(failure)) = (err.downcast_ref::<Trap>(), store.data().guest_failure()) {
+            tracing::debug!(plugin = %self.shared.name, backtrace = ?err, "plugin trapped");
+            return CallFailed::Trap(format!("{failure} (wasm trap: {trap})"));
+        }
         let what = if err.is::<Trap>() { "" } else { "host error: " };
         CallFailed::Trap(format!("{what}{err:?}"))
     }

@@ -99,10 +99,12 @@ impl Default for RuntimeConfig {
 
 impl RuntimeConfig {
     /// Keep compiled components in `dir` (wasmtime's cache: keyed by a hash of the module and the
-    /// engine's configuration), so a restart does not recompile.
+    /// engine's configuration), so a restart does not recompile. A relative `dir` is taken from
+    /// the working directory (wasmtime refuses one that is not absolute).
     #[must_use]
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.cache_dir = Some(dir.into());
+        let dir = dir.into();
+        self.cache_dir = Some(std::path::absolute(&dir).unwrap_or(dir));
         self
     }
 

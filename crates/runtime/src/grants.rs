@@ -186,12 +186,30 @@ pub struct GrantConfig {
     pub namespaces: Option<NamespaceScope>,
 }
 
-/// A registration asked for access the operator did not grant.
+/// A registration asked for access the operator did not grant. Its message says what to add
+/// to the plugin's config (`<name>.yaml`, or a WasmPlugin's spec).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the plugin asks for access it was not granted: {}", .missing.join(", "))]
+#[error("the plugin asks for access it was not granted: {}; if it should have it, add to its config `{}`", .missing.join(", "), self.fix())]
 pub struct NotGranted {
     /// One entry per missing grant, e.g. `read Secret`.
     pub missing: Vec<String>,
+    /// The kinds to add to `grants.read`.
+    pub read: BTreeSet<KindRef>,
+    /// The kinds to add to `grants.write`.
+    pub write: BTreeSet<KindRef>,
+}
+
+impl NotGranted {
+    /// The grants to add, as the config file writes them: `grants: {read: [Secret]}`.
+    pub fn fix(&self) -> String {
+        let list = |kinds: &BTreeSet<KindRef>| kinds.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        let keys: Vec<String> = [("read", &self.read), ("write", &self.write)]
+            .into_iter()
+            .filter(|(_, kinds)| !kinds.is_empty())
+            .map(|(key, kinds)| format!("{key}: [{}]", list(kinds)))
+            .collect();
+        format!("grants: {{{}}}", keys.join(", "))
+    }
 }
 
 /// The access a loaded plugin has; every host call is checked against it.
@@ -217,13 +235,17 @@ impl Grants {
             namespaces: config.namespaces.clone(),
             ..Grants::default()
         };
-        let mut missing = Vec::new();
+        let mut missing = NotGranted { missing: Vec::new(), read: BTreeSet::new(), write: BTreeSet::new() };
         let mut need =
             |set: &mut BTreeSet<KindRef>, kind: KindRef, by_default: bool, verb: &str, granted: &BTreeSet<KindRef>| {
                 if (by_default && !kind.is_sensitive()) || granted.contains(&kind) {
                     set.insert(kind);
                 } else {
-                    missing.push(format!("{verb} {kind}"));
+                    let entry = format!("{verb} {kind}");
+                    if !missing.missing.contains(&entry) {
+                        missing.missing.push(entry);
+                    }
+                    if verb == "read" { &mut missing.read } else { &mut missing.write }.insert(kind);
                 }
             };
         let for_kind = KindRef::of(&registration.for_kind);
@@ -246,8 +268,7 @@ impl Grants {
         for kind in registration.writes.iter().map(KindRef::of) {
             need(&mut grants.write, kind, false, "write", &config.write);
         }
-        missing.dedup();
-        if missing.is_empty() { Ok(grants) } else { Err(NotGranted { missing }) }
+        if missing.missing.is_empty() { Ok(grants) } else { Err(missing) }
     }
 
     /// Whether the plugin may read objects of `kind`.
@@ -356,6 +377,7 @@ mod tests {
         reg.writes.push(gvk("", "v1", "Service"));
         let err = Grants::resolve(&reg, &GrantConfig::default()).unwrap_err();
         assert_eq!(err.missing, vec!["read Pod".to_owned(), "write Service".to_owned()]);
+        assert!(err.to_string().ends_with("add to its config `grants: {read: [Pod], write: [Service]}`"), "{err}");
         let config = GrantConfig {
             read: ["Pod".parse().unwrap()].into(),
             write: ["Service".parse().unwrap()].into(),

@@ -22,6 +22,7 @@ pub mod control;
 mod dispatch;
 pub mod engine;
 pub mod grants;
+pub mod guest_error;
 pub mod host;
 pub mod limits;
 mod loader;

@@ -69,6 +69,12 @@ pub enum LoadError {
 }
 
 impl LoadError {
+    /// Whether the operator's config is what to fix (its grants, limits or settings), rather
+    /// than the component: a rejection names the file to edit.
+    pub fn blames_config(&self) -> bool {
+        matches!(self, LoadError::NotGranted(_) | LoadError::InvalidSettings(_) | LoadError::MemoryAboveMax { .. })
+    }
+
     /// Bounded label for metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {

@@ -42,6 +42,33 @@ impl EventFilter {
     }
 }
 
+/// As `kubewasm check` prints it: `namespace N; labels SELECTOR; updates changing generation,
+/// labels` (each part only when set; empty when the filter lets everything through).
+impl std::fmt::Display for EventFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(ns) = &self.namespace {
+            parts.push(format!("namespace {ns}"));
+        }
+        if let Some(selector) = &self.label_selector {
+            parts.push(format!("labels {selector}"));
+        }
+        let p = &self.predicates;
+        let changed: Vec<&str> = [
+            (p.generation_changed, "generation"),
+            (p.labels_changed, "labels"),
+            (p.annotations_changed, "annotations"),
+        ]
+        .into_iter()
+        .filter_map(|(set, name)| set.then_some(name))
+        .collect();
+        if !changed.is_empty() {
+            parts.push(format!("updates changing {}", changed.join(" or ")));
+        }
+        f.write_str(&parts.join("; "))
+    }
+}
+
 /// A kind watched through the plugin's `map` export.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchSpec {

@@ -128,6 +128,12 @@ impl PluginCtx {
         Ok(())
     }
 
+    /// What the guest's language runtime printed about a failure at the end of this call's
+    /// stderr (a panic, an uncaught exception), if anything.
+    pub(crate) fn guest_failure(&self) -> Option<String> {
+        super::guest_error::describe(&self.output.stderr_tail.lock().text())
+    }
+
     /// Counts a finished host call in the metrics.
     pub(crate) fn count(&self, function: &'static str, result: &'static str) {
         self.shared.metrics.host_call(&self.shared.name, function, result);
@@ -150,16 +156,19 @@ struct OutputBudget {
     left: AtomicU64,
     /// Whether this call's dropping has been logged.
     warned: AtomicBool,
+    /// The end of this call's stderr, budget or not: what a trap's error quotes.
+    stderr_tail: parking_lot::Mutex<super::guest_error::Tail>,
 }
 
 impl OutputBudget {
     fn new(bytes: u64) -> Self {
-        Self { left: AtomicU64::new(bytes), warned: AtomicBool::new(false) }
+        Self { left: AtomicU64::new(bytes), warned: AtomicBool::new(false), stderr_tail: Default::default() }
     }
 
     fn reset(&self, bytes: u64) {
         self.left.store(bytes, Ordering::Relaxed);
         self.warned.store(false, Ordering::Relaxed);
+        self.stderr_tail.lock().clear();
     }
 
     /// Takes up to `n` bytes of the budget; returns how many it got.
@@ -210,6 +219,9 @@ impl LineWriter {
 
     /// Takes `bytes` within the call's output budget; the rest is dropped and counted.
     fn push(&mut self, bytes: &[u8]) {
+        if self.target.stream == "stderr" {
+            self.target.budget.stderr_tail.lock().push(bytes);
+        }
         let kept = self.target.budget.take(bytes.len());
         if kept < bytes.len() {
             let target = &self.target;

@@ -158,7 +158,9 @@ impl DirectorySource {
             self.tried.insert(file.name.clone(), fingerprint);
             let change = match read_config(file) {
                 Err(e) => {
+                    // Never reaches the manager: the one log line of this rejection is here.
                     self.manager.rejected(&file.name, "InvalidConfig");
+                    tracing::error!(plugin = %file.name, error = format!("{e:#}"), "plugin file not applied");
                     Change::Rejected(e)
                 }
                 Ok(mut config) => {
@@ -185,14 +187,22 @@ impl DirectorySource {
                                 // not sync): the next pass tries the same bytes again.
                                 self.tried.remove(&file.name);
                             }
-                            Change::Rejected(anyhow::Error::new(e).context(format!("{}", file.wasm.display())))
+                            // Logged by the manager; the file to fix is the config when it
+                            // is the config's fault (grants, limits, settings).
+                            let blamed = match (&file.config, e.blames_config()) {
+                                (Some(config), true) => config.display().to_string(),
+                                (None, true) => format!(
+                                    "{} (absent: create it beside {})",
+                                    file.wasm.with_extension("yaml").display(),
+                                    file.wasm.display()
+                                ),
+                                (_, false) => file.wasm.display().to_string(),
+                            };
+                            Change::Rejected(anyhow::Error::new(e).context(blamed))
                         }
                     }
                 }
             };
-            if let Change::Rejected(e) = &change {
-                tracing::error!(plugin = %file.name, error = format!("{e:#}"), "plugin file not applied");
-            }
             changes.push((file.name.clone(), change));
         }
         self.tried.retain(|name, _| files.iter().any(|f| &f.name == name));

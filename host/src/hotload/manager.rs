@@ -28,6 +28,19 @@ pub enum Origin {
     WasmPlugin,
 }
 
+impl Origin {
+    /// What to edit so that a version of `name` rejected with `err` loads: its config file or
+    /// its component in the plugin directory, or its WasmPlugin's spec.
+    pub fn to_fix(&self, name: &str, err: &ApplyError) -> String {
+        match (self, err.blames_config()) {
+            (Origin::Directory, true) => format!("{name}.yaml"),
+            (Origin::Directory, false) => format!("{name}.wasm"),
+            (Origin::WasmPlugin, true) => format!("WasmPlugin {name}: spec"),
+            (Origin::WasmPlugin, false) => format!("WasmPlugin {name}: spec.module"),
+        }
+    }
+}
+
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -80,6 +93,11 @@ impl ApplyError {
     /// away, a cache did not sync in time), as opposed to a version that can never load.
     pub fn is_transient(&self) -> bool {
         matches!(self, ApplyError::Wiring(_))
+    }
+
+    /// Whether the operator's config is what to fix, rather than the component.
+    pub fn blames_config(&self) -> bool {
+        matches!(self, ApplyError::Load(e) if e.blames_config())
     }
 
     /// Bounded label for metrics and condition reasons.
@@ -278,8 +296,11 @@ impl Manager {
                 // down would take every replica out of its Service for one bad file, and a
                 // never-loaded name would have nothing to clear its check.
                 self.metrics.rejected(&name, err.reason());
+                // The one line per rejection (sources do not log it again); the revision still
+                // serving, if any, as a number.
                 let keeps = slot.as_ref().map(|s| s.revision);
-                tracing::error!(plugin = %name, %origin, error = format!("{err:#}"), serving_revision = ?keeps, "plugin version rejected");
+                let fix = origin.to_fix(&name, err);
+                tracing::error!(plugin = %name, %origin, %fix, error = format!("{err:#}"), serving_revision = keeps, "plugin version rejected");
             }
         }
         result

@@ -88,7 +88,29 @@ export class RequeueAfterError extends Error {
 }
 
 const millis = (ms) => BigInt(Math.max(0, Math.round(ms)));
-const describeError = (e) => (e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+/** Where the innermost frame of a `stack` is, as `file.js:12:5 in fn` (`file.js:12:5` for an
+ * anonymous function); `undefined` if it names none. Reads SpiderMonkey's `fn@url:12:5` frames
+ * (componentize-js) and V8's `    at fn (url:12:5)` ones (node, where the SDK's tests run). */
+export function innermostFrame(stack) {
+  for (const line of String(stack ?? '').split('\n')) {
+    const v8 = line.match(/^\s+at (?:(.*?) \()?(.*?):(\d+):(\d+)\)?$/);
+    const sm = v8 ? undefined : line.match(/^(.*?)@(.*?):(\d+):(\d+)$/);
+    const m = v8 ?? sm;
+    if (!m) continue;
+    const [, fn, url, lineNo, col] = m;
+    const file = url.split('/').pop();
+    return `${file}:${lineNo}:${col}${fn ? ` in ${fn.replace(/^Object\./, '')}` : ''}`;
+  }
+  return undefined;
+}
+
+/** `Type: message at file.js:12:5 in fn`: what was thrown and where, so the reconcile error
+ * (log, Event, `kubewasm test`) names the line to look at. */
+const describeError = (e) => {
+  if (!(e instanceof Error)) return String(e);
+  const where = innermostFrame(e.stack);
+  return `${e.name}: ${e.message}${where ? ` at ${where}` : ''}`;
+};
 
 /** The WIT `reconcile-error` for what the reconcile function threw. */
 export function reconcileError(e) {

@@ -283,6 +283,11 @@ impl ControlPlane {
         &self.kubeconfig
     }
 
+    /// The kubectl binary of the control plane's version (beside kube-apiserver and etcd).
+    pub fn kubectl_path(&self) -> &Path {
+        &self.binaries.kubectl
+    }
+
     /// `kubectl --kubeconfig <admin kubeconfig>`, ready for more arguments.
     pub fn kubectl(&self) -> Command {
         let mut command = Command::new(&self.binaries.kubectl);

@@ -230,6 +230,7 @@ fn table() -> Vec<Row> {
         row(Owns, Read, cm.clone(), (Some("in"), ""), Allow),
         row(Reads, Read, cm.clone(), (None, ""), Allow),
         row(Owns, Read, secret.clone(), (None, ""), Deny("register the kind Secret")),
+        row(Owns, Read, secret.clone(), (None, ""), Deny("`grants.read: [Secret]` in the plugin's config (p.yaml)")),
         // The uncached get: readable kinds, in scope, a Namespace judged by its name.
         row(Owns, Get, cm.clone(), (Some("in"), "anything"), Allow),
         row(Owns, Get, cm.clone(), (Some("out"), "anything"), Deny("namespace out is outside")),
@@ -284,6 +285,7 @@ fn table() -> Vec<Row> {
         // Read only: no writes.
         row(Reads, Apply, cm.clone(), (Some("in"), "mine"), Deny("own the kind ConfigMap")).body(child("in", "mine", None, "web")),
         row(Reads, Delete, cm.clone(), (Some("in"), "mine"), Deny("own the kind ConfigMap")),
+        row(Reads, Delete, cm.clone(), (Some("in"), "mine"), Deny("`grants.write: [ConfigMap]` in the plugin's config (p.yaml)")),
         row(Reads, Get, cm.clone(), (Some("in"), "mine"), Allow),
         // Status of the for kind: only objects it reconciles, only `status`.
         row(Owns, Apply, dep.clone(), (Some("in"), "web"), Allow).status()
@@ -364,6 +366,31 @@ fn every_cell_of_the_authorizer_table_gets_its_decision() {
         }
     }
     assert!(failures.is_empty(), "{} cells decided wrongly:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Bug 1 of issue 32: a refusal of an owned kind's write pointed at `write: [ConfigMap]`, a
+/// grant that opens every ConfigMap in the cluster, as if it were the fix.
+#[test]
+fn no_refusal_of_an_owned_kind_suggests_a_grant_that_opens_every_object_of_the_kind() {
+    let world = World::new();
+    let authorizer = world.authorizer(owner_of_config_maps(), "{}");
+    let mut refusals = 0;
+    for row in table().into_iter().filter(|r| matches!(r.grant, Grant::Owns) && r.kind == cm()) {
+        let target =
+            ObjectRef { kind: row.kind.clone(), namespace: row.namespace.map(Into::into), name: row.name.into() };
+        let body = match (&row.body, &row.patch) {
+            (Some(object), _) => Body::Object(object),
+            (None, Some(patch)) => Body::Patch(patch),
+            (None, None) => Body::None,
+        };
+        let request = Request { verb: row.verb, target: &target, status: row.status, body };
+        if let Decision::Deny(why) = world.decide(&authorizer, &request) {
+            refusals += 1;
+            let message = authorizer.message(&request, &why);
+            assert!(!message.contains("write: [ConfigMap]") && !message.contains("granted `write"), "{message}");
+        }
+    }
+    assert!(refusals > 5, "the table refuses owned-kind writes ({refusals})");
 }
 
 #[test]

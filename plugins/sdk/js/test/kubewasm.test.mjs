@@ -4,7 +4,7 @@ import { beforeEach, test } from 'node:test';
 
 import {
   HostError, Kind, Registration, RequeueAfterError, TerminalError, addFinalizer, controllerReference, finalize,
-  isControlledBy, reconciler, removeFinalizer, requeueAfter,
+  innermostFrame, isControlledBy, reconciler, removeFinalizer, requeueAfter,
 } from '../kubewasm.js';
 
 const WIDGET = new Kind('example.com/v1', 'Widget');
@@ -99,8 +99,17 @@ test('thrown errors become the reconcile error variant that says how to retry', 
   assert.deepEqual(thrownBy(() => { throw new TerminalError('bad spec'); }), { tag: 'terminal', val: 'bad spec' });
   assert.deepEqual(thrownBy(() => { throw new RequeueAfterError(2500, 'waiting for Secret db'); }),
     { tag: 'requeue-after', val: { afterMs: 2500n, reason: 'waiting for Secret db' } });
-  assert.deepEqual(thrownBy(() => { throw new TypeError('x is undefined'); }),
-    { tag: 'retryable', val: 'TypeError: x is undefined' });
+  const retryable = thrownBy(function welcome() { throw new TypeError('x is undefined'); });
+  assert.equal(retryable.tag, 'retryable');
+  assert.match(retryable.val, /^TypeError: x is undefined at kubewasm\.test\.mjs:\d+:\d+ in welcome$/);
+});
+
+test('a stack frame is read from SpiderMonkey (componentize-js) and V8 alike', () => {
+  assert.equal(innermostFrame('welcome@hello-js.js:31:17\nreconcile@hello-js.js:40:3\n'), 'hello-js.js:31:17 in welcome');
+  assert.equal(innermostFrame('@hello-js.js:31:17\n'), 'hello-js.js:31:17');
+  assert.equal(innermostFrame('TypeError: x\n    at welcome (file:///src/hello-js.js:31:17)\n'), 'hello-js.js:31:17 in welcome');
+  assert.equal(innermostFrame('TypeError: x\n    at file:///src/hello-js.js:31:17\n'), 'hello-js.js:31:17');
+  assert.equal(innermostFrame(undefined), undefined);
 });
 
 test('requeueAfter and nothing are the two actions', () => {

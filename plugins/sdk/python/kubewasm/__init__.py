@@ -2,7 +2,7 @@
 
 A plugin is one module with one decorated function::
 
-    from kubewasm import Kind, Registration, reconciler, cache, client
+    from kubewasm import Kind, Registration, reconciler, cache, client, controller_reference
 
     NAMESPACE = Kind("v1", "Namespace")
 
@@ -112,6 +112,33 @@ _ERRORS = {
 }
 
 
+def _located(exc: BaseException) -> str:
+    """``Type: message at file.py:12 in function``: the exception and where it was raised (its
+    innermost frame; if that is in this SDK, also the last frame of plugin code that called it),
+    so a reconcile error names the line to look at without a traceback on stderr."""
+    text = f"{type(exc).__name__}: {exc}"
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        frames.append((code.co_filename.replace("\\", "/"), tb.tb_lineno, code.co_name))
+        tb = tb.tb_next
+    def where(frame) -> str:
+        path, line, name = frame
+        parts = path.split("/")
+        file = "/".join(parts[-2:]) if len(parts) > 1 and parts[-2] == "kubewasm" else parts[-1]
+        return f"{file}:{line} in {name}"
+    # The SDK's own entry point (``_guest``) is the outermost frame: it says nothing.
+    frames = [f for f in frames if not (f[0].endswith("kubewasm/__init__.py") and f[2] in ("reconcile", "map"))]
+    if frames:
+        text += f" at {where(frames[-1])}"
+        in_sdk = "/kubewasm/" in frames[-1][0]
+        callers = [f for f in frames if "/kubewasm/" not in f[0]]
+        if in_sdk and callers:
+            text += f", called from {where(callers[-1])}"
+    return text
+
+
 def _wit_error(exc: Exception) -> _types.Error:
     """The WIT ``types.error`` for an exception out of ``map``."""
     if isinstance(exc, NotFound):
@@ -119,7 +146,7 @@ def _wit_error(exc: Exception) -> _types.Error:
     for wit, cls in _ERRORS.items():
         if type(exc) is cls:
             return wit(str(exc))
-    return _types.Error_Other(f"{type(exc).__name__}: {exc}")
+    return _types.Error_Other(_located(exc))
 
 
 class TerminalError(Exception):
@@ -286,7 +313,7 @@ def _reconcile_error(exc: Exception) -> "wit_world.ReconcileError":
     if isinstance(exc, RequeueAfterError):
         return wit_world.ReconcileError_RequeueAfter(
             wit_world.Requeue(after_ms=_millis(exc.seconds), reason=exc.reason))
-    return wit_world.ReconcileError_Retryable(f"{type(exc).__name__}: {exc}")
+    return wit_world.ReconcileError_Retryable(_located(exc))
 
 
 def _guest(registration: Registration, reconcile: Callable, map_fn: Optional[Callable]) -> type:

@@ -87,3 +87,27 @@ def test_is_controlled_by_follows_the_controller_reference():
     child = {"metadata": {"ownerReferences": [controller_reference(owner)]}}
     assert is_controlled_by(child, owner)
     assert not is_controlled_by(child, {"metadata": {"uid": "u2"}}) and not is_controlled_by(None, owner)
+
+
+def test_a_retryable_error_names_the_file_line_and_function_that_raised_it():
+    def welcome(spec):
+        return spec["nodePort"]
+
+    def fn(_):
+        return welcome({})
+    line = welcome.__code__.co_firstlineno + 1
+    err = error_of(fn)
+    assert err.value == f"KeyError: 'nodePort' at test_entry.py:{line} in welcome", err.value
+
+
+def test_an_error_raised_in_the_sdk_also_names_the_plugin_line_that_called_it(monkeypatch):
+    from kubewasm import settings
+    from wit_world.imports import config as host_config
+
+    monkeypatch.setattr(host_config, "settings", lambda: b'{"typo": 1}')
+
+    def fn(_):
+        return settings({"greeting": "hello"})
+    line = fn.__code__.co_firstlineno + 1
+    err = error_of(fn)
+    assert "kubewasm/__init__.py:" in err.value and f"called from test_entry.py:{line} in fn" in err.value, err.value
