@@ -206,8 +206,10 @@ async fn reviewed(
     let as_plugin = Identities::host(host.clone()).impersonating(&identity.namespace).client(plugin);
     let names = ResourceNames::discovered(discovery, grants).await;
     let wanted = wanted(grants, &names);
-    let objects = super::objects(plugin, grants, identity, &names);
-    if provision && let Err(e) = provision_objects(host, &identity.namespace, &objects).await {
+    if provision
+        && let Err(e) =
+            provision_objects(host, &identity.namespace, &super::objects(plugin, grants, identity, &names)).await
+    {
         return vec![format!("could not make the plugin's RBAC: {e}")];
     }
     let mut reviews = 0;
