@@ -54,7 +54,7 @@ fn greedy_config(settings: Value) -> PluginConfig {
 }
 
 fn key(name: &str) -> ObjectKey {
-    ObjectKey { namespace: Some("default".into()), name: name.into() }
+    ObjectKey::new(Some("default"), name)
 }
 
 #[tokio::test]

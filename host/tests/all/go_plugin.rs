@@ -38,7 +38,7 @@ async fn the_go_build_reconciles_large_objects_many_times_in_one_instance_throug
         .unwrap();
     cache.insert(&json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "big", "uid": "uid-big", "annotations": large_annotations()}}));
-    let key = ObjectKey { namespace: None, name: "big".into() };
+    let key = ObjectKey::new(None, "big");
 
     // ≥ 2 MiB of heap per reconcile (the copy out of the receive arena, the decoded strings),
     // 100 times, is far more than the 64 MiB memory limit: the instance only lasts if Go's heap

@@ -42,7 +42,7 @@ impl Harness {
 }
 
 fn key(ns: Option<&str>, name: &str) -> ObjectKey {
-    ObjectKey { namespace: ns.map(Into::into), name: name.into() }
+    ObjectKey::new(ns, name)
 }
 
 fn limits(f: impl FnOnce(Limits) -> Limits) -> PluginConfig {
