@@ -12,6 +12,7 @@ use kube::discovery::{ApiResource, Scope};
 use serde::Serialize;
 
 pub mod elide;
+pub mod fair;
 pub mod unchanged;
 
 use crate::event_sink::EventSink;
