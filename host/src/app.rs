@@ -29,6 +29,7 @@ use crate::queue::QueueMetrics;
 use crate::rbac::Identity;
 use crate::shard::{self, ShardGate};
 use crate::writer::KubeWriter;
+use crate::writer::fair::{self, FairMetrics, Scheduler};
 
 /// A kube client from `--kubeconfig`/`--context`, else the usual inference (KUBECONFIG,
 /// ~/.kube/config, in-cluster service account).
@@ -104,7 +105,9 @@ impl App {
             None => Identities::host(client.clone()),
         };
         let discovery = Discovery::new(client.clone());
-        let writer = KubeWriter::with_identities(identities).discovery(discovery.clone());
+        let scheduler = Scheduler::new(fair::Config::default().max_seats(options.write_seats))
+            .metrics(FairMetrics::register(&registry)?);
+        let writer = KubeWriter::with_identities(identities).discovery(discovery.clone()).scheduler(scheduler);
         registry.register(Box::new(writer.events_dropped()))?;
         let parts = Parts { writer: Arc::new(writer), discovery, registry };
         Self::assemble(client, runtime_config, max_retries, options, parts)
@@ -264,6 +267,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         identity,
         provision_rbac: args.provision_plugin_rbac,
         elide_unchanged_writes: args.elide_unchanged_writes,
+        write_seats: args.write_seats as usize,
         ..Options::default()
     };
     let mut runtime = RuntimeConfig::default()
