@@ -20,7 +20,7 @@
 //! come; none hands seats round the callers' flows.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -112,7 +112,7 @@ pub struct Scheduler(Arc<Inner>);
 struct Inner {
     config: Config,
     state: Mutex<State>,
-    metrics: Option<FairMetrics>,
+    metrics: OnceLock<FairMetrics>,
 }
 
 struct State {
@@ -154,17 +154,15 @@ impl Scheduler {
             baseline: None,
             last_decrease: None,
         };
-        Self(Arc::new(Inner { config, state: Mutex::new(state), metrics: None }))
+        Self(Arc::new(Inner { config, state: Mutex::new(state), metrics: OnceLock::new() }))
     }
 
-    /// Reports seats, waits and pushbacks to `metrics`.
+    /// Reports seats, waits and pushbacks to `metrics` (the first metrics set stay).
     #[must_use]
     pub fn metrics(self, metrics: FairMetrics) -> Self {
-        let inner =
-            Arc::try_unwrap(self.0).unwrap_or_else(|_| panic!("metrics are set before the scheduler is shared"));
-        let scheduler = Self(Arc::new(Inner { metrics: Some(metrics), ..inner }));
-        scheduler.report(&scheduler.0.state.lock());
-        scheduler
+        let _ = self.0.metrics.set(metrics);
+        self.report(&self.0.state.lock());
+        self
     }
 
     /// The seats there are now.
@@ -194,7 +192,7 @@ impl Scheduler {
         }
         let mut seat = rx.await.expect("a waiter's sender is only dropped with a seat sent");
         seat.granted = Instant::now();
-        if let Some(metrics) = &self.0.metrics {
+        if let Some(metrics) = self.0.metrics.get() {
             metrics.waited(plugin, seat.granted - asked);
         }
         seat
@@ -246,7 +244,7 @@ impl Scheduler {
                 let until = now + retry_after;
                 let flow = state.flows.entry(plugin.into()).or_default();
                 flow.paused_until = Some(flow.paused_until.map_or(until, |u| u.max(until)));
-                if let Some(metrics) = &self.0.metrics {
+                if let Some(metrics) = self.0.metrics.get() {
                     metrics.pushed_back(plugin);
                 }
                 let scheduler = self.clone();
@@ -276,7 +274,7 @@ impl Scheduler {
     }
 
     fn report(&self, state: &State) {
-        if let Some(metrics) = &self.0.metrics {
+        if let Some(metrics) = self.0.metrics.get() {
             metrics.seats(state.budget(&self.0.config), state.in_flight);
         }
     }

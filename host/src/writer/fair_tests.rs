@@ -137,3 +137,34 @@ async fn the_seats_never_fall_below_the_least() {
     }
     assert_eq!(scheduler.seats(), 2);
 }
+
+/// The value of gauge `name`, or the sum of histogram `name` over all its plugins, in `registry`.
+fn sample(registry: &prometheus::Registry, name: &str) -> f64 {
+    let family = registry.gather().into_iter().find(|f| f.name() == name).expect("the metric is registered");
+    let value = |m: &prometheus::proto::Metric| {
+        if name.ends_with("_seconds") { m.get_histogram().get_sample_sum() } else { m.get_gauge().get_value() }
+    };
+    family.get_metric().iter().map(value).sum()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_metrics_show_the_seats_those_in_use_and_how_long_a_plugin_waited() {
+    let registry = prometheus::Registry::new();
+    let metrics = FairMetrics::register(&registry).unwrap();
+    let scheduler = Scheduler::new(Config::default().max_seats(1).min_seats(1)).metrics(metrics);
+    let held = scheduler.seat("a").await;
+    let waiting = tokio::spawn({
+        let scheduler = scheduler.clone();
+        async move { scheduler.seat("b").await.done(Answer::Answered) }
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(
+        (sample(&registry, "kubewasm_write_seats"), sample(&registry, "kubewasm_write_seats_in_use")),
+        (1.0, 1.0)
+    );
+    held.done(Answer::Answered);
+    waiting.await.unwrap();
+    assert_eq!(sample(&registry, "kubewasm_write_seats_in_use"), 0.0);
+    let waited = sample(&registry, "kubewasm_plugin_write_seat_wait_seconds");
+    assert!((waited - 0.030).abs() < 1e-9, "a waited nothing, b the 30 ms a held its seat: {waited}");
+}
