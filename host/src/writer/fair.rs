@@ -37,8 +37,8 @@ pub mod metrics;
 /// `--max-mutating-requests-inflight` (200) so the host alone cannot fill it.
 pub const DEFAULT_MAX_SEATS: usize = 32;
 
-/// Fewest seats, however hard the API server pushes back: 2, so one plugin's request waiting
-/// for its Retry-After never stops another's.
+/// Fewest seats, however hard the API server pushes back: 2, so two requests are always in
+/// flight side by side and one slow answer never holds every other plugin's write.
 pub const DEFAULT_MIN_SEATS: usize = 2;
 
 /// How far the smoothed latency may rise above the least seen lately before the seats shrink:
