@@ -286,11 +286,7 @@ impl ApiWriter for KubeWriter {
         let result = if let ApiCall::Event(_) = call {
             self.send_call(&Heard::default(), caller, call).await
         } else {
-            let seat = self.scheduler.seat(&caller.plugin).await;
-            let heard = Heard::default();
-            let result = self.send_call(&heard, caller, call).await;
-            seat.done(heard.answer(result.is_ok()));
-            result
+            self.send_seated(caller, call).await
         };
         // Apply and create answer "not found" only when the resource (or the namespace) is not
         // served: the kept discovery answer may be stale (a CRD removed or changed).
@@ -308,6 +304,24 @@ impl ApiWriter for KubeWriter {
 }
 
 impl KubeWriter {
+    /// Sends `call` in a seat of the write scheduler, and again after the Retry-After of each
+    /// 429 (the API server did not run the request), up to [`MAX_PUSHBACK_RETRIES`] times; the
+    /// write timeout bounds it all.
+    async fn send_seated(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
+        let mut retries = 0;
+        loop {
+            let seat = self.scheduler.seat(&caller.plugin).await;
+            let heard = Heard::default();
+            let result = self.send_call(&heard, caller, call).await;
+            let answer = heard.answer(result.is_ok());
+            seat.done(answer);
+            match answer {
+                Answer::TooManyRequests(_) if retries < MAX_PUSHBACK_RETRIES => retries += 1,
+                _ => return result,
+            }
+        }
+    }
+
     async fn send_call(&self, heard: &Heard, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
         match call {
             ApiCall::Apply { object, force } => {
@@ -337,6 +351,9 @@ impl KubeWriter {
 /// it becomes the plugin's [`CallError`].
 #[derive(Default)]
 struct Heard(parking_lot::Mutex<Option<Answer>>);
+
+/// Times one request is sent again after a 429: 10, client-go's rest client's `maxRetries`.
+const MAX_PUSHBACK_RETRIES: u32 = 10;
 
 /// Retry-After of a 429 whose answer names none: one second, the least the header can say.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);

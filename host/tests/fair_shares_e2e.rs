@@ -1,8 +1,8 @@
 //! Fair shares end to end against a real kube-apiserver + etcd: a greedy plugin (asks for
 //! `u32::MAX` workers, slow reconciles, a tight write loop) runs clamped and uncapped beside
 //! namespace-defaults, which still converges; and when the API server's priority and fairness
-//! rejects the greedy plugin's flow (429), the host's write seats shrink and the neighbour still
-//! converges.
+//! rejects the greedy plugin's flow (429), the host pauses that plugin, its write seats shrink and
+//! the neighbour still converges.
 
 mod common;
 
@@ -13,6 +13,9 @@ use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kubewasm::app::{App, PluginFile};
+use kubewasm::hotload::Options;
+use kubewasm::plugin::RuntimeConfig;
+use kubewasm::rbac::Identity;
 use kubewasm_testenv::ControlPlane;
 use serde_json::json;
 
@@ -144,7 +147,8 @@ async fn rejected_at(client: &kube::Client, level: &str) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn when_the_api_server_rejects_a_greedy_plugins_flow_the_seats_shrink_and_its_neighbour_converges() {
+async fn when_the_api_server_rejects_a_greedy_plugins_flow_the_host_pauses_it_shrinks_the_seats_and_its_neighbour_converges()
+ {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let id = std::process::id();
@@ -167,7 +171,14 @@ async fn when_the_api_server_rejects_a_greedy_plugins_flow_the_seats_shrink_and_
         wasm: plugin_dir().join("namespace_defaults.wasm"),
         config: None,
     };
-    let mut app = App::new(client.clone(), None, None).unwrap();
+    // As `kubewasm run` sends plugins' requests: without kube's own retries, so the host sees
+    // each 429.
+    let identity =
+        Identity { namespace: kubewasm::leader::default_namespace(), host_service_account: "kubewasm".into() };
+    let options = Options { identity: Some(identity), provision_rbac: true, ..Options::default() };
+    let plugin_client = kubewasm::app::plugin_client(cp.admin_config()).unwrap();
+    let runtime = RuntimeConfig::default();
+    let mut app = App::with_plugin_client(client.clone(), plugin_client, runtime, None, options).unwrap();
     app.add_plugin(&greedy).await.unwrap();
     app.add_plugin(&defaults).await.unwrap();
 
@@ -176,12 +187,16 @@ async fn when_the_api_server_rejects_a_greedy_plugins_flow_the_seats_shrink_and_
     })
     .await;
     let registry = app.registry().clone();
-    let seats = || {
+    let metric = |name: &str, labels: &[(&str, &str)]| {
         let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap();
-        metric_value(&text, "kubewasm_write_seats", &[]).unwrap()
+        metric_value(&text, name, labels).unwrap_or(0.0)
     };
+    eventually("the host pausing the pushed-back plugin", CONVERGE, || async {
+        (metric("kubewasm_plugin_write_pushbacks_total", &[("plugin", &plugin)]) > 0.0).then_some(())
+    })
+    .await;
     eventually("the host's write seats shrinking", CONVERGE, || async {
-        (seats() < kubewasm::writer::fair::DEFAULT_MAX_SEATS as f64).then_some(())
+        (metric("kubewasm_write_seats", &[]) < kubewasm::writer::fair::DEFAULT_MAX_SEATS as f64).then_some(())
     })
     .await;
 

@@ -13,7 +13,8 @@
 //! [`Config::tolerance`] times the least seen lately (the API server is not queueing), shrinks by
 //! a tenth a round while latency rises past it, and halves on a 429, which also pauses the plugin
 //! that got it for the answer's Retry-After while the other plugins go on (with per-plugin
-//! identities the API server rejects one plugin's flow, not the host).
+//! identities the API server rejects one plugin's flow, not the host). The writer sends such a
+//! request again once the pause is over, in a new seat.
 //!
 //! Hand-written: tower's `ConcurrencyLimit` has a fixed size and one first-come queue, and the
 //! adaptive-limit crates (ports of concurrency-limits) size a limit but also serve callers first
