@@ -1,6 +1,7 @@
 //! Fair shares between plugins, against real components (the greedy fixture): no sockets, a cap
-//! on concurrency, per-plugin instance-pool shares, a write rate limit, a cap on indexes and an
-//! output budget. No API server: an in-memory cache and a recording writer.
+//! on concurrency, per-plugin instance-pool shares, no write cap by default but the operator's
+//! when set, a cap on indexes and an output budget. No API server: an in-memory cache and a
+//! recording writer.
 
 use crate::common;
 
@@ -135,6 +136,18 @@ async fn writes_past_the_plugins_rate_wait_and_fail_before_the_deadline_passes()
     let labels = [("plugin", "greedy")];
     assert_eq!(h.metric("kubewasm_plugin_writes_throttled_total", &[labels[0], ("outcome", "delayed")]), 1.0);
     assert_eq!(h.metric("kubewasm_plugin_writes_throttled_total", &[labels[0], ("outcome", "refused")]), 1.0);
+}
+
+#[tokio::test]
+async fn a_plugin_is_not_capped_by_default() {
+    let h = Harness::new(RuntimeConfig::default());
+    // 1,000 writes in one reconcile: 3 s under the former default cap (200/s, burst 400).
+    let limits = Limits::default().with_deadline(Duration::from_millis(1500));
+    let greedy = h.greedy("greedy", json!({"writes": 1000}), limits).await.unwrap();
+    assert_eq!(greedy.reconcile(&key("cm"), 0).await.unwrap(), Action::Done);
+    assert_eq!(h.writer.calls().len(), 1000, "every write sent, none throttled");
+    let labels = [("plugin", "greedy"), ("outcome", "delayed")];
+    assert_eq!(h.metric("kubewasm_plugin_writes_throttled_total", &labels), 0.0);
 }
 
 #[tokio::test]
