@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kubewasm::controller::{self, ControllerMetrics};
-use kubewasm::hotload::{Applied, Desired, HotloadMetrics, Manager, Options, Origin};
+use kubewasm::hotload::{Applied, Desired, HotloadMetrics, LoadedPlugins, Options, Origin};
 use kubewasm::informer::SharedInformerFactory;
 use kubewasm::plugin::{PluginConfig, Runtime, RuntimeConfig};
 use kubewasm::queue::QueueMetrics;
@@ -26,7 +26,7 @@ fn component() -> (String, Arc<[u8]>) {
     (path, bytes.into())
 }
 
-fn manager(client: kube::Client, runtime: Runtime) -> Manager {
+fn plugins(client: kube::Client, runtime: Runtime) -> LoadedPlugins {
     let registry = Registry::new();
     let ctx = controller::Context {
         factory: SharedInformerFactory::new(client.clone(), &registry).unwrap(),
@@ -39,7 +39,7 @@ fn manager(client: kube::Client, runtime: Runtime) -> Manager {
         shard: Default::default(),
         breaker: kubewasm::breaker::Breaker::kube(client.clone(), Default::default(), None),
     };
-    Manager::new(ctx, runtime, Arc::new(KubeWriter::new(client)), Options::default(), HotloadMetrics::default())
+    LoadedPlugins::new(ctx, runtime, Arc::new(KubeWriter::new(client)), Options::default(), HotloadMetrics::default())
 }
 
 fn config(version: usize, selector: &str) -> PluginConfig {
@@ -48,14 +48,14 @@ fn config(version: usize, selector: &str) -> PluginConfig {
     PluginConfig::from_yaml(&yaml).unwrap()
 }
 
-async fn measure(label: &str, manager: &Manager, wasm: &Arc<[u8]>, selector: &str) -> Vec<Duration> {
+async fn measure(label: &str, plugins: &LoadedPlugins, wasm: &Arc<[u8]>, selector: &str) -> Vec<Duration> {
     let desired =
         |i| Desired { name: label.into(), origin: Origin::Directory, wasm: wasm.clone(), config: config(i, selector) };
-    assert_eq!(manager.apply(desired(0)).await.unwrap(), Applied::Loaded);
+    assert_eq!(plugins.apply(desired(0)).await.unwrap(), Applied::Loaded);
     let mut took = Vec::with_capacity(SWAPS);
     for i in 1..=SWAPS {
         let started = Instant::now();
-        assert_eq!(manager.apply(desired(i)).await.unwrap(), Applied::Swapped);
+        assert_eq!(plugins.apply(desired(i)).await.unwrap(), Applied::Swapped);
         took.push(started.elapsed());
     }
     took.sort();
@@ -82,10 +82,10 @@ fn main() {
     rt.block_on(async {
         let client = cp.admin_client().await;
         let selector = "kubewasm.bench/hotload=none";
-        let cold = manager(client.clone(), Runtime::new(RuntimeConfig::default()).unwrap());
+        let cold = plugins(client.clone(), Runtime::new(RuntimeConfig::default()).unwrap());
         report("no compile cache", &measure("bench-cold", &cold, &wasm, selector).await);
         let dir = tempfile::tempdir().unwrap();
-        let cached = manager(client.clone(), Runtime::new(RuntimeConfig::default().cache_dir(dir.path())).unwrap());
+        let cached = plugins(client.clone(), Runtime::new(RuntimeConfig::default().cache_dir(dir.path())).unwrap());
         report("with compile cache", &measure("bench-cached", &cached, &wasm, selector).await);
         cold.shut_down(Duration::from_secs(5)).await;
         cached.shut_down(Duration::from_secs(5)).await;

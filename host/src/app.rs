@@ -15,7 +15,7 @@ use crate::admin::{self, Readiness};
 use crate::breaker::{self, Breaker, BreakerMetrics, BreakerWriter};
 use crate::cli::RunArgs;
 use crate::controller::{self, ControllerMetrics};
-use crate::hotload::{Desired, DirectorySource, HotloadMetrics, Manager, Options, Origin, WasmPluginSource};
+use crate::hotload::{Desired, DirectorySource, HotloadMetrics, LoadedPlugins, Options, Origin, WasmPluginSource};
 pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::identity::Identities;
 use crate::informer::{Discovery, SharedInformerFactory};
@@ -68,9 +68,9 @@ fn runtime_config(compile_cache: Option<&Path>) -> RuntimeConfig {
     }
 }
 
-/// The running host: shared parts plus the [`Manager`] of its plugins.
+/// The running host: shared parts plus the [`LoadedPlugins`] of its plugins.
 pub struct App {
-    manager: Manager,
+    plugins: LoadedPlugins,
     registry: Registry,
     client: Client,
     protected: Protected,
@@ -183,9 +183,14 @@ impl App {
             shard: ShardGate::default(),
             breaker,
         };
-        let manager =
-            Manager::new(ctx, Runtime::new(runtime_config)?, writer, options, HotloadMetrics::register(&registry)?);
-        Ok(Self { manager, registry, client, protected })
+        let plugins = LoadedPlugins::new(
+            ctx,
+            Runtime::new(runtime_config)?,
+            writer,
+            options,
+            HotloadMetrics::register(&registry)?,
+        );
+        Ok(Self { plugins, registry, client, protected })
     }
 
     /// The metrics registry (served on /metrics).
@@ -195,7 +200,7 @@ impl App {
 
     /// Readiness checks (served on /readyz).
     pub fn readiness(&self) -> &Readiness {
-        &self.manager.context().readiness
+        &self.plugins.context().readiness
     }
 
     /// Host objects no plugin may write, whatever its grants; rules added here apply to every
@@ -205,20 +210,20 @@ impl App {
     }
 
     /// The plugins.
-    pub fn manager(&self) -> &Manager {
-        &self.manager
+    pub fn plugins(&self) -> &LoadedPlugins {
+        &self.plugins
     }
 
     /// Gates the workers of controllers started from now on (leader election); call before
-    /// making sources, which share the manager.
+    /// making sources, which share the plugins.
     pub fn set_leader_gate(&mut self, gate: LeaderGate) {
-        self.manager.set_leader_gate(gate);
+        self.plugins.set_leader_gate(gate);
     }
 
     /// Shards controllers started from now on by `gate` (see [`crate::shard`]); call before
-    /// making sources, which share the manager.
+    /// making sources, which share the plugins.
     pub fn set_shard_gate(&mut self, gate: ShardGate) {
-        self.manager.set_shard_gate(gate);
+        self.plugins.set_shard_gate(gate);
     }
 
     /// Loads (or swaps in) one plugin file. On failure the plugin is reported (log, metric)
@@ -228,25 +233,25 @@ impl App {
         let wasm: Arc<[u8]> =
             std::fs::read(&file.wasm).with_context(|| format!("reading {}", file.wasm.display()))?.into();
         let desired = Desired { name: file.name.clone(), origin: Origin::Directory, wasm, config };
-        self.manager.apply(desired).await?;
+        self.plugins.apply(desired).await?;
         Ok(())
     }
 
     /// A source for the plugin directory `dir`.
     pub fn directory_source(&self, dir: &Path) -> DirectorySource {
-        DirectorySource::new(dir, self.manager.clone())
+        DirectorySource::new(dir, self.plugins.clone())
     }
 
     /// A source for WasmPlugin objects whose modules live in `module_namespace`, which becomes
     /// protected from plugin writes.
     pub fn wasm_plugin_source(&self, module_namespace: &str) -> WasmPluginSource {
         self.protected.module_namespace(module_namespace);
-        WasmPluginSource::new(self.manager.clone(), self.client.clone(), module_namespace)
+        WasmPluginSource::new(self.plugins.clone(), self.client.clone(), module_namespace)
     }
 
     /// Stops every controller, letting in-flight reconciles finish within `grace`.
     pub async fn shut_down(self, grace: Duration) -> bool {
-        self.manager.shut_down(grace).await
+        self.plugins.shut_down(grace).await
     }
 }
 
@@ -374,7 +379,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         }
     }
     shutdown.cancelled().await;
-    // No new plugin versions after SIGTERM: stop the sources where they are (the manager keeps
+    // No new plugin versions after SIGTERM: stop the sources where they are (the plugins keeps
     // whatever serves, so nothing escapes the shutdown below).
     for source in &sources {
         source.abort();

@@ -89,7 +89,7 @@ async fn start(host_client: &kube::Client, label: &str) -> App {
     let app = App::new(host_client.clone(), None, None).unwrap();
     let config = PluginConfig::from_yaml(&stamper_config("v1", label, 4)).unwrap();
     let wasm = plugin_wasm("fixture_stamper.wasm");
-    app.manager().apply(Desired { name: "stamper".into(), origin: Origin::Directory, wasm, config }).await.unwrap();
+    app.plugins().apply(Desired { name: "stamper".into(), origin: Origin::Directory, wasm, config }).await.unwrap();
     app
 }
 

@@ -19,7 +19,7 @@ use canary::canary_status;
 pub use canary::{CANARY_DIFFERS, CANARY_FAILED, CANARY_REPORT_INTERVAL};
 pub use oci::DEFAULT_REFRESH as DEFAULT_OCI_REFRESH;
 
-use super::manager::{Desired, Manager, Origin};
+use super::loaded::{Desired, LoadedPlugins, Origin};
 use super::wasmplugin::{Condition, ConfigMapModule, ModuleSource, WasmPlugin, WasmPluginStatus};
 use crate::informer::{CachedObject, Informer, InformerParams, ResourceEventHandler};
 use crate::queue::{Config as QueueConfig, WorkQueue};
@@ -76,9 +76,9 @@ impl Followup {
     }
 }
 
-/// Watches WasmPlugins and applies them through a [`Manager`].
+/// Watches WasmPlugins and applies them through a [`LoadedPlugins`].
 pub struct WasmPluginSource {
-    manager: Manager,
+    plugins: LoadedPlugins,
     client: Client,
     module_namespace: String,
     selector: Option<String>,
@@ -178,17 +178,17 @@ struct NotServing {
 }
 
 impl WasmPluginSource {
-    /// A source applying WasmPlugins through `manager`; module ConfigMaps are read from
+    /// A source applying WasmPlugins through `plugins`; module ConfigMaps are read from
     /// `module_namespace` only.
     /// The readiness check `wasmplugins` fails from here until [`run`](Self::run) has either
     /// synced its caches or found that the CRD is not installed.
-    pub fn new(manager: Manager, client: Client, module_namespace: impl Into<String>) -> Self {
-        manager.context().readiness.set(READINESS_CHECK, false);
+    pub fn new(plugins: LoadedPlugins, client: Client, module_namespace: impl Into<String>) -> Self {
+        plugins.context().readiness.set(READINESS_CHECK, false);
         let events = crate::event_sink::EventSink::new(crate::identity::Identities::host(client.clone()));
         let (module_namespace, selector, evented) = (module_namespace.into(), None, Default::default());
         let puller = crate::hotload::oci::Puller::new(&Default::default());
         let (resolved, oci_refresh) = (Default::default(), oci::DEFAULT_REFRESH);
-        Self { manager, client, module_namespace, selector, events, evented, puller, resolved, oci_refresh }
+        Self { plugins, client, module_namespace, selector, events, evented, puller, resolved, oci_refresh }
     }
 
     /// Pull OCI modules with these options (disk cache, CA bundle, plain-HTTP registries).
@@ -217,8 +217,8 @@ impl WasmPluginSource {
     /// WasmPlugin present then has been applied or rejected, and those that loaded have synced
     /// their caches (or have waited for them for the sync timeout; their status says why).
     pub async fn run(self, shutdown: CancellationToken) {
-        let readiness = self.manager.context().readiness.clone();
-        let factory = self.manager.context().factory.clone();
+        let readiness = self.plugins.context().readiness.clone();
+        let factory = self.plugins.context().factory.clone();
         let mut notice = CrdNotice::default();
         let plugins = loop {
             let params = InformerParams::default().labels(self.selector.as_deref().unwrap_or_default());
@@ -289,7 +289,7 @@ impl WasmPluginSource {
         });
         // Only the leader writes status (followers load the same versions, but their revision
         // counters are their own); a new leader reports every object afresh.
-        let (leader, requeue, all) = (this.manager.context().leader.clone(), queue.clone(), plugins.clone());
+        let (leader, requeue, all) = (this.plugins.context().leader.clone(), queue.clone(), plugins.clone());
         if !leader.is_leader() {
             tokio::spawn(async move {
                 leader.leading().await;
@@ -298,7 +298,7 @@ impl WasmPluginSource {
                 }
             });
         }
-        let sync_timeout = this.manager.options().sync_timeout;
+        let sync_timeout = this.plugins.options().sync_timeout;
         let worker = |_| {
             let (this, queue, plugins, modules, initial) =
                 (this.clone(), queue.clone(), plugins.clone(), modules.clone(), initial.clone());
@@ -319,7 +319,7 @@ impl WasmPluginSource {
     async fn reconcile(&self, name: &str, plugins: &Informer, modules: &Informer) -> Followup {
         let Some(obj) = plugins.store().get(None, name) else {
             self.forget_oci(name);
-            self.manager.remove(name, &Origin::WasmPlugin).await;
+            self.plugins.remove(name, &Origin::WasmPlugin).await;
             return Followup::Done;
         };
         let plugin = match serde_json::from_slice::<WasmPlugin>(obj.json()) {
@@ -330,7 +330,7 @@ impl WasmPluginSource {
             }
         };
         if plugin.spec.paused {
-            self.manager.remove(name, &Origin::WasmPlugin).await;
+            self.plugins.remove(name, &Origin::WasmPlugin).await;
             let problem = NotServing { reason: "Paused", message: "spec.paused is true".into(), retry: false };
             return self.report(name, Some(&plugin), Err(problem), None).await;
         }
@@ -344,7 +344,7 @@ impl WasmPluginSource {
                     wasm,
                     config: plugin.spec.plugin_config(),
                 };
-                self.manager.apply(desired).await.map(|_| ()).map_err(|e| NotServing {
+                self.plugins.apply(desired).await.map(|_| ()).map_err(|e| NotServing {
                     reason: e.reason(),
                     message: format!("{e:#}"),
                     retry: e.is_transient(),
@@ -353,7 +353,7 @@ impl WasmPluginSource {
         };
         if result.is_ok() {
             // Rights the identity lacked may have been granted since the version loaded.
-            self.manager.review_again(name).await;
+            self.plugins.review_again(name).await;
         }
         let canary = self.canary(name, &plugin, modules).await;
         self.report(name, Some(&plugin), result, canary).await
@@ -362,7 +362,7 @@ impl WasmPluginSource {
     /// What the version serving for `name` waits for, as a status message; `None` once its
     /// caches have synced (or nothing serves).
     async fn waiting_for(&self, name: &str) -> Option<String> {
-        let unsynced = self.manager.unsynced(name).await?;
+        let unsynced = self.plugins.unsynced(name).await?;
         (!unsynced.is_empty()).then(|| unsynced.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
     }
 
@@ -378,7 +378,7 @@ impl WasmPluginSource {
             return self.oci_module(name, plugin, oci).await;
         }
         if let Some(url) = &module.url
-            && self.manager.serves(name, &url.sha256, &plugin.spec.plugin_config()).await
+            && self.plugins.serves(name, &url.sha256, &plugin.spec.plugin_config()).await
         {
             return Ok(None);
         }
@@ -450,7 +450,7 @@ impl WasmPluginSource {
         result: Result<(), NotServing>,
         canary_error: Option<String>,
     ) -> Followup {
-        let serving = self.manager.serving(name).await;
+        let serving = self.plugins.serving(name).await;
         let waiting = match (&result, &serving) {
             (Ok(()), Some(_)) => self.waiting_for(name).await,
             _ => None,
@@ -516,7 +516,7 @@ impl WasmPluginSource {
             canary: None,
             oci: self.oci_status(name, plugin),
         };
-        let canary = self.manager.canary(name).await;
+        let canary = self.plugins.canary(name).await;
         let wants_canary = plugin.is_some_and(|p| p.spec.canary.is_some());
         let status =
             WasmPluginStatus { canary: wants_canary.then(|| canary_status(canary.as_ref(), canary_error)), ..status };
@@ -528,7 +528,7 @@ impl WasmPluginSource {
             (false, None) if lacking => Followup::RecheckRbac,
             (false, None) => self.refresh(plugin).map_or(Followup::Done, Followup::Refresh),
         };
-        if !self.manager.context().leader.is_leader() {
+        if !self.plugins.context().leader.is_leader() {
             return next;
         }
         if let (true, Some((sha256, report))) = (wants_canary, &canary) {

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use notify::RecursiveMode;
 use tokio_util::sync::CancellationToken;
 
-use super::manager::{Applied, Candidate, Desired, Manager, Origin};
+use super::loaded::{Applied, Candidate, Desired, LoadedPlugins, Origin};
 use crate::plugin::PluginConfig;
 
 /// A plugin file found in the plugin directory.
@@ -80,7 +80,7 @@ pub enum Change {
 /// Keeps the plugins of one directory serving as its files say.
 pub struct DirectorySource {
     dir: PathBuf,
-    manager: Manager,
+    plugins: LoadedPlugins,
     tried: HashMap<String, Fingerprint>,
 }
 
@@ -125,11 +125,11 @@ async fn read_version(file: PluginFile) -> Option<Read> {
 }
 
 impl DirectorySource {
-    /// A source for `dir`, applying through `manager`. Its readiness check `plugin directory`
+    /// A source for `dir`, applying through `plugins`. Its readiness check `plugin directory`
     /// fails from here until the first [`sync`](Self::sync) is over.
-    pub fn new(dir: impl Into<PathBuf>, manager: Manager) -> Self {
-        manager.context().readiness.set(READINESS_CHECK, false);
-        Self { dir: dir.into(), manager, tried: HashMap::new() }
+    pub fn new(dir: impl Into<PathBuf>, plugins: LoadedPlugins) -> Self {
+        plugins.context().readiness.set(READINESS_CHECK, false);
+        Self { dir: dir.into(), plugins, tried: HashMap::new() }
     }
 
     /// One pass: loads new files, swaps changed ones, unloads removed ones. Files whose bytes
@@ -137,7 +137,7 @@ impl DirectorySource {
     /// The readiness check `plugin directory` passes once a pass has read the directory and
     /// applied or rejected every file in it; it fails while the directory cannot be read.
     pub async fn sync(&mut self) -> anyhow::Result<Vec<(String, Change)>> {
-        let readiness = self.manager.context().readiness.clone();
+        let readiness = self.plugins.context().readiness.clone();
         let dir = self.dir.clone();
         let listed = tokio::task::spawn_blocking(move || plugin_files(&dir)).await;
         let files = match listed.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
@@ -158,8 +158,8 @@ impl DirectorySource {
             self.tried.insert(file.name.clone(), fingerprint);
             let change = match read_config(file) {
                 Err(e) => {
-                    // Never reaches the manager: the one log line of this rejection is here.
-                    self.manager.rejected(&file.name, "InvalidConfig");
+                    // Never reaches the plugins: the one log line of this rejection is here.
+                    self.plugins.rejected(&file.name, "InvalidConfig");
                     tracing::error!(plugin = %file.name, error = format!("{e:#}"), "plugin file not applied");
                     Change::Rejected(e)
                 }
@@ -175,8 +175,8 @@ impl DirectorySource {
                         Candidate { wasm, config: PluginConfig { settings, ..config.clone() } }
                     });
                     let desired = Desired { name: file.name.clone(), origin: Origin::Directory, wasm, config };
-                    let applied = self.manager.apply(desired).await;
-                    if let Err(e) = self.manager.set_canary(&file.name, &Origin::Directory, candidate).await {
+                    let applied = self.plugins.apply(desired).await;
+                    if let Err(e) = self.plugins.set_canary(&file.name, &Origin::Directory, candidate).await {
                         tracing::error!(plugin = %file.name, error = format!("{e:#}"), "canary candidate not running");
                     }
                     match applied {
@@ -187,7 +187,7 @@ impl DirectorySource {
                                 // not sync): the next pass tries the same bytes again.
                                 self.tried.remove(&file.name);
                             }
-                            // Logged by the manager; the file to fix is the config when it
+                            // Logged by the plugins; the file to fix is the config when it
                             // is the config's fault (grants, limits, settings).
                             let blamed = match (&file.config, e.blames_config()) {
                                 (Some(config), true) => config.display().to_string(),
@@ -206,8 +206,8 @@ impl DirectorySource {
             changes.push((file.name.clone(), change));
         }
         self.tried.retain(|name, _| files.iter().any(|f| &f.name == name));
-        for name in self.manager.names(&Origin::Directory).await {
-            if !files.iter().any(|f| f.name == name) && self.manager.remove(&name, &Origin::Directory).await {
+        for name in self.plugins.names(&Origin::Directory).await {
+            if !files.iter().any(|f| f.name == name) && self.plugins.remove(&name, &Origin::Directory).await {
                 changes.push((name, Change::Removed));
             }
         }

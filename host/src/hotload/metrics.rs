@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use super::manager::Applied;
+use super::loaded::Applied;
 
 /// Hot-load metric families; [`HotloadMetrics::default`] records nothing.
 #[derive(Clone, Default)]

@@ -138,7 +138,7 @@ async fn a_canary_reports_differences_writes_nothing_and_is_promoted_compared_an
     )
     .await;
     eventually("the promoted version's quota", CONVERGE, || async { quotas.get_opt("canary-quota").await.ok()? }).await;
-    assert!(app.manager().canary(&name).await.is_none(), "no canary runs after promotion");
+    assert!(app.plugins().canary(&name).await.is_none(), "no canary runs after promotion");
 
     // An identical candidate: every reconcile is the same.
     apply(json!({ "quotaName": "canary-quota" }), Some(json!({}))).await;
@@ -154,7 +154,7 @@ async fn a_canary_reports_differences_writes_nothing_and_is_promoted_compared_an
     // Drop: removing the field stops the canary and clears its status.
     apply(json!({ "quotaName": "canary-quota" }), None).await;
     status_says("no canary in the status", Box::new(|wp| wp.status.as_ref().is_some_and(|s| s.canary.is_none()))).await;
-    eventually("the canary stopped", CONVERGE, || async { app.manager().canary(&name).await.is_none().then_some(()) })
+    eventually("the canary stopped", CONVERGE, || async { app.plugins().canary(&name).await.is_none().then_some(()) })
         .await;
 
     stop.cancel();
@@ -179,7 +179,7 @@ async fn a_plugin_files_canary_that_traps_is_counted_as_failed_and_the_serving_v
     let app = App::new(client.clone(), None, None).unwrap();
     let mut source = app.directory_source(dir.path());
     source.sync().await.unwrap();
-    eventually("the canary runs", CONVERGE, || async { app.manager().canary("stamper").await }).await;
+    eventually("the canary runs", CONVERGE, || async { app.plugins().canary("stamper").await }).await;
 
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let obj: ConfigMap =
@@ -187,7 +187,7 @@ async fn a_plugin_files_canary_that_traps_is_counted_as_failed_and_the_serving_v
             .unwrap();
     cms.create(&Default::default(), &obj).await.unwrap();
     let (_, report) = eventually("the candidate's trap counted as failed", CONVERGE, || async {
-        app.manager().canary("stamper").await.filter(|(_, r)| r.failed >= 1)
+        app.plugins().canary("stamper").await.filter(|(_, r)| r.failed >= 1)
     })
     .await;
     let difference = report.last_difference.unwrap();
@@ -206,7 +206,7 @@ async fn a_plugin_files_canary_that_traps_is_counted_as_failed_and_the_serving_v
     std::fs::write(dir.path().join("stamper.yaml"), config.replace("canary: {wasm: .stamper.canary.wasm}\n", ""))
         .unwrap();
     source.sync().await.unwrap();
-    assert!(app.manager().canary("stamper").await.is_none(), "the canary stopped");
-    assert!(app.manager().serving("stamper").await.is_some(), "the serving version goes on");
+    assert!(app.plugins().canary("stamper").await.is_none(), "the canary stopped");
+    assert!(app.plugins().serving("stamper").await.is_some(), "the serving version goes on");
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }

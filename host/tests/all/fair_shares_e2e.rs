@@ -65,9 +65,9 @@ async fn a_greedy_neighbour_is_clamped_and_namespace_defaults_still_converges_be
     let mut app = App::new(client.clone(), None, None).unwrap();
     app.add_plugin(&greedy).await.unwrap();
     app.add_plugin(&defaults).await.unwrap();
-    let plugin = app.manager().plugin("greedy").await.unwrap();
+    let plugin = app.plugins().plugin("greedy").await.unwrap();
     assert_eq!(plugin.max_concurrent(), 16, "u32::MAX clamped to the default cap");
-    let workers = app.manager().workers("greedy").await.unwrap();
+    let workers = app.plugins().workers("greedy").await.unwrap();
     eventually("the greedy plugin's 16 workers", CONVERGE, || async { (workers.running() == 16).then_some(()) }).await;
     eventually("the greedy plugin writing", CONVERGE, || async {
         let list = configmaps.list(&ListParams::default().labels(&format!("kubewasm.test/greedy={greedy_ns}"))).await;

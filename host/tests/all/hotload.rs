@@ -56,10 +56,10 @@ async fn a_swap_under_load_loses_no_key_overlaps_no_key_and_ends_on_the_new_vers
     .await;
     std::fs::write(dir.path().join("stamper.yaml"), stamper_config("v2", &label, 2)).unwrap();
     eventually("revision 2 serving", CONVERGE, || async {
-        app.manager().serving("stamper").await.filter(|s| s.revision == 2)
+        app.plugins().serving("stamper").await.filter(|s| s.revision == 2)
     })
     .await;
-    let workers = app.manager().workers("stamper").await.unwrap();
+    let workers = app.plugins().workers("stamper").await.unwrap();
     eventually("workers down from 4 to the new version's 2", CONVERGE, || async {
         (workers.running() == 2).then_some(())
     })
@@ -119,13 +119,13 @@ async fn a_bad_version_is_rejected_and_the_old_one_keeps_serving(
     let app = App::new(client.clone(), None, None).unwrap();
     let good = kubewasm::plugin::PluginConfig::from_yaml(&stamper_config("v1", &label, 1)).unwrap();
     let desired = |wasm, config| Desired { name: "stamper".into(), origin: Origin::Directory, wasm, config };
-    app.manager().apply(desired(plugin_wasm("fixture_stamper.wasm"), good)).await.unwrap();
+    app.plugins().apply(desired(plugin_wasm("fixture_stamper.wasm"), good)).await.unwrap();
 
     let bad_wasm = if file == "garbage" { Arc::from(&b"this is not wasm"[..]) } else { plugin_wasm(file) };
     let bad_config = kubewasm::plugin::PluginConfig::from_yaml(config.unwrap_or("")).unwrap();
-    let err = app.manager().apply(desired(bad_wasm, bad_config)).await.unwrap_err();
+    let err = app.plugins().apply(desired(bad_wasm, bad_config)).await.unwrap_err();
     assert!(format!("{err:#}").contains(message), "{err:#}");
-    assert_eq!(app.manager().serving("stamper").await.unwrap().revision, 1, "the old version still serves");
+    assert_eq!(app.plugins().serving("stamper").await.unwrap().revision, 1, "the old version still serves");
     let metrics = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
     let rejected = metric_value(&metrics, "kubewasm_plugin_rejected_versions_total", &[("plugin", "stamper")]);
     assert_eq!(rejected, Some(1.0), "{metrics}");
@@ -147,7 +147,7 @@ async fn informers_follow_registration_changes_and_the_last_unload_stops_the_wat
     let label = format!("kubewasm.test/unload={ns}");
     let dir = tempfile::tempdir().unwrap();
     let app = App::new(client.clone(), None, None).unwrap();
-    let factory = app.manager().context().factory.clone();
+    let factory = app.plugins().context().factory.clone();
     let mut source = app.directory_source(dir.path());
 
     install_plugin(dir.path(), "a", "fixture_stamper.wasm", &stamper_config("v1", &label, 1));
@@ -170,12 +170,12 @@ async fn informers_follow_registration_changes_and_the_last_unload_stops_the_wat
     let config = kubewasm::plugin::PluginConfig::default();
     let other =
         Desired { name: "a".into(), origin: Origin::WasmPlugin, wasm: plugin_wasm("fixture_getter.wasm"), config };
-    let err = app.manager().apply(other).await.unwrap_err();
+    let err = app.plugins().apply(other).await.unwrap_err();
     assert!(err.to_string().contains("already loaded from the plugin directory"), "{err}");
 
     std::fs::remove_file(dir.path().join("a.wasm")).unwrap();
     source.sync().await.unwrap();
-    assert!(app.manager().serving("a").await.is_none());
+    assert!(app.plugins().serving("a").await.is_none());
     assert_eq!(factory.running().await, 1, "b still watches ConfigMaps");
     std::fs::remove_file(dir.path().join("b.wasm")).unwrap();
     source.sync().await.unwrap();
@@ -208,7 +208,7 @@ async fn a_file_copied_in_piece_by_piece_is_loaded_once_complete() {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    let serving = eventually("the plugin serving", CONVERGE, || async { app.manager().serving("stamper").await }).await;
+    let serving = eventually("the plugin serving", CONVERGE, || async { app.plugins().serving("stamper").await }).await;
     assert_eq!(serving.sha256, kubewasm::plugin::sha256_hex(&wasm));
     assert_eq!(serving.revision, 1, "no partial file was ever loaded");
     let metrics = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
@@ -240,7 +240,7 @@ async fn a_version_that_failed_for_want_of_its_crd_loads_on_a_later_pass_without
         matches!(&changes[..], [(_, Change::Rejected(e))] if format!("{e:#}").contains("ConfigMapSync")),
         "{changes:?}"
     );
-    assert!(app.manager().serving("configmap-sync").await.is_none());
+    assert!(app.plugins().serving("configmap-sync").await.is_none());
 
     let crd_yaml =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds/examples/configmapsync.yaml"));
@@ -253,7 +253,7 @@ async fn a_version_that_failed_for_want_of_its_crd_loads_on_a_later_pass_without
     let deadline = tokio::time::Instant::now() + CONVERGE;
     let serving = loop {
         source.sync().await.unwrap();
-        if let Some(serving) = app.manager().serving("configmap-sync").await {
+        if let Some(serving) = app.plugins().serving("configmap-sync").await {
             break serving;
         }
         assert!(tokio::time::Instant::now() < deadline, "configmap-sync never loaded after its CRD was installed");

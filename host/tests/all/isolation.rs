@@ -281,7 +281,7 @@ async fn a_confined_plugin_is_never_handed_a_key_outside_its_namespaces() {
     let grants = format!("grants: {{namespaces: {{names: [{inside}]}}}}\n");
     app.add_plugin(&intruder(dir.path(), "confined", &grants, attempts(&inside, json!([])))).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
-    let workers = app.manager().workers("confined").await.unwrap();
+    let workers = app.plugins().workers("confined").await.unwrap();
 
     // In this order (a watch delivers in order): outside a trigger and an object it controls
     // (For and Owns keys outside), then the same inside, whose keys mark the end.

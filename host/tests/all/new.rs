@@ -103,7 +103,7 @@ async fn serves_and_reconciles(project: &Path, name: &str, compile_cache: Option
     let app = App::new(client.clone(), compile_cache, None).unwrap();
     let mut source = app.directory_source(project);
     source.sync().await.unwrap();
-    assert!(app.manager().serving(name).await.is_some(), "{name} serves");
+    assert!(app.plugins().serving(name).await.is_some(), "{name} serves");
     let welcome: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let greeting = common::eventually("the welcome ConfigMap", CONVERGE, || async {
         welcome.get_opt("welcome").await.ok().flatten()?.data?.remove("greeting")

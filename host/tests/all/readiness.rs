@@ -106,7 +106,7 @@ async fn a_config_file_with_an_unknown_field_counts_as_a_rejected_version() {
     let metrics = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
     let rejected = metric_value(&metrics, "kubewasm_plugin_rejected_versions_total", &[("plugin", "typo")]);
     assert_eq!(rejected, Some(1.0), "{metrics}");
-    assert!(app.manager().serving("typo").await.is_none());
+    assert!(app.plugins().serving("typo").await.is_none());
     assert!(app.readiness().is_ready(), "the pass is over; a rejected file holds nothing down");
 }
 

@@ -77,14 +77,14 @@ async fn a_wasm_plugin_whose_settings_break_its_schema_is_rejected_and_the_old_v
         "{degraded:?}"
     );
     assert_eq!(wp.status.as_ref().unwrap().revision, Some(1), "the version before keeps serving");
-    assert_eq!(app.manager().serving(&name).await.unwrap().revision, 1);
+    assert_eq!(app.plugins().serving(&name).await.unwrap().revision, 1);
     let metrics = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
     let labels = [("plugin", name.as_str()), ("reason", "InvalidSettings")];
     assert_eq!(metric_value(&metrics, "kubewasm_plugin_rejected_versions_total", &labels), Some(1.0), "{metrics}");
 
     plugins.delete(&name, &DeleteParams::default()).await.unwrap();
     eventually("the plugin unloaded", CONVERGE, || async {
-        app.manager().serving(&name).await.is_none().then_some(())
+        app.plugins().serving(&name).await.is_none().then_some(())
     })
     .await;
     stop.cancel();

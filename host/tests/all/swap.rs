@@ -60,16 +60,16 @@ async fn a_swap_that_lowers_max_concurrent_never_runs_more_reconciles_at_once_th
 
     // Four workers, all idle in the queue once the backlog is done.
     let app = App::new(client.clone(), None, None).unwrap();
-    app.manager().apply(stamper("v1", &label, 4)).await.unwrap();
+    app.plugins().apply(stamper("v1", &label, 4)).await.unwrap();
     eventually("every ConfigMap stamped v1", CONVERGE, || async {
         (stamped(&client, &ns, "v1").await == KEYS).then_some(())
     })
     .await;
-    let workers = app.manager().workers("stamper").await.unwrap();
+    let workers = app.plugins().workers("stamper").await.unwrap();
     assert_eq!(workers.running(), 4);
 
     // The swap requeues every key; one worker may take them from now on.
-    assert_eq!(app.manager().apply(stamper("v2", &label, 1)).await.unwrap(), Applied::Swapped);
+    assert_eq!(app.plugins().apply(stamper("v2", &label, 1)).await.unwrap(), Applied::Swapped);
     eventually("the idle surplus workers stopped", CONVERGE, || async { (workers.running() == 1).then_some(()) }).await;
     eventually("every ConfigMap stamped v2", CONVERGE, || async {
         (stamped(&client, &ns, "v2").await == KEYS).then_some(())
@@ -121,13 +121,13 @@ async fn while_a_python_version_compiles_the_serving_version_keeps_reconciling_a
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let app = std::sync::Arc::new(App::new(client.clone(), None, None).unwrap());
-    assert_eq!(app.manager().apply(defaults("namespace_defaults.wasm")).await.unwrap(), Applied::Loaded);
+    assert_eq!(app.plugins().apply(defaults("namespace_defaults.wasm")).await.unwrap(), Applied::Loaded);
     let before = cp.namespace("before-swap").await;
     quota_in(&client, &before).await;
 
     let swap = tokio::spawn({
         let app = app.clone();
-        async move { app.manager().apply(defaults("namespace_defaults_py.wasm")).await }
+        async move { app.plugins().apply(defaults("namespace_defaults_py.wasm")).await }
     });
     let during = cp.namespace("during-swap").await;
     quota_in(&client, &during).await;
@@ -172,10 +172,10 @@ async fn a_swap_queues_again_only_the_objects_the_plugins_selector_selects() {
     create_config_maps(&client, &ns, &other, ["outside".to_owned()].into_iter()).await;
 
     let app = App::new(client.clone(), None, None).unwrap();
-    app.manager().apply(stamper("v1", &label, 1)).await.unwrap();
+    app.plugins().apply(stamper("v1", &label, 1)).await.unwrap();
     eventually("selected stamped v1", CONVERGE, || async { (stamped(&client, &ns, "v1").await == 1).then_some(()) })
         .await;
-    assert_eq!(app.manager().apply(stamper("v2", &label, 1)).await.unwrap(), Applied::Swapped);
+    assert_eq!(app.plugins().apply(stamper("v2", &label, 1)).await.unwrap(), Applied::Swapped);
     // One worker takes keys in the order they were queued: an object created after the swap is
     // reconciled after every key the swap queued.
     create_config_maps(&client, &ns, &label, ["after".to_owned()].into_iter()).await;

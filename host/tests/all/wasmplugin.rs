@@ -133,7 +133,7 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
     // Deleting the object unloads the plugin.
     plugins.delete(&name, &DeleteParams::default()).await.unwrap();
     eventually("the plugin unloaded", CONVERGE, || async {
-        app.manager().serving(&name).await.is_none().then_some(())
+        app.plugins().serving(&name).await.is_none().then_some(())
     })
     .await;
     stop.cancel();
@@ -219,7 +219,7 @@ async fn a_url_module_is_downloaded_once_and_a_wrong_digest_is_refused() {
     eventually("readiness despite the bad WasmPlugin", CONVERGE, || async { app.readiness().is_ready().then_some(()) })
         .await;
     assert!(condition(&bad_status, "Degraded").unwrap().message.contains("pins 0000"), "{bad_status:?}");
-    assert!(app.manager().serving(&bad).await.is_none());
+    assert!(app.plugins().serving(&bad).await.is_none());
 
     // Status writes and resyncs re-apply the same spec without downloading again.
     // The good plugin's Ready follows its caches' sync (re-checked every 2 s).
@@ -403,7 +403,7 @@ async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_for_it_and_its_can
 
     // The RBAC `kubewasm rbac` prints, applied: the serving version is reviewed again by itself
     // and the condition clears, with no new spec.
-    let grants = app.manager().plugin(&name).await.unwrap().grants().clone();
+    let grants = app.plugins().plugin(&name).await.unwrap().grants().clone();
     rbac::review::provision_objects(
         &client,
         "kubewasm-system",

@@ -71,7 +71,7 @@ async fn a_host_panic_during_a_reconcile_retries_the_key_and_keeps_the_only_work
     let config = PluginConfig::from_yaml(&stamper_config("v1", &label, 1)).unwrap();
     let wasm = plugin_wasm("fixture_stamper.wasm");
     let desired = Desired { name: "stamper".into(), origin: Origin::Directory, wasm, config };
-    app.manager().apply(desired).await.unwrap();
+    app.plugins().apply(desired).await.unwrap();
 
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     create_config_map(&api, "boom", &label).await;
@@ -96,7 +96,7 @@ async fn start_mapper(client: &kube::Client, selector: &str) -> App {
     let config = format!("grants:\n  write: [ConfigMap]\nsettings:\n  selector: \"{selector}\"\n");
     let config = PluginConfig::from_yaml(&config).unwrap();
     let wasm = plugin_wasm("fixture_mapper.wasm");
-    app.manager().apply(Desired { name: "mapper".into(), origin: Origin::Directory, wasm, config }).await.unwrap();
+    app.plugins().apply(Desired { name: "mapper".into(), origin: Origin::Directory, wasm, config }).await.unwrap();
     app
 }
 

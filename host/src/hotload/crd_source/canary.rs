@@ -1,11 +1,11 @@
 //! The dry-run canary of a WasmPlugin (`spec.canary`): its candidate started, kept, replaced or
-//! stopped through the manager, and its findings reported in `status.canary` and as Events.
+//! stopped through the plugins, and its findings reported in `status.canary` and as Events.
 
 use std::time::Duration;
 
 use super::{Informer, STATUS_MANAGER, WasmPluginSource, gvk};
 use crate::canary::Report;
-use crate::hotload::manager::{Candidate, Origin};
+use crate::hotload::loaded::{Candidate, Origin};
 use crate::hotload::wasmplugin::{CanaryDifference, CanaryStatus, WasmPlugin};
 use crate::plugin::host::{EventRecord, MAX_NOTE, ObjectRef};
 
@@ -25,13 +25,13 @@ impl WasmPluginSource {
     /// not running, if it is not.
     pub(super) async fn canary(&self, name: &str, plugin: &WasmPlugin, modules: &Informer) -> Option<String> {
         let (Some(spec), Some(config)) = (&plugin.spec.canary, plugin.spec.canary_config()) else {
-            let _ = self.manager.set_canary(name, &Origin::WasmPlugin, None).await;
+            let _ = self.plugins.set_canary(name, &Origin::WasmPlugin, None).await;
             self.evented.lock().remove(name);
             return None;
         };
         let module = spec.module.as_ref().unwrap_or(&plugin.spec.module);
         if let Some(url) = &module.url
-            && self.manager.canary_serves(name, &url.sha256, &config).await
+            && self.plugins.canary_serves(name, &url.sha256, &config).await
         {
             return None;
         }
@@ -40,7 +40,7 @@ impl WasmPluginSource {
             Err(problem) => return Some(format!("{}: {}", problem.reason, problem.message)),
         };
         let candidate = Some(Candidate { wasm, config });
-        match self.manager.set_canary(name, &Origin::WasmPlugin, candidate).await {
+        match self.plugins.set_canary(name, &Origin::WasmPlugin, candidate).await {
             Ok(_) => None,
             Err(e) => Some(format!("{}: {e:#}", e.reason())),
         }

@@ -70,7 +70,7 @@ impl WasmPluginSource {
     ) -> Result<Option<Arc<[u8]>>, NotServing> {
         let result = self.oci_pull(name, plugin, module).await;
         if let Err(e) = &result {
-            self.manager.rejected(name, e.reason());
+            self.plugins.rejected(name, e.reason());
             tracing::warn!(plugin = name, reference = %module.reference, reason = e.reason(), error = %e, "OCI module not pulled");
         }
         result.map_err(|e| NotServing { reason: e.reason(), message: e.to_string(), retry: e.is_transient() })
@@ -89,7 +89,7 @@ impl WasmPluginSource {
                 let last =
                     plugin.status.as_ref().and_then(|s| s.oci.as_ref()).filter(|s| s.reference == module.reference);
                 let fallback = match last {
-                    Some(last) if self.manager.serving(name).await.is_none() && e.is_transient() => {
+                    Some(last) if self.plugins.serving(name).await.is_none() && e.is_transient() => {
                         self.puller.cached(&last.digest).await.map(|wasm| (last.clone(), wasm))
                     }
                     _ => None,
@@ -103,7 +103,7 @@ impl WasmPluginSource {
         let status = OciStatus { reference: module.reference.clone(), digest: digest.clone(), resolved_at: now() };
         let known = self.resolved.lock().get(name).cloned();
         if let Some(known) = known.filter(|k| k.status.digest == digest && k.status.reference == module.reference)
-            && self.manager.serves(name, &known.sha256, &plugin.spec.plugin_config()).await
+            && self.plugins.serves(name, &known.sha256, &plugin.spec.plugin_config()).await
         {
             self.resolved.lock().insert(name.to_owned(), Resolved { status, sha256: known.sha256 });
             return Ok(None);

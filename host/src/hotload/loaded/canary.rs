@@ -1,10 +1,10 @@
-//! A plugin's dry-run canary in the manager: its candidate loaded beside the serving version,
+//! A plugin's dry-run canary in the plugins: its candidate loaded beside the serving version,
 //! attached to the serving version's workers, replaced or stopped.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{ApplyError, CanarySlot, Candidate, Manager, Origin};
+use super::{ApplyError, CanarySlot, Candidate, LoadedPlugins, Origin};
 use crate::canary::{Canary, Count, Report};
 use crate::controller::{self, PluginCache};
 use crate::informer::InformerParams;
@@ -13,7 +13,7 @@ use crate::plugin::grants::KindRef;
 use crate::plugin::host::RecordingWriter;
 use crate::plugin::host::{ApiWriter, CacheReader};
 
-impl Manager {
+impl LoadedPlugins {
     /// Runs `candidate` as a dry-run canary of the version of `name` that `origin` serves (or
     /// stops the canary, with `None`); a candidate already running with the same component and
     /// config is left alone. A candidate that does not load is reported and changes nothing:

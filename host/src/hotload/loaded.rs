@@ -114,7 +114,7 @@ impl ApplyError {
     }
 }
 
-/// What [`Manager::apply`] did.
+/// What [`LoadedPlugins::apply`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Applied {
     /// The same component and config already serve.
@@ -241,7 +241,7 @@ type Slots = BTreeMap<String, Arc<Mutex<Option<Slot>>>>;
 /// Every loaded plugin. Applies for one plugin are serialized; different plugins load in
 /// parallel.
 #[derive(Clone)]
-pub struct Manager {
+pub struct LoadedPlugins {
     ctx: controller::Context,
     runtime: Runtime,
     /// What every plugin writes through, below its own elision and the canary tap.
@@ -252,8 +252,8 @@ pub struct Manager {
     slots: Arc<parking_lot::Mutex<Slots>>,
 }
 
-impl Manager {
-    /// A manager wiring controllers from `ctx`, loading with `runtime`, writing with `writer`.
+impl LoadedPlugins {
+    /// A plugins wiring controllers from `ctx`, loading with `runtime`, writing with `writer`.
     pub fn new(
         ctx: controller::Context,
         runtime: Runtime,
@@ -344,7 +344,7 @@ impl Manager {
         // RBAC must not take every replica out of its Service).
         let gate = (origin == Origin::Directory).then(|| self.ctx.readiness.clone());
         // The slot keeps what serves across every await below, so a caller that is dropped
-        // (shutdown aborts the sources) leaves nothing running outside the manager.
+        // (shutdown aborts the sources) leaves nothing running outside the plugins.
         let applied = match slot.as_mut() {
             None => {
                 let mut controller = Controller::build(&self.ctx, plugin, cache).await?;

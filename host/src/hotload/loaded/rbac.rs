@@ -1,8 +1,8 @@
 //! The review of each plugin version's own identity: what its ServiceAccount lacks for its grants.
 
-use super::{Manager, Plugin};
+use super::{LoadedPlugins, Plugin};
 
-impl Manager {
+impl LoadedPlugins {
     /// What plugin `name`'s identity lacks for `plugin`'s grants (made first with
     /// `provision_rbac`); `None` when plugins are not impersonated. Missing rights are reported,
     /// not a rejection: the operator may be granting them right now.
