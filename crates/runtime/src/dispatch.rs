@@ -20,7 +20,7 @@ const HOST_CALL_GRACE: Duration = Duration::from_secs(1);
 /// An instance kept between calls (`limits.reuseInstances`), with the calls it has served and
 /// the permit of the plugin's pool share it holds. Fields drop in order: the store gives its
 /// pool slot back before the permit lets another call take one.
-pub(crate) struct Idle {
+pub(crate) struct IdleInstance {
     store: Store<PluginCtx>,
     instance: Controller,
     served: u32,
@@ -182,7 +182,7 @@ impl Plugin {
                     .await
                     .map_err(|_| self.limit(LimitHit::Deadline(deadline)))?;
                 let (store, instance) = instantiate(self, started).await?;
-                Idle { store, instance, served: 0, _permit: permit }
+                IdleInstance { store, instance, served: 0, _permit: permit }
             }
         };
         let left = deadline.saturating_sub(started.elapsed());

@@ -66,7 +66,7 @@ pub struct Plugin {
     /// Retry backoff of its keys, from the operator's config.
     rate_limiter: kubewasm_queue::rate_limiter::LimiterConfig,
     /// Instances kept for reuse (`limits.reuseInstances`); at most one per concurrent call.
-    idle: parking_lot::Mutex<Vec<dispatch::Idle>>,
+    idle: parking_lot::Mutex<Vec<dispatch::IdleInstance>>,
     /// This version's share of the instance pool; every instance holds one of its permits.
     share: pool::Share,
 }

@@ -60,7 +60,7 @@ pub struct Difference {
 
 /// What a canary has found so far.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Report {
+pub struct Findings {
     /// Reconciles the candidate would have written alike.
     pub same: u64,
     /// Reconciles where its writes differ.
@@ -84,7 +84,7 @@ pub type Count = Arc<dyn Fn(&'static str) + Send + Sync>;
 pub struct Canary {
     sha256: String,
     tx: mpsc::Sender<Served>,
-    report: Arc<Mutex<Report>>,
+    findings: Arc<Mutex<Findings>>,
     count: Count,
     task: tokio::task::AbortHandle,
 }
@@ -100,7 +100,7 @@ struct Candidate {
     plugin: Plugin,
     recorder: Arc<RecordingWriter>,
     informers: BTreeMap<KindRef, Informer>,
-    report: Arc<Mutex<Report>>,
+    findings: Arc<Mutex<Findings>>,
     count: Count,
 }
 
@@ -115,10 +115,10 @@ impl Canary {
     ) -> Self {
         let sha256 = plugin.sha256().to_owned();
         let (tx, rx) = mpsc::channel(QUEUE);
-        let report = Arc::new(Mutex::new(Report::default()));
-        let candidate = Candidate { plugin, recorder, informers, report: report.clone(), count: count.clone() };
+        let findings = Arc::new(Mutex::new(Findings::default()));
+        let candidate = Candidate { plugin, recorder, informers, findings: findings.clone(), count: count.clone() };
         let task = tokio::spawn(candidate.run(rx)).abort_handle();
-        Self { sha256, tx, report, count, task }
+        Self { sha256, tx, findings, count, task }
     }
 
     /// sha256 of the candidate's component.
@@ -127,15 +127,15 @@ impl Canary {
     }
 
     /// What it has found so far.
-    pub fn report(&self) -> Report {
-        self.report.lock().clone()
+    pub fn findings(&self) -> Findings {
+        self.findings.lock().clone()
     }
 
     /// Hands the serving version's reconcile of a key to the candidate without waiting; skipped
     /// (and counted) when the candidate lags [`QUEUE`] keys behind.
     pub fn offer(&self, served: Served) {
         if self.tx.try_send(served).is_err() {
-            self.report.lock().skipped += 1;
+            self.findings.lock().skipped += 1;
             (self.count)("skipped");
         }
     }
@@ -146,7 +146,7 @@ impl Candidate {
         let name = self.plugin.name().to_owned();
         while let Some(served) = rx.recv().await {
             if !self.informers.values().all(Informer::has_synced) {
-                self.report.lock().skipped += 1;
+                self.findings.lock().skipped += 1;
                 (self.count)("skipped");
                 continue;
             }
@@ -163,16 +163,16 @@ impl Candidate {
             let verdict = compare::compare(&served.side, &candidate);
             let result = verdict.label();
             (self.count)(result);
-            let mut report = self.report.lock();
+            let mut findings = self.findings.lock();
             match verdict {
-                Verdict::Same => report.same += 1,
+                Verdict::Same => findings.same += 1,
                 Verdict::Differ(detail) | Verdict::Failed(detail) => {
                     if result == "failed" {
-                        report.failed += 1;
+                        findings.failed += 1;
                     } else {
-                        report.differ += 1;
+                        findings.differ += 1;
                     }
-                    let seq = report.last_difference.as_ref().map_or(1, |d| d.seq + 1);
+                    let seq = findings.last_difference.as_ref().map_or(1, |d| d.seq + 1);
                     let time = k8s_openapi::jiff::Timestamp::now()
                         .round(k8s_openapi::jiff::Unit::Second)
                         .unwrap_or_default()
@@ -181,7 +181,7 @@ impl Candidate {
                     if seq.is_power_of_two() {
                         tracing::info!(plugin = %name, key = %served.key, result, differences = seq, detail = %detail, "canary candidate differs from the serving version");
                     }
-                    report.last_difference =
+                    findings.last_difference =
                         Some(Difference { seq, key: served.key.to_string(), result, detail, time });
                 }
             }

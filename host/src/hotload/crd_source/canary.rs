@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Informer, STATUS_MANAGER, WasmPluginSource, gvk};
-use crate::canary::Report;
+use crate::canary::Findings;
 use crate::hotload::loaded::{Candidate, Origin};
 use crate::hotload::wasmplugin::{CanaryDifference, CanaryStatus, WasmPlugin};
 use crate::plugin::host::{EventRecord, MAX_NOTE, ObjectRef};
@@ -47,8 +47,8 @@ impl WasmPluginSource {
     }
 
     /// Sends an Event on the WasmPlugin for the canary's latest difference, if it is new.
-    pub(super) fn announce(&self, name: &str, sha256: &str, report: &Report) {
-        let Some(difference) = &report.last_difference else { return };
+    pub(super) fn announce(&self, name: &str, sha256: &str, findings: &Findings) {
+        let Some(difference) = &findings.last_difference else { return };
         let seen = (sha256.to_owned(), difference.seq);
         if self.evented.lock().insert(name.to_owned(), seen.clone()) == Some(seen) {
             return;
@@ -63,22 +63,22 @@ impl WasmPluginSource {
 }
 
 /// The canary part of a WasmPlugin's status.
-pub(super) fn canary_status(running: Option<&(String, Report)>, last_error: Option<String>) -> CanaryStatus {
-    let Some((sha256, report)) = running else { return CanaryStatus { last_error, ..Default::default() } };
+pub(super) fn canary_status(running: Option<&(String, Findings)>, last_error: Option<String>) -> CanaryStatus {
+    let Some((sha256, findings)) = running else { return CanaryStatus { last_error, ..Default::default() } };
     CanaryStatus {
         sha256: Some(sha256.clone()),
-        same: report.same,
-        differ: report.differ,
-        failed: report.failed,
-        skipped: report.skipped,
-        last_difference: report.last_difference.as_ref().map(|d| CanaryDifference {
+        same: findings.same,
+        differ: findings.differ,
+        failed: findings.failed,
+        skipped: findings.skipped,
+        last_difference: findings.last_difference.as_ref().map(|d| CanaryDifference {
             key: d.key.clone(),
             result: d.result.to_owned(),
             diff: d.detail.clone(),
             time: d.time.clone(),
         }),
         last_error,
-        rbac_missing: report.rbac_missing.clone(),
+        rbac_missing: findings.rbac_missing.clone(),
     }
 }
 
@@ -96,8 +96,8 @@ mod tests {
             detail: "--- serving".into(),
             time: "2026-01-01T00:00:00Z".into(),
         };
-        let report = Report { same: 3, differ: 2, last_difference: Some(difference), ..Report::default() };
-        let status = canary_status(Some(&("abc".into(), report)), None);
+        let findings = Findings { same: 3, differ: 2, last_difference: Some(difference), ..Findings::default() };
+        let status = canary_status(Some(&("abc".into(), findings)), None);
         assert_eq!((status.sha256.as_deref(), status.same, status.differ), (Some("abc"), 3, 2));
         let shown = status.last_difference.unwrap();
         assert_eq!((shown.key.as_str(), shown.result.as_str(), shown.diff.as_str()), ("a/b", "differ", "--- serving"));

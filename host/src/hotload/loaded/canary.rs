@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{ApplyError, CanarySlot, Candidate, LoadedPlugins, Origin};
-use crate::canary::{Canary, Count, Report};
+use crate::canary::{Canary, Count, Findings};
 use crate::controller::{self, PluginCache};
 use crate::informer::InformerParams;
 use crate::plugin::PluginConfig;
@@ -113,12 +113,12 @@ impl LoadedPlugins {
     }
 
     /// The canary of `name`, if one runs: its candidate's sha256 and what it found so far.
-    pub async fn canary(&self, name: &str) -> Option<(String, Report)> {
+    pub async fn canary(&self, name: &str) -> Option<(String, Findings)> {
         let slot = self.slots.lock().get(name).cloned()?;
         let slot = slot.lock().await;
         let running = slot.as_ref()?.canary.as_ref()?;
-        let report = Report { rbac_missing: running.rbac_missing.clone(), ..running.canary.report() };
-        Some((running.canary.sha256().to_owned(), report))
+        let findings = Findings { rbac_missing: running.rbac_missing.clone(), ..running.canary.findings() };
+        Some((running.canary.sha256().to_owned(), findings))
     }
 
     /// Whether the canary of `name` runs exactly this component (by sha256) and config.
