@@ -80,7 +80,7 @@ impl Contract {
 
 /// A component pre-linked against the world it implements; the world is picked at load, so a
 /// call pays one enum match, not a lookup.
-pub enum ControllerPre {
+pub enum PluginPre {
     /// A 0.1.0 component.
     V0_1(v0_1::ControllerPre<PluginCtx>),
     /// A 0.2.0 component.
@@ -88,43 +88,43 @@ pub enum ControllerPre {
 }
 
 /// An instance of a plugin, of the world its component implements.
-pub enum Controller {
+pub enum PluginInstance {
     /// A 0.1.0 instance.
     V0_1(v0_1::Controller),
     /// A 0.2.0 instance.
     V0_2(v0_2::Controller),
 }
 
-impl ControllerPre {
+impl PluginPre {
     /// Checks `pre`'s exports against `contract`'s world.
     pub fn new(contract: Contract, pre: wasmtime::component::InstancePre<PluginCtx>) -> wasmtime::Result<Self> {
         Ok(match contract {
-            Contract::V0_1 => ControllerPre::V0_1(v0_1::ControllerPre::new(pre)?),
-            Contract::V0_2 => ControllerPre::V0_2(v0_2::ControllerPre::new(pre)?),
+            Contract::V0_1 => PluginPre::V0_1(v0_1::ControllerPre::new(pre)?),
+            Contract::V0_2 => PluginPre::V0_2(v0_2::ControllerPre::new(pre)?),
         })
     }
 
     /// The contract version.
     pub fn contract(&self) -> Contract {
         match self {
-            ControllerPre::V0_1(_) => Contract::V0_1,
-            ControllerPre::V0_2(_) => Contract::V0_2,
+            PluginPre::V0_1(_) => Contract::V0_1,
+            PluginPre::V0_2(_) => Contract::V0_2,
         }
     }
 
     /// The pre-linked component.
     pub fn instance_pre(&self) -> &wasmtime::component::InstancePre<PluginCtx> {
         match self {
-            ControllerPre::V0_1(p) => p.instance_pre(),
-            ControllerPre::V0_2(p) => p.instance_pre(),
+            PluginPre::V0_1(p) => p.instance_pre(),
+            PluginPre::V0_2(p) => p.instance_pre(),
         }
     }
 
     /// A new instance in `store`.
-    pub async fn instantiate_async(&self, store: &mut wasmtime::Store<PluginCtx>) -> wasmtime::Result<Controller> {
+    pub async fn instantiate_async(&self, store: &mut wasmtime::Store<PluginCtx>) -> wasmtime::Result<PluginInstance> {
         Ok(match self {
-            ControllerPre::V0_1(p) => Controller::V0_1(p.instantiate_async(store).await?),
-            ControllerPre::V0_2(p) => Controller::V0_2(p.instantiate_async(store).await?),
+            PluginPre::V0_1(p) => PluginInstance::V0_1(p.instantiate_async(store).await?),
+            PluginPre::V0_2(p) => PluginInstance::V0_2(p.instantiate_async(store).await?),
         })
     }
 }

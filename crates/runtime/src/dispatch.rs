@@ -8,7 +8,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Plugin;
-use super::bindings::{Controller, v0_1, v0_2};
+use super::bindings::{PluginInstance, v0_1, v0_2};
 use super::host::{ApiWriterExt, EventRecord, MAX_NOTE, ObjectRef};
 use super::limits::LimitHit;
 use super::registration::Registration;
@@ -22,7 +22,7 @@ const HOST_CALL_GRACE: Duration = Duration::from_secs(1);
 /// pool slot back before the permit lets another call take one.
 pub(crate) struct IdleInstance {
     store: Store<PluginCtx>,
-    instance: Controller,
+    instance: PluginInstance,
     served: u32,
     _permit: OwnedSemaphorePermit,
 }
@@ -93,8 +93,8 @@ impl Plugin {
     pub async fn reconcile(&self, key: &ObjectKey, attempt: u32) -> Result<Action, CallFailed> {
         let for_kind = &self.registration.for_kind;
         let (namespace, name) = (key.namespace().map(str::to_owned), key.name().to_owned());
-        let reconcile = async |inst: &Controller, store: &mut Store<PluginCtx>| match inst {
-            Controller::V0_1(inst) => {
+        let reconcile = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| match inst {
+            PluginInstance::V0_1(inst) => {
                 let key = v0_1::types::ObjectKey { namespace, name };
                 let request = v0_1::Request { kind: for_kind.into(), key, attempt };
                 let result = inst.call_reconcile(store, &request).await?;
@@ -105,7 +105,7 @@ impl Plugin {
                     })
                     .map_err(CallFailed::Plugin))
             }
-            Controller::V0_2(inst) => {
+            PluginInstance::V0_2(inst) => {
                 let key = v0_2::types::ObjectKey { namespace, name };
                 let request = v0_2::Request { kind: for_kind.into(), key, attempt };
                 let result = inst.call_reconcile(store, &request).await?;
@@ -136,12 +136,12 @@ impl Plugin {
         kind: &kube::core::GroupVersionKind,
         object: &[u8],
     ) -> Result<Vec<Result<ObjectKey, InvalidKey>>, CallFailed> {
-        let map = async |inst: &Controller, store: &mut Store<PluginCtx>| match inst {
-            Controller::V0_1(inst) => {
+        let map = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| match inst {
+            PluginInstance::V0_1(inst) => {
                 let keys = inst.call_map(store, &kind.into(), object).await?;
                 Ok(Ok(keys.into_iter().map(|k| ObjectKey::parse(k.namespace.as_deref(), &k.name)).collect()))
             }
-            Controller::V0_2(inst) => {
+            PluginInstance::V0_2(inst) => {
                 let keys = inst.call_map(store, &kind.into(), object).await?;
                 Ok(keys
                     .map(|keys| keys.into_iter().map(|k| ObjectKey::parse(k.namespace.as_deref(), &k.name)).collect())
@@ -160,7 +160,7 @@ impl Plugin {
         &self,
         regarding: Option<&ObjectKey>,
         reuse: Reuse<impl Fn(&R) -> bool>,
-        f: impl AsyncFnOnce(&Controller, &mut Store<PluginCtx>) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&PluginInstance, &mut Store<PluginCtx>) -> wasmtime::Result<R>,
     ) -> Result<R, CallFailed> {
         let max_served = match reuse {
             Reuse::If(_) => self.shared.limits.reuse_instances,
@@ -274,7 +274,7 @@ fn arm_deadline(store: &mut Store<PluginCtx>, deadline: Duration, started: Insta
 pub(crate) async fn instantiate(
     plugin: &Plugin,
     started: Instant,
-) -> Result<(Store<PluginCtx>, Controller), CallFailed> {
+) -> Result<(Store<PluginCtx>, PluginInstance), CallFailed> {
     let mut store = Store::new(&plugin.runtime.engine, PluginCtx::new(plugin.shared.clone()));
     store.limiter(|ctx| &mut ctx.limiter);
     arm_deadline(&mut store, plugin.shared.limits.deadline(), started);
@@ -289,9 +289,9 @@ pub(crate) async fn instantiate(
 
 /// Calls `describe` on a fresh instance.
 pub(crate) async fn describe(plugin: &Plugin) -> Result<Registration, CallFailed> {
-    let describe = async |inst: &Controller, store: &mut Store<PluginCtx>| match inst {
-        Controller::V0_1(inst) => inst.call_describe(store).await.map(Registration::from),
-        Controller::V0_2(inst) => inst.call_describe(store).await.map(Registration::from),
+    let describe = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| match inst {
+        PluginInstance::V0_1(inst) => inst.call_describe(store).await.map(Registration::from),
+        PluginInstance::V0_2(inst) => inst.call_describe(store).await.map(Registration::from),
     };
     plugin.call(None, Reuse::<fn(&_) -> bool>::Never, describe).await
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::{self, ControllerPre};
+use super::bindings::{self, PluginPre};
 use super::compile_process::CompileProcess;
 use super::metrics::PluginMetrics;
 use super::pool::{Ledger, MEMORIES_PER_INSTANCE, TABLES_PER_INSTANCE};
@@ -229,7 +229,7 @@ pub struct Runtime {
     /// Pre-linked components by sha256, while a loaded version holds them: a new version with
     /// the same bytes (a config change, another plugin from the same file) skips the compile,
     /// which takes 20-30 s for a Python or JavaScript component even with the disk cache off.
-    compiled: Arc<parking_lot::Mutex<HashMap<String, Weak<ControllerPre>>>>,
+    compiled: Arc<parking_lot::Mutex<HashMap<String, Weak<PluginPre>>>>,
     compiled_reused: Arc<AtomicUsize>,
     pub(crate) pool: Ledger,
     pub(crate) max_concurrent_cap: u32,
@@ -311,7 +311,7 @@ impl Runtime {
     }
 
     /// The pre-linked component with this sha256, if a loaded version still holds it.
-    pub(crate) fn compiled(&self, sha256: &str) -> Option<Arc<ControllerPre>> {
+    pub(crate) fn compiled(&self, sha256: &str) -> Option<Arc<PluginPre>> {
         let found = self.compiled.lock().get(sha256).and_then(Weak::upgrade);
         if found.is_some() {
             self.compiled_reused.fetch_add(1, Ordering::Relaxed);
@@ -320,7 +320,7 @@ impl Runtime {
     }
 
     /// Remembers a pre-linked component for as long as a loaded version holds it.
-    pub(crate) fn remember_compiled(&self, sha256: &str, pre: &Arc<ControllerPre>) {
+    pub(crate) fn remember_compiled(&self, sha256: &str, pre: &Arc<PluginPre>) {
         let mut compiled = self.compiled.lock();
         compiled.retain(|_, held| held.strong_count() > 0);
         compiled.insert(sha256.to_owned(), Arc::downgrade(pre));

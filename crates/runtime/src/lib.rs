@@ -44,7 +44,7 @@ pub use state::PluginCtx;
 
 use std::sync::Arc;
 
-use bindings::ControllerPre;
+use bindings::PluginPre;
 use grants::Grants;
 use state::PluginShared;
 
@@ -57,7 +57,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// One loaded, serving version of a plugin.
 pub struct Plugin {
     runtime: Runtime,
-    pre: Arc<ControllerPre>,
+    pre: Arc<PluginPre>,
     shared: Arc<PluginShared>,
     registration: Registration,
     sha256: String,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::Plugin;
 use super::authorizer::Authorizer;
-use super::bindings::{Contract, ControllerPre};
+use super::bindings::{Contract, PluginPre};
 use super::config::PluginConfig;
 use super::dispatch::{self, CallFailed};
 use super::engine::Runtime;
@@ -157,7 +157,7 @@ impl Runtime {
                     let component = runtime.compile(&wasm, &sha).map_err(LoadError::Compile)?;
                     let contract = Contract::of(&component, &runtime.engine);
                     let pre = runtime.linker.instantiate_pre(&component).map_err(LoadError::WrongWorld)?;
-                    ControllerPre::new(contract, pre).map_err(LoadError::WrongWorld)
+                    PluginPre::new(contract, pre).map_err(LoadError::WrongWorld)
                 })
                 .await
                 .map_err(|e| LoadError::Compile(wasmtime::Error::msg(e.to_string())))??;
