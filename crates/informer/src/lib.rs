@@ -37,6 +37,7 @@
 //! [`Store`]; `shard/` holds the hash ranges a sharded replica caches and its shard gate.
 
 pub mod discovery;
+pub mod enqueue;
 mod error;
 pub mod factory;
 pub mod handler;
@@ -54,6 +55,7 @@ pub mod store;
 pub mod uid;
 
 pub use discovery::Discovery;
+pub use enqueue::Enqueue;
 pub use error::{Error, Result};
 pub use factory::{InformerParams, SharedInformerFactory};
 pub use handler::{Notification, ResourceEventHandler};

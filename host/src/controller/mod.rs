@@ -32,7 +32,8 @@ use crate::plugin::Plugin;
 use crate::plugin::grants::KindRef;
 use crate::queue::{self, QueueMetrics, WorkQueue};
 use crate::shard::ShardGate;
-use triggers::ForTrigger;
+pub(crate) use filter::add_filtered;
+use triggers::for_trigger;
 use wiring::{Owner, Watched, Wiring};
 pub(crate) use wiring::{serve_reads, wanted_informers};
 
@@ -199,7 +200,7 @@ impl Controller {
         let for_informer = wiring.informers().iter().find(|i| KindRef::of(i.gvk()) == owner.kind).cloned();
         let for_informer = for_informer.expect("the wiring reads the for kind");
         let for_filter = Some(&plugin.registration().for_filter);
-        let for_registration = filter::add_filtered(&for_informer, for_filter, ForTrigger(workers.clone()));
+        let for_registration = filter::add_filtered(&for_informer, for_filter, for_trigger(workers.clone()));
         let controller = Self {
             name,
             workers,

@@ -8,60 +8,26 @@ use parking_lot::Mutex;
 
 use super::ObjectKey;
 use super::worker::Workers;
-use crate::informer::{CachedObject, Informer, ResourceEventHandler};
+use crate::informer::{CachedObject, Enqueue, Informer, ResourceEventHandler};
 use crate::plugin::grants::KindRef;
 use crate::queue::{Config as QueueConfig, Next, WorkQueue};
 
 /// For: every change to an object enqueues its own key.
-pub(crate) struct ForTrigger(pub(crate) Arc<Workers>);
-
-impl ResourceEventHandler for ForTrigger {
-    fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.enqueue(ObjectKey::of(&obj));
-    }
-    fn on_update(&self, _: Arc<CachedObject>, new: Arc<CachedObject>) {
-        self.0.enqueue(ObjectKey::of(&new));
-    }
-    fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.enqueue(ObjectKey::of(&obj));
-    }
+pub(crate) fn for_trigger(workers: Arc<Workers>) -> impl ResourceEventHandler {
+    Enqueue::new(|obj: &CachedObject| Some(ObjectKey::of(obj)), move |key| workers.enqueue(key))
 }
 
 /// Owns: a change to an object enqueues the key of its controller owner, if that owner is of
-/// the for kind (client-go's `handleObject`). An owner change enqueues both owners.
-pub(crate) struct OwnsTrigger {
-    pub(crate) workers: Arc<Workers>,
-    pub(crate) owner: KindRef,
-    /// Whether the for kind is namespaced (then the owner lives in the object's namespace).
-    pub(crate) owner_namespaced: bool,
-}
-
-impl OwnsTrigger {
-    fn owner_key(&self, obj: &CachedObject) -> Option<ObjectKey> {
-        let owner = obj.meta().controller_owner()?;
-        let group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        (group == self.owner.group && owner.kind == self.owner.kind)
-            .then(|| ObjectKey::new(if self.owner_namespaced { obj.namespace() } else { None }, &owner.name))
-    }
-
-    fn enqueue(&self, obj: &CachedObject) {
-        if let Some(key) = self.owner_key(obj) {
-            self.workers.enqueue(key);
-        }
-    }
-}
-
-impl ResourceEventHandler for OwnsTrigger {
-    fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
-        self.enqueue(&obj);
-    }
-    fn on_update(&self, old: Arc<CachedObject>, new: Arc<CachedObject>) {
-        self.enqueue(&old);
-        self.enqueue(&new);
-    }
-    fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
-        self.enqueue(&obj);
-    }
+/// kind `owner` (client-go's `handleObject`); the owner lives in the object's namespace when
+/// `owner_namespaced`. An owner change enqueues both owners.
+pub(crate) fn owns_trigger(workers: Arc<Workers>, owner: KindRef, owner_namespaced: bool) -> impl ResourceEventHandler {
+    let owner_key = move |obj: &CachedObject| {
+        let controller = obj.meta().controller_owner()?;
+        let group = controller.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        (group == owner.group && controller.kind == owner.kind)
+            .then(|| ObjectKey::new(if owner_namespaced { obj.namespace() } else { None }, &controller.name))
+    };
+    Enqueue::new(owner_key, move |key| workers.enqueue(key)).old_state_too()
 }
 
 /// A watched object waiting to be mapped: which watch, and its cache key.

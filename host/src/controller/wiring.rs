@@ -9,7 +9,7 @@ use kube::core::GroupVersionKind;
 use tokio::task::JoinHandle;
 
 use super::filter::add_filtered;
-use super::triggers::{Mapper, OwnsTrigger};
+use super::triggers::{Mapper, owns_trigger};
 use super::{Context, Error, PluginCache, Workers, indexes};
 use crate::informer::{HandlerRegistration, Informer, InformerParams};
 use crate::plugin::Plugin;
@@ -158,11 +158,7 @@ impl Wiring {
             let filter = reg.owns_filters.get(i).cloned().unwrap_or_default();
             let kept = previous.and_then(|p| p.owns.get(&kind)).filter(|(f, _)| *f == filter).map(|(_, r)| r.clone());
             let registration = kept.unwrap_or_else(|| {
-                let trigger = OwnsTrigger {
-                    workers: workers.clone(),
-                    owner: owner.kind.clone(),
-                    owner_namespaced: owner.namespaced,
-                };
+                let trigger = owns_trigger(workers.clone(), owner.kind.clone(), owner.namespaced);
                 Arc::new(add_filtered(&informers[&kind], Some(&filter), trigger))
             });
             owns.insert(kind, (filter, registration));

@@ -21,7 +21,8 @@ pub use oci::DEFAULT_REFRESH as DEFAULT_OCI_REFRESH;
 
 use super::loaded::{Desired, LoadedPlugins, Origin};
 use super::wasmplugin::{Condition, ConfigMapModule, ModuleSource, WasmPlugin, WasmPluginStatus};
-use crate::informer::{CachedObject, Informer, InformerParams, ResourceEventHandler};
+use crate::informer::{CachedObject, Enqueue, HandlerRegistration, Informer, InformerParams};
+use crate::plugin::registration::{EventFilter, Predicates};
 use crate::queue::{Config as QueueConfig, WorkQueue};
 
 /// How long a module download may take.
@@ -98,54 +99,28 @@ fn gvk() -> GroupVersionKind {
     GroupVersionKind::gvk("kubewasm.dev", "v1alpha1", "WasmPlugin")
 }
 
-/// Queues the name of every WasmPlugin that changed.
-struct PluginTrigger(WorkQueue<String>);
-
-impl ResourceEventHandler for PluginTrigger {
-    fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.add(obj.name().to_owned());
-    }
-    /// Only a change of spec (generation) labels (the source's selector) or deletion is news: the
-    /// status this source writes itself would otherwise apply a rejected version again, and
-    /// count it again (controller-runtime's `GenerationChangedPredicate`, plus labels).
-    fn on_update(&self, old: Arc<CachedObject>, new: Arc<CachedObject>) {
-        let (was, is) = (old.meta(), new.meta());
-        if was.generation != is.generation || was.labels != is.labels || was.deleting != is.deleting {
-            self.0.add(new.name().to_owned());
-        }
-    }
-    fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.add(obj.name().to_owned());
-    }
+/// Queues the name of every WasmPlugin that changed. Only a change of spec (generation) or
+/// labels (the source's selector) is news, and deletion: the status this source writes itself
+/// would otherwise apply a rejected version again, and count it again (controller-runtime's
+/// `GenerationChangedPredicate`, plus labels). The start of a deletion is a generation change
+/// too: the API server bumps it when it sets `deletionTimestamp`.
+fn plugin_trigger(plugins: &Informer, queue: WorkQueue<String>) -> HandlerRegistration {
+    let predicates = Predicates { generation_changed: true, labels_changed: true, annotations_changed: false };
+    let news = EventFilter { predicates, ..EventFilter::default() };
+    let enqueue = Enqueue::new(|obj: &CachedObject| Some(obj.name().to_owned()), move |name| queue.add(name));
+    crate::controller::add_filtered(plugins, Some(&news), enqueue)
 }
 
 /// Queues the WasmPlugins whose module lives in a ConfigMap that changed.
-struct ModuleTrigger {
-    queue: WorkQueue<String>,
-    plugins: Informer,
-}
-
-impl ModuleTrigger {
-    fn enqueue(&self, config_map: &CachedObject) {
-        for obj in self.plugins.store().list() {
-            let Ok(plugin) = serde_json::from_slice::<WasmPlugin>(obj.json()) else { continue };
-            if plugin.spec.module.config_map.as_ref().is_some_and(|c| c.name == config_map.name()) {
-                self.queue.add(obj.name().to_owned());
-            }
-        }
-    }
-}
-
-impl ResourceEventHandler for ModuleTrigger {
-    fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
-        self.enqueue(&obj);
-    }
-    fn on_update(&self, _: Arc<CachedObject>, new: Arc<CachedObject>) {
-        self.enqueue(&new);
-    }
-    fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
-        self.enqueue(&obj);
-    }
+fn module_trigger(modules: &Informer, plugins: Informer, queue: WorkQueue<String>) -> HandlerRegistration {
+    let users = move |config_map: &CachedObject| {
+        let users = plugins.store().list().into_iter().filter(|obj| {
+            let Ok(plugin) = serde_json::from_slice::<WasmPlugin>(obj.json()) else { return false };
+            plugin.spec.module.config_map.as_ref().is_some_and(|c| c.name == config_map.name())
+        });
+        users.map(|obj| obj.name().to_owned()).collect::<Vec<_>>()
+    };
+    modules.add_event_handler(Enqueue::new(users, move |name| queue.add(name)))
 }
 
 /// The names of the WasmPlugins present when the source's caches synced that have not been
@@ -262,10 +237,8 @@ impl WasmPluginSource {
             }
         };
         let queue: WorkQueue<String> = WorkQueue::new(QueueConfig::default().name("wasmplugins"));
-        let _registrations = [
-            plugins.add_event_handler(PluginTrigger(queue.clone())),
-            modules.add_event_handler(ModuleTrigger { queue: queue.clone(), plugins: plugins.clone() }),
-        ];
+        let _registrations =
+            [plugin_trigger(&plugins, queue.clone()), module_trigger(&modules, plugins.clone(), queue.clone())];
         for informer in [&plugins, &modules] {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
