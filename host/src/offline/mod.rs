@@ -8,6 +8,7 @@
 //! Events each call would have made.
 
 pub mod command;
+pub mod dry_run;
 pub mod fixtures;
 pub mod record;
 mod report;
@@ -17,7 +18,10 @@ pub use report::{Diff, Report, diff, parse_expected};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
 use serde_json::{Value, json};
+
+use dry_run::{DryRunWriter, Finding};
 
 use crate::controller::{PluginCache, serve_reads, wanted_informers};
 use crate::informer::{CachedObject, Informer, parse_label_selector};
@@ -73,6 +77,8 @@ pub struct Harness {
     plugin: Plugin,
     recorder: Arc<RecordingWriter>,
     informers: BTreeMap<KindRef, Informer>,
+    dry_run: Option<Arc<DryRunWriter>>,
+    findings: Mutex<Vec<(String, Finding)>>,
 }
 
 impl Harness {
@@ -84,15 +90,29 @@ impl Harness {
         config: PluginConfig,
         objects: &[Value],
     ) -> Result<Self> {
+        Self::load_checked(runtime, name, wasm, config, objects, None).await
+    }
+
+    /// [`Harness::load`], with each write also sent to `server`, a writer that stores nothing
+    /// (a server-side dry run, [`dry_run`]), if given.
+    pub async fn load_checked(
+        runtime: &Runtime,
+        name: &str,
+        wasm: Arc<[u8]>,
+        config: PluginConfig,
+        objects: &[Value],
+        server: Option<Arc<dyn ApiWriter>>,
+    ) -> Result<Self> {
         let seeded = |gvk: &kube::core::GroupVersionKind, selector: Option<&str>| {
             std::future::ready(seeded(objects, gvk, selector))
         };
-        let (harness, _) = Self::load_with(runtime, name, wasm, config, |cache| cache, seeded).await?;
+        let (harness, _) = Self::load_with(runtime, name, wasm, config, |cache| cache, seeded, server).await?;
         Ok(harness)
     }
 
     /// Loads the plugin with its reads going through `wrap(cache)` (e.g. to record them) and
-    /// the informer of each kind it reads built by `informer(kind, label selector)`.
+    /// the informer of each kind it reads built by `informer(kind, label selector)`, and its
+    /// writes also sent to `server` if given.
     pub(crate) async fn load_with<C: CacheReader, F>(
         runtime: &Runtime,
         name: &str,
@@ -100,6 +120,7 @@ impl Harness {
         config: PluginConfig,
         wrap: impl FnOnce(Arc<PluginCache>) -> Arc<C>,
         mut informer: impl FnMut(&kube::core::GroupVersionKind, Option<&str>) -> F,
+        server: Option<Arc<dyn ApiWriter>>,
     ) -> Result<(Self, Arc<C>)>
     where
         F: std::future::Future<Output = Result<Informer>>,
@@ -107,13 +128,18 @@ impl Harness {
         let cache = Arc::new(PluginCache::new(name));
         let reads = wrap(cache.clone());
         let recorder = Arc::new(RecordingWriter::new(Some(reads.clone() as Arc<dyn CacheReader>)));
-        let plugin = runtime.load(name, wasm, config, reads.clone(), recorder.clone() as Arc<dyn ApiWriter>).await?;
+        let dry_run = server.map(|server| Arc::new(DryRunWriter::new(recorder.clone(), server)));
+        let writer = match &dry_run {
+            Some(dry_run) => dry_run.clone() as Arc<dyn ApiWriter>,
+            None => recorder.clone() as Arc<dyn ApiWriter>,
+        };
+        let plugin = runtime.load(name, wasm, config, reads.clone(), writer).await?;
         let mut informers = BTreeMap::new();
         for (kind, (gvk, selector)) in wanted_informers(&plugin) {
             informers.insert(kind, informer(&gvk, selector.as_deref()).await?);
         }
         serve_reads(&plugin, &cache, &informers)?;
-        Ok((Self { plugin, recorder, informers }, reads))
+        Ok((Self { plugin, recorder, informers, dry_run, findings: Mutex::default() }, reads))
     }
 
     /// The loaded plugin.
@@ -143,6 +169,7 @@ impl Harness {
                 let what = format!("{} {} {}", watch.kind.api_version(), watch.kind.kind, object.key());
                 let result = self.plugin.map(&watch.kind, object.json()).await;
                 let writes = self.writes();
+                self.note_findings(&format!("map {what}"));
                 match result {
                     Ok(mapped) => {
                         keys.extend(mapped);
@@ -174,7 +201,19 @@ impl Harness {
             Ok(Action::RequeueAfter(after)) => format!("requeue after {after:?}"),
             Err(e) => format!("error: {e}"),
         };
+        self.note_findings(&format!("reconcile {key}"));
         json!({ "reconcile": key.to_string(), "result": result, "writes": self.writes() })
+    }
+
+    /// What the server-side dry run found, each with the call (`reconcile a/b`) whose write it
+    /// is about, since the last call; empty without a dry run.
+    pub fn findings(&self) -> Vec<(String, Finding)> {
+        std::mem::take(&mut *self.findings.lock())
+    }
+
+    fn note_findings(&self, call: &str) {
+        let Some(dry_run) = &self.dry_run else { return };
+        self.findings.lock().extend(dry_run.take().into_iter().map(|f| (call.to_owned(), f)));
     }
 
     fn writes(&self) -> Value {
