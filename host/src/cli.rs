@@ -302,6 +302,14 @@ pub struct TestArgs {
     /// Directory for compiled plugins (the same as `run --compile-cache`).
     #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
     pub compile_cache: Option<PathBuf>,
+    /// Run each key to a fixed point: apply its writes to the fixture objects (server-side apply
+    /// as a merge that drops the fields the plugin applied before and no longer names, patches,
+    /// creates, deletes), reconcile it again, and so on until a round's writes change nothing;
+    /// fail, naming the fields that keep changing in the last two rounds, if that takes more
+    /// than N reconciles (default 10). The report is the first round's.
+    #[arg(long, env = "KUBEWASM_TEST_UNTIL_SETTLED", value_name = "N", num_args = 0..=1,
+          default_missing_value = "10", value_parser = clap::value_parser!(u32).range(1..))]
+    pub until_settled: Option<u32>,
     /// Also send each write to the API server of the kubeconfig as a server-side dry run
     /// (`dryRun=All`, as the plugin's field manager): nothing is stored, and a write the server
     /// rejects (422 Invalid, …) fails the run with the server's message. A write in a namespace

@@ -39,9 +39,9 @@ pub fn runtime(compile_cache: Option<&Path>) -> anyhow::Result<Runtime> {
     })?)
 }
 
-/// Runs `kubewasm test`: prints the report on stdout; `Ok(false)` when the server-side dry run
-/// found a write the server rejects or when the report differs from the expected one (what and
-/// the diff are on stderr).
+/// Runs `kubewasm test`: prints the report on stdout; `Ok(false)` when a key did not settle
+/// (`--until-settled`), the server-side dry run found a write the server rejects, or the report
+/// differs from the expected one (what, and the diff, are on stderr).
 pub async fn test(args: TestArgs) -> anyhow::Result<bool> {
     let file = plugin_file(&args.wasm, args.config.clone());
     let config = config_with_settings(&file, args.settings.as_deref())?;
@@ -65,8 +65,19 @@ pub async fn test(args: TestArgs) -> anyhow::Result<bool> {
     } else {
         recording.as_ref().map(|r| vec![fixtures::parse_key(&r.key)])
     };
-    let report = super::run(&harness, keys).await;
+    let settle = args.until_settled.map(|rounds| (objects.as_slice(), rounds));
+    let (report, settled) = super::run_until_settled(&harness, keys, settle).await;
     print!("{}", report.to_yaml());
+    let mut unsettled = false;
+    for (key, outcome) in settled {
+        match outcome {
+            Ok(rounds) => eprintln!("kubewasm test: reconcile {key} settled in {rounds} rounds"),
+            Err(e) => {
+                eprintln!("kubewasm test: reconcile {key} {e}");
+                unsettled = true;
+            }
+        }
+    }
     let mut rejected = false;
     for (call, finding) in harness.findings() {
         eprintln!("kubewasm test: {call}: {finding}");
@@ -76,7 +87,7 @@ pub async fn test(args: TestArgs) -> anyhow::Result<bool> {
         eprintln!("kubewasm test: the API server rejects writes of this run (server-side dry run)");
     }
     let matches = compare(&args, recording, &report)?;
-    Ok(matches && !rejected)
+    Ok(matches && !rejected && !unsettled)
 }
 
 /// Compares `report` with the expected one (`--expect`, else the recording's), if any.

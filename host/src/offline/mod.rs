@@ -12,10 +12,11 @@ pub mod dry_run;
 pub mod fixtures;
 pub mod record;
 mod report;
+pub mod settle;
 
 pub use report::{Diff, Report, diff, parse_expected};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -77,6 +78,8 @@ pub struct Harness {
     plugin: Plugin,
     recorder: Arc<RecordingWriter>,
     informers: BTreeMap<KindRef, Informer>,
+    /// The kind and label selector of each informer, to seed it again.
+    wanted: BTreeMap<KindRef, (kube::core::GroupVersionKind, Option<String>)>,
     dry_run: Option<Arc<DryRunWriter>>,
     findings: Mutex<Vec<(String, Finding)>>,
 }
@@ -134,12 +137,13 @@ impl Harness {
             None => recorder.clone() as Arc<dyn ApiWriter>,
         };
         let plugin = runtime.load(name, wasm, config, reads.clone(), writer).await?;
-        let mut informers = BTreeMap::new();
+        let (mut informers, mut wanted) = (BTreeMap::new(), BTreeMap::new());
         for (kind, (gvk, selector)) in wanted_informers(&plugin) {
-            informers.insert(kind, informer(&gvk, selector.as_deref()).await?);
+            informers.insert(kind.clone(), informer(&gvk, selector.as_deref()).await?);
+            wanted.insert(kind, (gvk, selector));
         }
         serve_reads(&plugin, &cache, &informers)?;
-        Ok((Self { plugin, recorder, informers, dry_run, findings: Mutex::default() }, reads))
+        Ok((Self { plugin, recorder, informers, wanted, dry_run, findings: Mutex::default() }, reads))
     }
 
     /// The loaded plugin.
@@ -196,13 +200,41 @@ impl Harness {
 
     /// Reconciles `key` once (attempt 0): its report entry.
     pub async fn reconcile(&self, key: &ObjectKey) -> Value {
+        self.reconcile_calls(key).await.0
+    }
+
+    /// Reconciles `key` once (attempt 0): its report entry and the calls it made.
+    pub async fn reconcile_calls(&self, key: &ObjectKey) -> (Value, Vec<ApiCall>) {
         let result = match self.plugin.reconcile(key, 0).await {
             Ok(Action::Done) => "done".to_owned(),
             Ok(Action::RequeueAfter(after)) => format!("requeue after {after:?}"),
             Err(e) => format!("error: {e}"),
         };
         self.note_findings(&format!("reconcile {key}"));
-        json!({ "reconcile": key.to_string(), "result": result, "writes": self.writes() })
+        let calls = self.recorder.take();
+        let writes: Value = calls.iter().map(ApiCall::to_value).collect();
+        (json!({ "reconcile": key.to_string(), "result": result, "writes": writes }), calls)
+    }
+
+    /// Makes the caches hold `objects` (within each kind's label selector) instead of what they
+    /// held: the state a round of `--until-settled` left.
+    pub fn reseed(&self, objects: &[Value]) {
+        for (kind, informer) in &self.informers {
+            let Some((gvk, selector)) = self.wanted.get(kind) else { continue };
+            let fresh = match seeded(objects, gvk, selector.as_deref()) {
+                Ok(fresh) => fresh.store().list(),
+                Err(e) => {
+                    tracing::warn!(%kind, error = %e, "cannot cache the objects of a round");
+                    continue;
+                }
+            };
+            let store = informer.store();
+            let keep: HashSet<Arc<str>> = fresh.iter().map(|o| o.key_arc().clone()).collect();
+            store.retain_keys(&keep);
+            for object in fresh {
+                store.upsert(object);
+            }
+        }
     }
 
     /// What the server-side dry run found, each with the call (`reconcile a/b`) whose write it
@@ -247,6 +279,18 @@ fn seeded(objects: &[Value], gvk: &kube::core::GroupVersionKind, selector: Optio
 /// Runs `harness` over `keys`, or over every key its for kind caches and its maps return: the
 /// report of every call.
 pub async fn run(harness: &Harness, keys: Option<Vec<ObjectKey>>) -> Report {
+    run_until_settled(harness, keys, None).await.0
+}
+
+/// [`run`], each key then reconciled again with its writes applied to `objects` (the
+/// fixtures) until they change nothing, at most `rounds` times ([`settle`]), if given: the
+/// report of the first round of each key, and each key's rounds or why it did not settle.
+pub async fn run_until_settled(
+    harness: &Harness,
+    keys: Option<Vec<ObjectKey>>,
+    settle: Option<(&[Value], u32)>,
+) -> (Report, Vec<(ObjectKey, Result<u32, settle::NotSettled>)>) {
+    let mut settled = Vec::new();
     let mut entries = Vec::new();
     let keys = match keys {
         Some(keys) => keys,
@@ -258,7 +302,11 @@ pub async fn run(harness: &Harness, keys: Option<Vec<ObjectKey>>) -> Report {
         }
     };
     for key in &keys {
-        entries.push(harness.reconcile(key).await);
+        let (entry, calls) = harness.reconcile_calls(key).await;
+        entries.push(entry);
+        if let Some((objects, rounds)) = settle {
+            settled.push((key.clone(), settle::until_settled(harness, objects, key, calls, rounds).await));
+        }
     }
-    Report(entries)
+    (Report(entries), settled)
 }
