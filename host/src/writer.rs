@@ -230,8 +230,7 @@ impl KubeWriter {
         let api = self.api(caller, &object.target).await?;
         let body: DynamicObject = serde_json::from_value(object.sent_body().into_owned())
             .map_err(|e| CallError::Invalid(format!("not a Kubernetes object: {e}")))?;
-        let params =
-            PostParams { field_manager: Some(caller.manager.clone()), dry_run: self.dry_run, ..Default::default() };
+        let params = PostParams { field_manager: Some(caller.manager.clone()), dry_run: self.dry_run };
         to_json(api.create(&params, &body).await.map_err(call_error)?)
     }
 
