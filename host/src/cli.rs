@@ -441,6 +441,19 @@ mod tests {
     }
 
     #[test]
+    fn test_runs_until_settled_within_10_reconciles_unless_told_how_many() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["kubewasm", "test", "p.wasm", "--objects", "o.yaml"], args].concat());
+            let Command::Test(test) = cli.unwrap().command else { panic!("not test") };
+            (test.until_settled, test.server_dry_run)
+        };
+        assert_eq!(parse(&[]), (None, false));
+        assert_eq!(parse(&["--until-settled"]), (Some(10), false));
+        assert_eq!(parse(&["--until-settled=3", "--server-dry-run"]), (Some(3), true));
+        assert!(Cli::try_parse_from(["kubewasm", "test", "p.wasm", "--objects", "o", "--until-settled=0"]).is_err());
+    }
+
+    #[test]
     fn run_takes_its_flags_and_defaults() {
         let cli = Cli::try_parse_from(["kubewasm", "run", "--plugins", "/p", "--max-retries", "5"]).unwrap();
         let Command::Run(run) = cli.command else { panic!("not run") };
