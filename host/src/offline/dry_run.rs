@@ -5,10 +5,10 @@
 //! The plugin is answered as the server answers when the server rejects the write (so the
 //! report shows what the plugin does with a 422, and the `WriteRejected` Event the host would
 //! record); otherwise as offline, from the fixtures, so a report stays the same from server to
-//! server. A write that cannot be validated is said so, and does not fail the case: a patch or
-//! delete of an object only the fixtures hold (404 on the server). A write in a namespace the
-//! server lacks fails the case: a dry run cannot create the namespace first, since nothing it
-//! creates is stored.
+//! server. A write that cannot be validated is said so, and does not fail the case: a patch,
+//! delete or status apply of an object only the fixtures hold (404 on the server). A write in a
+//! namespace the server lacks fails the case: a dry run cannot create the namespace first, since
+//! nothing it creates is stored.
 
 use std::sync::Arc;
 
@@ -40,7 +40,8 @@ pub enum Finding {
         /// The namespace.
         namespace: String,
     },
-    /// The object the write changes is only in the fixtures (404 on the server): not validated.
+    /// The object the write changes (a patch, delete or status apply) is only in the fixtures
+    /// (404 on the server): not validated.
     #[error("not validated: {write}: the object is not on the API server, only in the fixtures")]
     NotOnServer {
         /// The write.
@@ -87,7 +88,9 @@ impl DryRunWriter {
             }
         }
         match call {
-            ApiCall::Patch { .. } | ApiCall::Delete { .. } => Finding::NotOnServer { write },
+            ApiCall::Patch { .. } | ApiCall::Delete { .. } | ApiCall::ApplyStatus { .. } => {
+                Finding::NotOnServer { write }
+            }
             _ => Finding::Rejected { write, error: CallError::NotFound },
         }
     }
@@ -172,6 +175,14 @@ mod tests {
         let findings = writer.take();
         assert_eq!(findings, [Finding::NoNamespace { write: "create v1 ConfigMap b/c".into(), namespace: "b".into() }]);
         assert!(findings[0].fails());
+    }
+
+    #[tokio::test]
+    async fn a_status_apply_of_an_object_only_the_fixtures_hold_is_not_validated_and_passes() {
+        let (_, writer) = writer();
+        let object = TypedObject::from_json(config_map("a").to_string().as_bytes()).unwrap();
+        writer.apply_status(&Caller::new("p"), object, false).await.unwrap();
+        assert_eq!(writer.take(), [Finding::NotOnServer { write: "apply status v1 ConfigMap a/c".into() }]);
     }
 
     #[tokio::test]
