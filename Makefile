@@ -32,7 +32,7 @@ WIT := wit/controller@0.1.0
 WIT_02 := wit/controller@0.2.0
 # The host's container image (`make image`): a static binary for this machine's architecture,
 # named after the workspace version; the OCI layout and oci-archive land in KUBEWASM_IMAGE_DIR,
-# where the image test (host/tests/image_e2e.rs) reads them.
+# where the image test (host/tests/all/image.rs) reads them.
 MUSL_TARGET := $(shell uname -m)-unknown-linux-musl
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 IMAGE := kubewasm:$(VERSION)
@@ -170,7 +170,7 @@ lint:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p kubewasm-queue -p kubewasm-informer -p kubewasm-runtime -p kubewasm -p kubewasm-testenv --no-deps
 
 ## Formatting, then every test of the native crates (the guest crates are exercised through
-## the components `plugins` builds, the container image through image_e2e). Missing docs fail
+## the components `plugins` builds, the container image through the image test). Missing docs fail
 ## the build itself (workspace lints).
 test: toolchain plugins control-plane registry image sdk-test sdk-packages
 	$(CARGO) fmt --all -- --check

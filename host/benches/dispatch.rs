@@ -33,7 +33,7 @@ fn report(name: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
 
 /// The native twin of the `getter` fixture's reconcile.
 fn native_reconcile(cache: &MemoryCache, kind: &GroupVersionKind, key: &ObjectKey) -> Result<Action, String> {
-    let bytes = cache.get(kind, key.namespace.as_deref(), &key.name).map_err(|e| e.to_string())?;
+    let bytes = cache.get(kind, key.namespace(), key.name()).map_err(|e| e.to_string())?;
     let object: Value = serde_json::from_slice(&bytes.ok_or("not found")?).map_err(|e| e.to_string())?;
     if object.pointer("/data").is_none() {
         return Err("object has no data".into());
@@ -83,7 +83,7 @@ fn main() {
             "data": {"payload": filler}});
         let size = object.to_string().len();
         cache.insert(&object);
-        let key = ObjectKey { namespace: Some("default".into()), name: "bench".into() };
+        let key = ObjectKey::new(Some("default"), "bench");
         let kind = GroupVersionKind::gvk("", "v1", "ConfigMap");
 
         let variants = variants();

@@ -134,7 +134,7 @@ fn main() {
         return; // `cargo test --benches` asks for the list of benchmarks
     }
     let Some(cp) = ControlPlane::shared() else { return };
-    let (ns, wire_json) = rt.block_on(populate(cp));
+    let (ns, wire_json) = rt.block_on(populate(&cp));
     let go_peer = std::env::temp_dir().join("kubewasm-informer-bench-go");
     build_go_peer(&go_peer);
     let exe = std::env::current_exe().unwrap();

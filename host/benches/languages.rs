@@ -91,7 +91,7 @@ fn main() {
     let wanted = std::env::var("KUBEWASM_BENCH_LANGS").unwrap_or_else(|_| "rust,python,js".into());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let key = ObjectKey { namespace: None, name: "bench".into() };
+        let key = ObjectKey::new(None, "bench");
         let kind = GroupVersionKind::gvk("", "v1", "Namespace");
         let cache_dir = tempfile::tempdir().unwrap();
         let cached = Runtime::new(RuntimeConfig::default().cache_dir(cache_dir.path())).unwrap();

@@ -6,8 +6,9 @@
 //!
 //! Run: `make plugins control-plane && cargo bench -p kubewasm --bench neighbour`.
 //! `NEIGHBOUR_NAMESPACES` changes the number of Namespaces per variant (default 200), spread
-//! over `NEIGHBOUR_ROUNDS` interleaved rounds (default 4); `NEIGHBOUR_GREEDY_QPS=200,50` runs the
-//! greedy plugin at each of these write rates (default: the host's default, 200).
+//! over `NEIGHBOUR_ROUNDS` interleaved rounds (default 4); `NEIGHBOUR_GREEDY_QPS=0,200` runs the
+//! greedy plugin under each of these write caps (`limits.writeQps`; default 0: no cap, the host's
+//! defaults, where only the fair write scheduler stands between the two plugins).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -28,8 +29,8 @@ async fn create_namespace(client: &kube::Client, name: &str, labels: serde_json:
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
 }
 
-/// Starts the greedy plugin (at most `qps` writes a second) on its own namespace and waits
-/// until it writes.
+/// Starts the greedy plugin (at most `qps` writes a second, 0: uncapped) on its own namespace
+/// and waits until it writes.
 async fn add_greedy(app: &mut App, client: &kube::Client, dir: &std::path::Path, qps: u32, round: usize) {
     let ns = &format!("greedy-neighbour-{qps}-{round}");
     create_namespace(client, ns, json!({"kubewasm.dev/no-defaults": "true"})).await;
@@ -38,11 +39,13 @@ async fn add_greedy(app: &mut App, client: &kube::Client, dir: &std::path::Path,
         let cm = json!({"metadata": {"name": format!("cm-{i}"), "labels": {"kubewasm.test/greedy": ns}}});
         configmaps.create(&PostParams::default(), &serde_json::from_value(cm).unwrap()).await.unwrap();
     }
-    let config = json!({
+    let mut config = json!({
         "grants": {"write": ["ConfigMap"]},
-        "limits": {"writeQps": qps, "writeBurst": qps * 2},
         "settings": {"maxConcurrent": u32::MAX, "selector": format!("kubewasm.test/greedy={ns}"), "sleepMs": 100, "writes": 20},
     });
+    if qps > 0 {
+        config["limits"] = json!({"writeQps": qps, "writeBurst": qps * 2});
+    }
     let path = dir.join("greedy.yaml");
     std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
     let wasm = common::plugin_dir().join("fixture_greedy.wasm");
@@ -145,10 +148,10 @@ fn main() {
     let cp = ControlPlane::shared().expect("the neighbour benchmark needs the control plane: `make control-plane`");
     let count: usize = env("NEIGHBOUR_NAMESPACES").unwrap_or(200);
     let rounds: usize = env("NEIGHBOUR_ROUNDS").unwrap_or(4);
-    // The greedy plugin's write rate(s); the host's default first.
+    // The greedy plugin's write cap(s); the host's default (none) first.
     let rates: Vec<u32> = std::env::var("NEIGHBOUR_GREEDY_QPS")
         .map(|v| v.split(',').filter_map(|q| q.trim().parse().ok()).collect())
-        .unwrap_or_else(|_| vec![200]);
+        .unwrap_or_else(|_| vec![0]);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let client = cp.admin_client().await;
@@ -163,7 +166,11 @@ fn main() {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let alone = samples[0].converge(0.99);
         for (variant, s) in variants.iter().zip(&samples) {
-            let label = variant.map_or("namespace-defaults alone".to_owned(), |q| format!("beside greedy at {q} writes/s"));
+            let label = match variant {
+                None => "namespace-defaults alone".to_owned(),
+                Some(0) => "beside greedy, uncapped".to_owned(),
+                Some(q) => format!("beside greedy at {q} writes/s"),
+            };
             println!(
                 "{label:<34} namespaces={:<4} converge p50={:>7.1} ms  p99={:>7.1} ms ({:.2}× alone)  reconcile p99 ≤ {:>5.0} ms",
                 s.took.len(),

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use kubewasm::controller::NamespacedKey;
+use kubewasm::controller::ObjectKey;
 use kubewasm::queue::{Config, Key, WorkQueue};
 
 const KEYS: usize = 100_000;
@@ -62,11 +62,11 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let strings: Vec<String> = (0..KEYS).map(|i| format!("namespace-{}/object-{i}", i % 100)).collect();
     // The controllers' key type: shared like a Go string (immutable, copied by pointer).
-    let shared: Vec<NamespacedKey> = strings.iter().map(|s| NamespacedKey::from(s.as_str())).collect();
+    let shared: Vec<ObjectKey> = strings.iter().map(|s| ObjectKey::from(s.as_str())).collect();
     runtime.block_on(async {
         for workers in [1, 4] {
             measure("kubewasm/String", &strings, workers).await;
-            measure("kubewasm/NamespacedKey", &shared, workers).await;
+            measure("kubewasm/ObjectKey", &shared, workers).await;
         }
     });
 }

@@ -29,10 +29,16 @@ use crate::queue::QueueMetrics;
 use crate::rbac::Identity;
 use crate::shard::{self, ShardGate};
 use crate::writer::KubeWriter;
+use crate::writer::fair::{self, FairMetrics, Scheduler};
 
 /// A kube client from `--kubeconfig`/`--context`, else the usual inference (KUBECONFIG,
 /// ~/.kube/config, in-cluster service account).
 pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<Client> {
+    Ok(Client::try_from(config(kubeconfig, context).await?)?)
+}
+
+/// The kube config [`client`] is made from.
+pub async fn config(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow::Result<kube::Config> {
     let options = KubeConfigOptions { context: context.map(Into::into), ..Default::default() };
     let config = match kubeconfig {
         Some(path) => {
@@ -42,6 +48,14 @@ pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> anyhow:
         None if context.is_some() => kube::Config::from_kubeconfig(&options).await?,
         None => kube::Config::infer().await?,
     };
+    Ok(config)
+}
+
+/// A client for plugins' requests made from `config` without kube's retry layer (which retries
+/// 429, 503 and 504 itself, a 429 for as long as Retry-After says, holding the request's write
+/// seat): the write scheduler retries 429s, and the breaker handles 5xx.
+pub fn plugin_client(mut config: kube::Config) -> anyhow::Result<Client> {
+    config.default_retry = false;
     Ok(Client::try_from(config)?)
 }
 
@@ -98,13 +112,28 @@ impl App {
         max_retries: Option<u32>,
         options: Options,
     ) -> anyhow::Result<Self> {
+        Self::with_plugin_client(client.clone(), client, runtime_config, max_retries, options)
+    }
+
+    /// As [`App::with_runtime`], with plugins' requests sent through `plugin_client` (see
+    /// [`plugin_client`]).
+    pub fn with_plugin_client(
+        client: Client,
+        plugin_client: Client,
+        runtime_config: RuntimeConfig,
+        max_retries: Option<u32>,
+        options: Options,
+    ) -> anyhow::Result<Self> {
         let registry = Registry::new();
+        let identities = Identities::host(client.clone()).sending_through(plugin_client);
         let identities = match &options.identity {
-            Some(identity) => Identities::host(client.clone()).impersonating(&identity.namespace),
-            None => Identities::host(client.clone()),
+            Some(identity) => identities.impersonating(&identity.namespace),
+            None => identities,
         };
         let discovery = Discovery::new(client.clone());
-        let writer = KubeWriter::with_identities(identities).discovery(discovery.clone());
+        let scheduler = Scheduler::new(fair::Config::default().max_seats(options.write_seats))
+            .metrics(FairMetrics::register(&registry)?);
+        let writer = KubeWriter::with_identities(identities).discovery(discovery.clone()).scheduler(scheduler);
         registry.register(Box::new(writer.events_dropped()))?;
         let parts = Parts { writer: Arc::new(writer), discovery, registry };
         Self::assemble(client, runtime_config, max_retries, options, parts)
@@ -253,7 +282,9 @@ fn budget_within(limit: u64) -> Option<u64> {
 
 /// `kubewasm run`: serve until `shutdown` is cancelled.
 pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let client = client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let config = config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let client = Client::try_from(config.clone())?;
+    let plugin_client = plugin_client(config)?;
     let identity = args.impersonate_plugins.then(|| Identity {
         namespace: leader::default_namespace(),
         host_service_account: args.host_service_account.clone(),
@@ -264,6 +295,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         identity,
         provision_rbac: args.provision_plugin_rbac,
         elide_unchanged_writes: args.elide_unchanged_writes,
+        write_seats: args.write_seats as usize,
         ..Options::default()
     };
     let mut runtime = RuntimeConfig::default()
@@ -278,7 +310,7 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
             runtime = runtime.compile_in_child(exe);
         }
     }
-    let mut app = App::with_runtime(client.clone(), runtime, args.max_retries, options)?;
+    let mut app = App::with_plugin_client(client.clone(), plugin_client, runtime, args.max_retries, options)?;
     // The leader's and the shard members' Leases, whether or not this replica elects or shards:
     // another replica of the same group may.
     let lease_namespace = args.leader_election_namespace.clone().unwrap_or_else(leader::default_namespace);

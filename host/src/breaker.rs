@@ -275,7 +275,9 @@ impl BreakerWriter {
     async fn seen<T>(&self, write: impl Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
         let timeout = self.breaker.0.config.write_timeout;
         let result = tokio::time::timeout(timeout, write).await.unwrap_or_else(|_| {
-            Err(CallError::Unavailable(format!("the API server did not answer within {timeout:?}")))
+            Err(CallError::Unavailable(format!(
+                "the API server did not answer within {timeout:?} (the write timeout, which includes waiting for a write seat)"
+            )))
         });
         self.breaker.record(&result);
         result

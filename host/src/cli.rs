@@ -132,12 +132,17 @@ pub struct RunArgs {
     /// share (a quarter, at least 128 MiB); unbounded outside a memory-limited container.
     #[arg(long, env = "KUBEWASM_PLUGIN_MEMORY_BUDGET")]
     pub plugin_memory_budget: Option<u64>,
-    /// Writes per second each plugin may make (token bucket) unless its `limits.writeQps` says
-    /// otherwise; 0: no limit.
+    /// Most plugin requests in flight at the API server at once, across all plugins: seats handed
+    /// round the plugins with writes waiting, so one alone gets them all and busy ones split
+    /// them; fewer while the API server's latency rises or it answers 429.
+    #[arg(long, env = "KUBEWASM_WRITE_SEATS", default_value_t = crate::writer::fair::DEFAULT_MAX_SEATS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub write_seats: u32,
+    /// A hard cap on each plugin's writes per second (token bucket) unless its `limits.writeQps`
+    /// says otherwise; 0 (the default): no cap, the fair write scheduler shares the API server.
     #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_QPS", default_value_t = crate::plugin::throttle::DEFAULT_WRITE_QPS)]
     pub plugin_write_qps: u32,
-    /// Writes each plugin may make at once (the bucket's size) unless its `limits.writeBurst`
-    /// says otherwise.
+    /// Writes each capped plugin may make at once (the bucket's size) unless its
+    /// `limits.writeBurst` says otherwise; 0 (the default): twice its cap.
     #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_BURST", default_value_t = crate::plugin::throttle::DEFAULT_WRITE_BURST)]
     pub plugin_write_burst: u32,
     /// Seconds a plugin's write may wait for the API server's answer before it fails as
@@ -473,7 +478,8 @@ mod tests {
         );
         assert_eq!(timings, (15, 10, 2), "controller-runtime's defaults");
         let fair = (run.max_concurrent_cap, run.pool_instances, run.plugin_write_qps, run.plugin_write_burst);
-        assert_eq!(fair, (16, 1000, 200, 400));
+        assert_eq!(fair, (16, 1000, 0, 0), "no per-plugin cap: the fair scheduler shares writes");
+        assert_eq!(run.write_seats, 32);
         assert_eq!(run.plugin_write_timeout_seconds, 5, "the write timeout is half the default deadline");
     }
 

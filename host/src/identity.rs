@@ -27,6 +27,8 @@ pub fn user(namespace: &str, plugin: &str) -> String {
 #[derive(Clone)]
 pub struct Identities {
     host: Client,
+    /// The client plugins' requests leave through (default: the host's).
+    sender: Client,
     plugins: Option<Arc<Plugins>>,
 }
 
@@ -40,7 +42,15 @@ struct Plugins {
 impl Identities {
     /// Every request sent as the host.
     pub fn host(client: Client) -> Self {
-        Self { host: client, plugins: None }
+        Self { sender: client.clone(), host: client, plugins: None }
+    }
+
+    /// Sends plugins' requests through `client`, impersonating as before; the host's own keep
+    /// the host's client. `kubewasm run` passes one without kube's retry layer, so that a 429
+    /// reaches the write scheduler, which pauses that plugin alone and frees its seats meanwhile.
+    #[must_use]
+    pub fn sending_through(self, client: Client) -> Self {
+        Self { sender: client, ..self }
     }
 
     /// A plugin's requests sent as its ServiceAccount in `namespace`.
@@ -67,11 +77,11 @@ impl Identities {
     /// The client for plugin `plugin`'s requests. Must be called on a tokio runtime (a new
     /// client starts its request buffer there).
     pub fn client(&self, plugin: &str) -> Client {
-        let Some(plugins) = &self.plugins else { return self.host.clone() };
+        let Some(plugins) = &self.plugins else { return self.sender.clone() };
         if let Some(client) = plugins.clients.read().get(plugin) {
             return client.clone();
         }
-        let client = impersonated(&self.host, &user(&plugins.namespace, plugin));
+        let client = impersonated(&self.sender, &user(&plugins.namespace, plugin));
         plugins.clients.write().entry(plugin.to_owned()).or_insert(client).clone()
     }
 }
@@ -131,5 +141,27 @@ mod tests {
         sent.await.unwrap().unwrap();
         let impersonating = identities.impersonating("ns");
         assert_eq!(impersonating.user("web").as_deref(), Some("system:serviceaccount:ns:kubewasm-plugin-web"));
+    }
+
+    #[tokio::test]
+    async fn plugins_requests_leave_through_the_sending_client_and_the_hosts_through_its_own() {
+        let (host, mut host_handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let (sender, mut sender_handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let identities = Identities::host(Client::new(host, "default"))
+            .sending_through(Client::new(sender, "default"))
+            .impersonating("ns");
+        let send = |client: Client| {
+            tokio::spawn(async move { client.send(Request::get("/api").body(Body::empty()).unwrap()).await.map(drop) })
+        };
+        let plugin = send(identities.client("web"));
+        let (request, reply) = sender_handle.next_request().await.expect("the plugin's request, through the sender");
+        assert!(request.headers().get("impersonate-user").is_some(), "still impersonated");
+        reply.send_response(Response::new(Body::empty()));
+        plugin.await.unwrap().unwrap();
+        let host = send(identities.client_of(None));
+        let (request, reply) = host_handle.next_request().await.expect("the host's request, through its own client");
+        assert_eq!(request.headers().get("impersonate-user"), None);
+        reply.send_response(Response::new(Body::empty()));
+        host.await.unwrap().unwrap();
     }
 }

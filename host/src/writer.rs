@@ -2,6 +2,8 @@
 //! `kube::Client`, with API errors mapped to the WIT error variants; the plugin runtime's
 //! [`RecordingWriter`](crate::plugin::host::RecordingWriter) is its recording mode.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use kube::Client;
 use kube::api::{
@@ -12,8 +14,10 @@ use kube::discovery::{ApiResource, Scope};
 use serde::Serialize;
 
 pub mod elide;
+pub mod fair;
 pub mod unchanged;
 
+use self::fair::{Answer, Scheduler};
 use crate::event_sink::EventSink;
 use crate::identity::Identities;
 use crate::informer::Discovery;
@@ -53,6 +57,7 @@ pub struct KubeWriter {
     identities: Identities,
     discovery: Discovery,
     events: EventSink,
+    scheduler: Scheduler,
     dry_run: bool,
 }
 
@@ -67,13 +72,20 @@ impl KubeWriter {
     pub fn with_identities(identities: Identities) -> Self {
         let events = EventSink::new(identities.clone());
         let discovery = Discovery::new(identities.host_client().clone());
-        Self { identities, discovery, events, dry_run: false }
+        Self { identities, discovery, events, scheduler: Scheduler::default(), dry_run: false }
     }
 
     /// Resolves kinds through `discovery`, the process's one discovery cache.
     #[must_use]
     pub fn discovery(self, discovery: Discovery) -> Self {
         Self { discovery, ..self }
+    }
+
+    /// Sends every request but Events through `scheduler`'s seats (default: a scheduler of its
+    /// own at the defaults).
+    #[must_use]
+    pub fn scheduler(self, scheduler: Scheduler) -> Self {
+        Self { scheduler, ..self }
     }
 
     async fn resource(&self, kind: &GroupVersionKind) -> Result<(ApiResource, Scope), CallError> {
@@ -122,6 +134,7 @@ impl KubeWriter {
     /// write of one object.
     async fn with_preconditions(
         &self,
+        heard: &Heard,
         api: &Api<DynamicObject>,
         target: &ObjectRef,
         patch: &Patch,
@@ -131,7 +144,8 @@ impl KubeWriter {
             (Some(rv), _) => rv.clone(),
             (None, None) => return Ok(patch.clone()),
             (None, Some(uid)) => {
-                let current = api.get_opt(&target.name).await.map_err(call_error)?.ok_or(CallError::NotFound)?;
+                let current =
+                    api.get_opt(&target.name).await.map_err(|e| heard.error(e))?.ok_or(CallError::NotFound)?;
                 let found = current.metadata.uid.unwrap_or_default();
                 if &found != uid {
                     return Err(CallError::Conflict(format!(
@@ -171,18 +185,26 @@ fn to_json<T: Serialize>(object: T) -> Result<Vec<u8>, CallError> {
 
 /// One method per call, each mapping it onto kube's typed API.
 impl KubeWriter {
-    async fn apply_object(&self, caller: &Caller, object: &TypedObject, force: bool) -> Result<Vec<u8>, CallError> {
+    async fn apply_object(
+        &self,
+        heard: &Heard,
+        caller: &Caller,
+        object: &TypedObject,
+        force: bool,
+    ) -> Result<Vec<u8>, CallError> {
         let api = self.api(caller, &object.target).await?;
         let mut params = PatchParams::apply(&caller.manager);
         params.force = force;
         params.dry_run = self.dry_run;
         let body = object.sent_body();
-        let stored = api.patch(&object.target.name, &params, &KubePatch::Apply(&*body)).await.map_err(call_error)?;
+        let stored =
+            api.patch(&object.target.name, &params, &KubePatch::Apply(&*body)).await.map_err(|e| heard.error(e))?;
         to_json(stored)
     }
 
     async fn apply_status_object(
         &self,
+        heard: &Heard,
         caller: &Caller,
         object: &TypedObject,
         force: bool,
@@ -194,19 +216,20 @@ impl KubeWriter {
         let stored = api
             .patch_status(&object.target.name, &params, &KubePatch::Apply(&object.body))
             .await
-            .map_err(call_error)?;
+            .map_err(|e| heard.error(e))?;
         to_json(stored)
     }
 
     async fn patch_object(
         &self,
+        heard: &Heard,
         caller: &Caller,
         target: &ObjectRef,
         patch: &Patch,
         options: &PatchOptions,
     ) -> Result<Vec<u8>, CallError> {
         let api = self.api(caller, target).await?;
-        let patch = self.with_preconditions(&api, target, patch, &options.preconditions).await?;
+        let patch = self.with_preconditions(heard, &api, target, patch, &options.preconditions).await?;
         let params =
             PatchParams { field_manager: Some(caller.manager.clone()), dry_run: self.dry_run, ..Default::default() };
         let name = &target.name;
@@ -222,20 +245,21 @@ impl KubeWriter {
                 if status { api.patch_status(name, &params, &ops).await } else { api.patch(name, &params, &ops).await }
             }
         }
-        .map_err(call_error)?;
+        .map_err(|e| heard.error(e))?;
         to_json(stored)
     }
 
-    async fn create_object(&self, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
+    async fn create_object(&self, heard: &Heard, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
         let api = self.api(caller, &object.target).await?;
         let body: DynamicObject = serde_json::from_value(object.sent_body().into_owned())
             .map_err(|e| CallError::Invalid(format!("not a Kubernetes object: {e}")))?;
         let params = PostParams { field_manager: Some(caller.manager.clone()), dry_run: self.dry_run };
-        to_json(api.create(&params, &body).await.map_err(call_error)?)
+        to_json(api.create(&params, &body).await.map_err(|e| heard.error(e))?)
     }
 
     async fn delete_object(
         &self,
+        heard: &Heard,
         caller: &Caller,
         target: &ObjectRef,
         options: &DeleteOptions,
@@ -252,12 +276,17 @@ impl KubeWriter {
             params.preconditions =
                 Some(KubePreconditions { resource_version: pre.resource_version.clone(), uid: pre.uid.clone() });
         }
-        api.delete(&target.name, &params).await.map(|_| ()).map_err(call_error)
+        api.delete(&target.name, &params).await.map(|_| ()).map_err(|e| heard.error(e))
     }
 
-    async fn get_object(&self, caller: &Caller, target: &ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
+    async fn get_object(
+        &self,
+        heard: &Heard,
+        caller: &Caller,
+        target: &ObjectRef,
+    ) -> Result<Option<Vec<u8>>, CallError> {
         let api = self.api(caller, target).await?;
-        match api.get_opt(&target.name).await.map_err(call_error)? {
+        match api.get_opt(&target.name).await.map_err(|e| heard.error(e))? {
             Some(object) => to_json(object).map(Some),
             None => Ok(None),
         }
@@ -267,7 +296,11 @@ impl KubeWriter {
 #[async_trait]
 impl ApiWriter for KubeWriter {
     async fn send(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
-        let result = self.send_call(caller, call).await;
+        let result = if let ApiCall::Event(_) = call {
+            self.send_call(&Heard::default(), caller, call).await
+        } else {
+            self.send_seated(caller, call).await
+        };
         // Apply and create answer "not found" only when the resource (or the namespace) is not
         // served: the kept discovery answer may be stale (a CRD removed or changed).
         if let (Err(CallError::NotFound), ApiCall::Apply { .. } | ApiCall::ApplyStatus { .. } | ApiCall::Create(_)) =
@@ -284,20 +317,40 @@ impl ApiWriter for KubeWriter {
 }
 
 impl KubeWriter {
-    async fn send_call(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
+    /// Sends `call` in a seat of the write scheduler, and again after the Retry-After of each
+    /// 429 (the API server did not run the request), up to [`MAX_PUSHBACK_RETRIES`] times; the
+    /// write timeout bounds it all.
+    async fn send_seated(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
+        let mut retries = 0;
+        loop {
+            let seat = self.scheduler.seat(&caller.plugin).await;
+            let heard = Heard::default();
+            let result = self.send_call(&heard, caller, call).await;
+            let answer = heard.answer(result.is_ok());
+            seat.done(answer);
+            match answer {
+                Answer::TooManyRequests(_) if retries < MAX_PUSHBACK_RETRIES => retries += 1,
+                _ => return result,
+            }
+        }
+    }
+
+    async fn send_call(&self, heard: &Heard, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
         match call {
-            ApiCall::Apply { object, force } => self.apply_object(caller, object, *force).await.map(ApiReply::Object),
+            ApiCall::Apply { object, force } => {
+                self.apply_object(heard, caller, object, *force).await.map(ApiReply::Object)
+            }
             ApiCall::ApplyStatus { object, force } => {
-                self.apply_status_object(caller, object, *force).await.map(ApiReply::Object)
+                self.apply_status_object(heard, caller, object, *force).await.map(ApiReply::Object)
             }
             ApiCall::Patch { target, patch, options } => {
-                self.patch_object(caller, target, patch, options).await.map(ApiReply::Object)
+                self.patch_object(heard, caller, target, patch, options).await.map(ApiReply::Object)
             }
-            ApiCall::Create(object) => self.create_object(caller, object).await.map(ApiReply::Object),
+            ApiCall::Create(object) => self.create_object(heard, caller, object).await.map(ApiReply::Object),
             ApiCall::Delete { target, options } => {
-                self.delete_object(caller, target, options).await.map(|()| ApiReply::Done)
+                self.delete_object(heard, caller, target, options).await.map(|()| ApiReply::Done)
             }
-            ApiCall::Get(target) => self.get_object(caller, target).await.map(ApiReply::Found),
+            ApiCall::Get(target) => self.get_object(heard, caller, target).await.map(ApiReply::Found),
             ApiCall::Event(_) if self.dry_run => Ok(ApiReply::Done),
             // Enqueued for the background sender: never waits on the API server.
             ApiCall::Event(event) => {
@@ -305,6 +358,54 @@ impl KubeWriter {
                 Ok(ApiReply::Done)
             }
         }
+    }
+}
+
+/// What the API server said to one request, for the scheduler: kept from the kube error before
+/// it becomes the plugin's [`CallError`].
+#[derive(Default)]
+struct Heard(parking_lot::Mutex<Option<Answer>>);
+
+/// Times one request is sent again after a 429: 10, client-go's rest client's `maxRetries`.
+const MAX_PUSHBACK_RETRIES: u32 = 10;
+
+/// Retry-After of a 429 whose answer names none: one second, the least the header can say.
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+impl Heard {
+    /// Notes what `err` says of the API server and maps it as [`call_error`] does.
+    fn error(&self, err: kube::Error) -> CallError {
+        *self.0.lock() = Some(answer_of(&err));
+        call_error(err)
+    }
+
+    /// The answer to hand the seat back with: a success was answered; an error the API server
+    /// did not send (a bad patch found before sending) teaches nothing.
+    fn answer(&self, ok: bool) -> Answer {
+        match *self.0.lock() {
+            Some(answer) => answer,
+            None if ok => Answer::Answered,
+            None => Answer::Failed,
+        }
+    }
+}
+
+/// A kube error as the scheduler reads it: a 429 is pushback, with the Status's
+/// `retryAfterSeconds`; another 5xx or no answer teaches nothing (kube's client already retried
+/// 503 and 504); any other status was an answer in its usual time.
+fn answer_of(err: &kube::Error) -> Answer {
+    match err {
+        kube::Error::Api(status) if status.code == 429 => {
+            let seconds = status.details.as_ref().map_or(0, |d| d.retry_after_seconds);
+            Answer::TooManyRequests(if seconds == 0 {
+                DEFAULT_RETRY_AFTER
+            } else {
+                Duration::from_secs(seconds.into())
+            })
+        }
+        kube::Error::Api(status) if status.code >= 500 => Answer::Failed,
+        kube::Error::Api(_) => Answer::Answered,
+        _ => Answer::Failed,
     }
 }
 
@@ -327,5 +428,27 @@ mod tests {
         assert_eq!(call_error(api_error(429)), CallError::Unavailable("code 429".into()));
         assert_eq!(call_error(api_error(503)), CallError::Unavailable("code 503".into()));
         assert_eq!(call_error(api_error(418)), CallError::Other("HTTP 418: code 418".into()));
+    }
+
+    #[test]
+    fn a_429_is_pushback_for_its_retry_after_and_other_answers_teach_latency_or_nothing() {
+        let details = kube::core::response::StatusDetails {
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+            causes: Vec::new(),
+            retry_after_seconds: 3,
+        };
+        let named = kube::Error::Api(Box::new(
+            Status::failure("slow down", "TooManyRequests").with_code(429).with_details(details),
+        ));
+        assert_eq!(answer_of(&named), Answer::TooManyRequests(Duration::from_secs(3)));
+        assert_eq!(answer_of(&api_error(429)), Answer::TooManyRequests(DEFAULT_RETRY_AFTER), "none named: one second");
+        assert_eq!(answer_of(&api_error(409)), Answer::Answered, "a conflict came in the usual time");
+        assert_eq!(answer_of(&api_error(503)), Answer::Failed);
+        let heard = Heard::default();
+        assert_eq!(heard.answer(false), Answer::Failed, "an error found before sending teaches nothing");
+        assert_eq!(heard.answer(true), Answer::Answered);
     }
 }

@@ -368,7 +368,7 @@ async fn replicas_split_the_objects_with_the_server_side_shard_selector_and_hand
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_split_the_objects_by_filtering_themselves_when_the_server_ignores_the_selector() {
     let Some(cp) = ControlPlane::shared() else { return };
-    scenario(cp, false).await;
+    scenario(&cp, false).await;
 }
 
 /// Item 2 of issue 21: a plugin whose keys cannot be split says so in its WasmPlugin status.

@@ -1,6 +1,6 @@
 //! The reflector against a scripted API server (tower-test): the two cases a real server cannot
 //! be made to produce on demand — a 410 Gone *in the middle* of a watch stream, and malformed
-//! watch events. Everything else is tested against the real kube-apiserver (tests/informer.rs).
+//! watch events. Everything else is tested against the real kube-apiserver (host/tests/all/informer.rs).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -351,10 +351,7 @@ impl Authorizer {
     /// The refusal message a plugin sees for `request` denied with `why`.
     pub fn message(&self, req: &Request<'_>, why: &str) -> String {
         let status = if req.status { "the status of " } else { "" };
-        let key = match &req.target.namespace {
-            Some(ns) => format!("{ns}/{}", req.target.name),
-            None => req.target.name.clone(),
-        };
+        let key = kubewasm_informer::ObjectKey::new(req.target.namespace.as_deref(), &req.target.name);
         let kind = KindRef::of(&req.target.kind);
         if req.verb == Verb::Read {
             return self.read_message(&req.target.kind, why);

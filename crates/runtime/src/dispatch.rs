@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use kubewasm_informer::{InvalidKey, ObjectKey};
 use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
@@ -15,24 +16,6 @@ use super::state::PluginCtx;
 
 /// Grace on top of the deadline before the host drops a call stuck in a host function.
 const HOST_CALL_GRACE: Duration = Duration::from_secs(1);
-
-/// Namespace and name of an object of the plugin's for kind.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    /// Namespace; `None` for cluster-scoped kinds.
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
-}
-
-impl std::fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{ns}/{}", self.name),
-            None => f.write_str(&self.name),
-        }
-    }
-}
 
 /// An instance kept between calls (`limits.reuseInstances`), with the calls it has served and
 /// the permit of the plugin's pool share it holds. Fields drop in order: the store gives its
@@ -109,7 +92,7 @@ impl Plugin {
     /// world was picked at load: this matches the instance once, on an enum.
     pub async fn reconcile(&self, key: &ObjectKey, attempt: u32) -> Result<Action, CallFailed> {
         let for_kind = &self.registration.for_kind;
-        let (namespace, name) = (key.namespace.clone(), key.name.clone());
+        let (namespace, name) = (key.namespace().map(str::to_owned), key.name().to_owned());
         let reconcile = async |inst: &Controller, store: &mut Store<PluginCtx>| match inst {
             Controller::V0_1(inst) => {
                 let key = v0_1::types::ObjectKey { namespace, name };
@@ -144,18 +127,24 @@ impl Plugin {
         self.call(Some(key), Reuse::If(|r: &Result<_, CallFailed>| r.is_ok()), reconcile).await?
     }
 
-    /// The keys of the for kind that a change to `object` (JSON) of a watched `kind` maps to.
-    /// A 0.2 plugin's error is [`CallFailed::Plugin`], retried like a trap by the mapper.
-    pub async fn map(&self, kind: &kube::core::GroupVersionKind, object: &[u8]) -> Result<Vec<ObjectKey>, CallFailed> {
+    /// The keys of the for kind that a change to `object` (JSON) of a watched `kind` maps to,
+    /// each checked ([`ObjectKey::parse`]): a key that names no object is the plugin's error to
+    /// report, not a reason to drop the others. A 0.2 plugin's error is [`CallFailed::Plugin`],
+    /// retried like a trap by the mapper.
+    pub async fn map(
+        &self,
+        kind: &kube::core::GroupVersionKind,
+        object: &[u8],
+    ) -> Result<Vec<Result<ObjectKey, InvalidKey>>, CallFailed> {
         let map = async |inst: &Controller, store: &mut Store<PluginCtx>| match inst {
             Controller::V0_1(inst) => {
                 let keys = inst.call_map(store, &kind.into(), object).await?;
-                Ok(Ok(keys.into_iter().map(|k| ObjectKey { namespace: k.namespace, name: k.name }).collect()))
+                Ok(Ok(keys.into_iter().map(|k| ObjectKey::parse(k.namespace.as_deref(), &k.name)).collect()))
             }
             Controller::V0_2(inst) => {
                 let keys = inst.call_map(store, &kind.into(), object).await?;
                 Ok(keys
-                    .map(|keys| keys.into_iter().map(|k| ObjectKey { namespace: k.namespace, name: k.name }).collect())
+                    .map(|keys| keys.into_iter().map(|k| ObjectKey::parse(k.namespace.as_deref(), &k.name)).collect())
                     .map_err(|e| CallFailed::Plugin(format!("map failed: {}", super::host::CallError::from(e)))))
             }
         };
@@ -227,8 +216,8 @@ impl Plugin {
         note.truncate(note.floor_char_boundary(MAX_NOTE));
         let regarding = ObjectRef {
             kind: self.registration.for_kind.clone(),
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
+            namespace: key.namespace().map(str::to_owned),
+            name: key.name().to_owned(),
         };
         let event = EventRecord { regarding, warning: true, reason: reason.into(), note };
         if let Err(err) = self.shared.writer.publish_event(&self.shared.caller, event).await {

@@ -174,7 +174,7 @@ impl RuntimeConfig {
         self
     }
 
-    /// The write rate of plugins whose `limits` do not set one (see
+    /// The write cap of plugins whose `limits` do not set one (default none, see
     /// [`DEFAULT_WRITE_QPS`](super::throttle::DEFAULT_WRITE_QPS)).
     #[must_use]
     pub fn write_rate(mut self, rate: WriteRate) -> Self {

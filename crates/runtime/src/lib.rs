@@ -34,8 +34,10 @@ mod state;
 pub mod throttle;
 
 pub use config::{CanaryConfig, PluginConfig};
-pub use dispatch::{Action, CallFailed, ObjectKey};
+pub use dispatch::{Action, CallFailed};
 pub use engine::{CacheStats, Runtime, RuntimeConfig};
+/// The key of an object the plugin reconciles: the cache's and the queues' key type.
+pub use kubewasm_informer::{InvalidKey, ObjectKey};
 pub use loader::{LoadError, WORLD};
 pub use registration::Registration;
 pub use state::PluginCtx;

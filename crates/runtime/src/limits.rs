@@ -77,12 +77,13 @@ pub struct Limits {
     pub reuse_instances: u32,
     /// Bytes of stdout and stderr per call; the rest is dropped.
     pub output_bytes: u64,
-    /// Writes per second (apply, patch, create, delete, status, events), a token bucket; 0: no
-    /// limit. Default: the host's `--plugin-write-qps` (200).
+    /// A hard cap on writes per second (apply, patch, create, delete, status, events), a token
+    /// bucket; 0: no cap. Default: the host's `--plugin-write-qps` (0: plugins share the API
+    /// server through the host's fair write scheduler, uncapped).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub write_qps: Option<u32>,
     /// Writes the bucket holds (a burst after a quiet spell). Default: the host's
-    /// `--plugin-write-burst` (400).
+    /// `--plugin-write-burst` (0: twice `writeQps`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub write_burst: Option<u32>,
 }

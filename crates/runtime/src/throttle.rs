@@ -1,9 +1,10 @@
-//! Per-plugin client-side write rate limit: a token bucket (`governor`'s GCRA) in front of every
-//! write a plugin makes (apply, patch, create, delete, status, events).
+//! Per-plugin client-side write cap: an optional token bucket (`governor`'s GCRA) in front of
+//! every write a plugin makes (apply, patch, create, delete, status, events).
 //!
-//! The API server shares its priority-and-fairness seats among all of the host's requests (one
-//! ServiceAccount, one flow); without a per-plugin limit one plugin in a tight write loop spends
-//! the whole share and every other plugin's writes queue behind it.
+//! Off by default: plugins share the API server through the host's fair write scheduler (seats
+//! handed round the plugins with writes waiting), which never holds a plugin working alone. The
+//! bucket is the operator's hard cap on a plugin (`limits.writeQps`, `--plugin-write-qps`), for a
+//! noisy or untrusted one that should stay below a rate even when no other plugin writes.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -14,19 +15,18 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use tokio::time::Instant;
 
-/// Writes per second each plugin may make unless its config says otherwise. 200/s: ten times
-/// kube-controller-manager's client (`--kube-api-qps` 20, shared by all its controllers), since
-/// here each plugin is one controller; and above the ≈170 writes/s namespace-defaults makes
-/// while it converges 2,000 Namespaces (two applies and an Event each, BENCHMARKS.md), so a
-/// plugin doing ordinary work is not slowed, while a write loop (thousands/s against a local API
-/// server) is. client-go's own 5/s with burst 10 would stretch that converge from half a minute to twenty.
-pub const DEFAULT_WRITE_QPS: u32 = 200;
+/// Writes per second each plugin may make unless its config says otherwise: 0, no cap. Until
+/// issue 30 this was 200/s, and it bound a plugin working alone to half controller-runtime's
+/// speed against a fast API server (a cap that binds a plugin alone is not a fair share); the
+/// fair write scheduler now shares the API server instead.
+pub const DEFAULT_WRITE_QPS: u32 = 0;
 
-/// Writes a plugin may make at once after being idle, before the rate applies. 400: two
-/// seconds at [`DEFAULT_WRITE_QPS`], the same burst-to-rate ratio as client-go (10 for 5/s).
-pub const DEFAULT_WRITE_BURST: u32 = 400;
+/// Writes a capped plugin may make at once after being idle, before the rate applies: 0, twice
+/// its rate (client-go's burst-to-rate ratio, 10 for 5/s).
+pub const DEFAULT_WRITE_BURST: u32 = 0;
 
-/// A plugin's write rate: `qps` tokens a second, at most `burst` saved up. `qps` 0 is no limit.
+/// A plugin's write rate: `qps` tokens a second, at most `burst` saved up (0: twice `qps`).
+/// `qps` 0 is no limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteRate {
     /// Writes per second; 0: unlimited.
@@ -76,8 +76,10 @@ pub(crate) struct Throttled {
 impl WriteLimiter {
     pub(crate) fn new(rate: WriteRate) -> Self {
         let clock = TokioClock(Instant::now());
+        let burst = if rate.burst == 0 { rate.qps.saturating_mul(2) } else { rate.burst };
+        let rate = WriteRate { burst, ..rate };
         let bucket = NonZeroU32::new(rate.qps).map(|qps| {
-            let burst = NonZeroU32::new(rate.burst).unwrap_or(NonZeroU32::MIN);
+            let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
             RateLimiter::direct_with_clock(Quota::per_second(qps).allow_burst(burst), clock.clone())
         });
         Self { rate, bucket, clock }
@@ -147,6 +149,21 @@ mod tests {
         tokio::time::advance(Duration::from_millis(100)).await;
         assert!(limiter.try_acquire(), "one tick of 10/s later");
         assert!(WriteLimiter::new(WriteRate { qps: 0, burst: 0 }).try_acquire(), "0: no limit");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_zero_is_twice_the_rate() {
+        let limiter = WriteLimiter::new(WriteRate { qps: 2, burst: 0 });
+        let now = Instant::now();
+        assert!((0..4).all(|_| limiter.try_acquire()), "four at once: twice 2/s");
+        assert!(!limiter.try_acquire(), "the fifth waits for the rate");
+        assert!(limiter.acquire(now).await.is_err());
+    }
+
+    #[test]
+    fn by_default_a_plugin_has_no_write_cap() {
+        assert_eq!(WriteRate::default().qps, 0);
+        assert!(WriteLimiter::new(WriteRate::default()).try_acquire_n(1_000_000));
     }
 
     #[tokio::test(start_paused = true)]

@@ -39,7 +39,8 @@ pub fn pod_template_configmaps(object: &Value) -> Vec<String> {
             names.extend(from.pointer("/configMapRef/name").and_then(Value::as_str));
         }
     }
-    let mut keys: Vec<String> = names.into_iter().map(|n| format!("{namespace}/{n}")).collect();
+    let mut keys: Vec<String> =
+        names.into_iter().map(|n| crate::informer::object::object_key(Some(namespace), n)).collect();
     keys.sort();
     keys.dedup();
     keys

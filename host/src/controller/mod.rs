@@ -4,15 +4,14 @@
 pub mod cache;
 mod filter;
 pub mod indexes;
-mod key;
 pub mod metrics;
 mod policy;
 mod triggers;
 mod wiring;
 pub mod worker;
 
+pub use crate::informer::{InvalidKey, ObjectKey};
 pub use cache::PluginCache;
-pub use key::{InvalidKey, NamespacedKey};
 pub use metrics::ControllerMetrics;
 pub use policy::Outcome;
 pub use worker::{RECONCILE_TRACE_TARGET, Workers};
@@ -147,7 +146,7 @@ fn requeue_selected(workers: &Workers, store: &crate::informer::Store) {
     let filter = filter::Filter::new(&workers.plugin().registration().for_filter);
     for object in store.list() {
         if filter.as_ref().is_none_or(|f| f.selects(&object)) {
-            workers.enqueue(NamespacedKey::from(object.key()));
+            workers.enqueue(ObjectKey::from(object.key()));
         }
     }
 }
@@ -332,7 +331,7 @@ impl Controller {
     }
 
     /// The queue of keys.
-    pub fn queue(&self) -> &WorkQueue<NamespacedKey> {
+    pub fn queue(&self) -> &WorkQueue<ObjectKey> {
         self.workers.queue()
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::NamespacedKey;
+use super::ObjectKey;
 use super::worker::Workers;
 use crate::informer::{CachedObject, Informer, ResourceEventHandler};
 use crate::plugin::grants::KindRef;
@@ -17,13 +17,13 @@ pub(crate) struct ForTrigger(pub(crate) Arc<Workers>);
 
 impl ResourceEventHandler for ForTrigger {
     fn on_add(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.enqueue(NamespacedKey::of(&obj));
+        self.0.enqueue(ObjectKey::of(&obj));
     }
     fn on_update(&self, _: Arc<CachedObject>, new: Arc<CachedObject>) {
-        self.0.enqueue(NamespacedKey::of(&new));
+        self.0.enqueue(ObjectKey::of(&new));
     }
     fn on_delete(&self, obj: Arc<CachedObject>, _: bool) {
-        self.0.enqueue(NamespacedKey::of(&obj));
+        self.0.enqueue(ObjectKey::of(&obj));
     }
 }
 
@@ -37,11 +37,11 @@ pub(crate) struct OwnsTrigger {
 }
 
 impl OwnsTrigger {
-    fn owner_key(&self, obj: &CachedObject) -> Option<NamespacedKey> {
+    fn owner_key(&self, obj: &CachedObject) -> Option<ObjectKey> {
         let owner = obj.meta().controller_owner()?;
         let group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
         (group == self.owner.group && owner.kind == self.owner.kind)
-            .then(|| NamespacedKey::new(if self.owner_namespaced { obj.namespace() } else { None }, &owner.name))
+            .then(|| ObjectKey::new(if self.owner_namespaced { obj.namespace() } else { None }, &owner.name))
     }
 
     fn enqueue(&self, obj: &CachedObject) {
@@ -155,7 +155,18 @@ impl Mapper {
         let mut failed = None;
         for state in &states {
             match plugin.map(informer.gvk(), state.json()).await {
-                Ok(mapped) => keys.extend(mapped),
+                Ok(mapped) => {
+                    for key in mapped {
+                        match key {
+                            Ok(key) => {
+                                keys.insert(key);
+                            }
+                            Err(err) => {
+                                tracing::warn!(error = %err, object = %item.1, "map returned an invalid key; skipped")
+                            }
+                        }
+                    }
+                }
                 Err(err) => {
                     failed = Some(err);
                     break;
@@ -172,11 +183,8 @@ impl Mapper {
             tracing::warn!(error = %err, object = %item.1, failures, "map failed too often; dropping the object's changes");
             workers.metrics().map_dropped.inc();
         }
-        for key in &keys {
-            match NamespacedKey::try_from(key) {
-                Ok(key) => workers.enqueue(key),
-                Err(err) => tracing::warn!(error = %err, object = %item.1, "map returned an invalid key; skipped"),
-            }
+        for key in keys {
+            workers.enqueue(key);
         }
         Next::Forget
     }

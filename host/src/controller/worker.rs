@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::NamespacedKey;
+use super::ObjectKey;
 use super::metrics::Handles;
 use super::policy::{Outcome, decide};
 use crate::breaker::Breaker;
@@ -64,7 +64,7 @@ impl FailureLog {
 pub struct Workers {
     name: String,
     plugin: RwLock<Arc<Plugin>>,
-    queue: WorkQueue<NamespacedKey>,
+    queue: WorkQueue<ObjectKey>,
     metrics: Handles,
     max_retries: Option<u32>,
     slots: Mutex<Slots>,
@@ -90,12 +90,7 @@ struct Slots {
 impl Workers {
     /// Workers serving `plugin` from `queue`. `max_retries`: `None` retries forever, as
     /// controller-runtime does; `Some(n)` drops a key after `n` failures in a row.
-    pub fn new(
-        plugin: Arc<Plugin>,
-        queue: WorkQueue<NamespacedKey>,
-        metrics: Handles,
-        max_retries: Option<u32>,
-    ) -> Self {
+    pub fn new(plugin: Arc<Plugin>, queue: WorkQueue<ObjectKey>, metrics: Handles, max_retries: Option<u32>) -> Self {
         metrics.max_concurrent.set(plugin.max_concurrent().into());
         let desired = plugin.max_concurrent().max(1);
         let slots = Mutex::new(Slots { desired, ..Slots::default() });
@@ -204,7 +199,7 @@ impl Workers {
 
     /// The next key, once the breaker is closed; `None` once the queue is shut down.
     /// Cancel-safe: a key is taken only when this returns it.
-    async fn next_key(&self) -> Option<NamespacedKey> {
+    async fn next_key(&self) -> Option<ObjectKey> {
         if !self.wait_for_breaker().await {
             return None;
         }
@@ -228,13 +223,13 @@ impl Workers {
     }
 
     /// The controller's queue.
-    pub fn queue(&self) -> &WorkQueue<NamespacedKey> {
+    pub fn queue(&self) -> &WorkQueue<ObjectKey> {
         &self.queue
     }
 
     /// Queues `key` of the for kind if the serving version may see it (its namespace scope);
     /// every trigger enqueues through this, so a confined plugin never learns of other keys.
-    pub(crate) fn enqueue(&self, key: NamespacedKey) {
+    pub(crate) fn enqueue(&self, key: ObjectKey) {
         let plugin = self.plugin();
         if plugin.sees(&plugin.registration().for_kind, key.namespace(), key.name()) {
             self.queue.add(key);
@@ -248,7 +243,7 @@ impl Workers {
     }
 
     /// Reconciles `key` (taken from the queue) and settles it.
-    async fn process(&self, key: NamespacedKey) -> Outcome {
+    async fn process(&self, key: ObjectKey) -> Outcome {
         // Held for the whole reconcile: the range cannot move to another replica meanwhile.
         let Some(_admission) = self.shard.admit(key.as_str()).await else {
             self.queue.settle(&key, Next::Forget);
@@ -265,10 +260,9 @@ impl Workers {
         // A panic on the host side (a host-function bug) costs this reconcile only: the key is
         // settled like a trap (counted as a panic, retried with backoff) and the worker lives on.
         // Without this the task would die with the key marked processing and its slot taken.
-        let object_key = key.to_object_key();
         let canary = self.canary.read().clone();
         let log = canary.as_ref().map(|_| Arc::new(WriteLog::default()));
-        let reconcile = plugin.reconcile(&object_key, attempt).instrument(span.clone());
+        let reconcile = plugin.reconcile(&key, attempt).instrument(span.clone());
         let reconcile = crate::canary::tap::logged(log.clone(), reconcile);
         let result = AssertUnwindSafe(reconcile).catch_unwind().await.unwrap_or_else(|panic| {
             let message = panic_message(panic.as_ref());
@@ -291,13 +285,13 @@ impl Workers {
         // After the key is done: the candidate never holds it up. A reconcile cut short by an
         // API-server outage says nothing about the version, so it is not compared.
         if let (Some(canary), Some(log), false) = (canary, log, outcome == Outcome::Deferred) {
-            canary.offer(Served { key: object_key, attempt, side: Side { error: failed, writes: log.take() } });
+            canary.offer(Served { key, attempt, side: Side { error: failed, writes: log.take() } });
         }
         outcome
     }
 
     /// Counts and logs a finished reconcile, and says how its key is settled ([`decide`]).
-    fn handle_result(&self, key: &NamespacedKey, result: &Result<Action, CallFailed>, outage: bool) -> (Outcome, Next) {
+    fn handle_result(&self, key: &ObjectKey, result: &Result<Action, CallFailed>, outage: bool) -> (Outcome, Next) {
         let failures = self.queue.num_requeues(key) + 1;
         let (outcome, next) = decide(result, outage, failures, self.max_retries);
         let err = match result {

@@ -175,6 +175,10 @@ pub struct Options {
     /// Answer plugins' applies that would change nothing from the cache (`--elide-unchanged-writes`,
     /// default on); a plugin's config can turn it off for that plugin.
     pub elide_unchanged_writes: bool,
+    /// Most plugin requests in flight at the API server at once, shared fairly by the plugins
+    /// with requests waiting (`--write-seats`, default
+    /// [`DEFAULT_MAX_SEATS`](crate::writer::fair::DEFAULT_MAX_SEATS)).
+    pub write_seats: usize,
 }
 
 impl Default for Options {
@@ -186,6 +190,7 @@ impl Default for Options {
             identity: None,
             provision_rbac: false,
             elide_unchanged_writes: true,
+            write_seats: crate::writer::fair::DEFAULT_MAX_SEATS,
         }
     }
 }

@@ -131,9 +131,9 @@ pub async fn record(args: crate::cli::RecordArgs) -> anyhow::Result<()> {
     let files = super::record::record(&runtime, client, &file.name, Arc::<[u8]>::from(wasm), config, &keys).await?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     for (key, text) in files {
-        let name = match &key.namespace {
-            Some(ns) => format!("{ns}_{}.yaml", key.name),
-            None => format!("{}.yaml", key.name),
+        let name = match key.namespace() {
+            Some(ns) => format!("{ns}_{}.yaml", key.name()),
+            None => format!("{}.yaml", key.name()),
         };
         let path = args.out.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;

@@ -99,10 +99,7 @@ pub(crate) fn with_uid(mut object: Value) -> Value {
 
 /// Parses `namespace/name` or `name`.
 pub fn parse_key(key: &str) -> ObjectKey {
-    match key.split_once('/') {
-        Some((ns, name)) => ObjectKey { namespace: Some(ns.to_owned()), name: name.to_owned() },
-        None => ObjectKey { namespace: None, name: key.to_owned() },
-    }
+    ObjectKey::from(key)
 }
 
 #[cfg(test)]
@@ -141,7 +138,7 @@ mod tests {
         let f = parse(text).unwrap();
         assert_eq!(f.recording.unwrap().key, "a/b");
         assert_eq!(f.objects.len(), 1);
-        assert_eq!(parse_key("a/b"), ObjectKey { namespace: Some("a".into()), name: "b".into() });
-        assert_eq!(parse_key("b").namespace, None);
+        assert_eq!(parse_key("a/b"), ObjectKey::new(Some("a"), "b"));
+        assert_eq!(parse_key("b").namespace(), None);
     }
 }

@@ -176,8 +176,18 @@ impl Harness {
                 self.note_findings(&format!("map {what}"));
                 match result {
                     Ok(mapped) => {
-                        keys.extend(mapped);
-                        if writes.as_array().is_some_and(|w| !w.is_empty()) {
+                        let mut invalid = Vec::new();
+                        for key in mapped {
+                            match key {
+                                Ok(key) => {
+                                    keys.insert(key);
+                                }
+                                Err(e) => invalid.push(e.to_string()),
+                            }
+                        }
+                        if !invalid.is_empty() {
+                            entries.push(json!({ "map": what, "error": invalid.join("; "), "writes": writes }));
+                        } else if writes.as_array().is_some_and(|w| !w.is_empty()) {
                             entries.push(json!({ "map": what, "writes": writes }));
                         }
                     }
@@ -192,10 +202,7 @@ impl Harness {
     pub fn for_keys(&self) -> BTreeSet<ObjectKey> {
         let for_kind = KindRef::of(&self.plugin.registration().for_kind);
         let objects = self.informers.get(&for_kind).map(|i| i.store().list()).unwrap_or_default();
-        objects
-            .iter()
-            .map(|o| ObjectKey { namespace: o.namespace().map(str::to_owned), name: o.name().to_owned() })
-            .collect()
+        objects.iter().map(|o| ObjectKey::of(o)).collect()
     }
 
     /// Reconciles `key` once (attempt 0): its report entry.

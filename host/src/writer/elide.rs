@@ -20,28 +20,24 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::unchanged::Apply;
+use crate::informer::ObjectKey;
 use crate::plugin::host::{
     ApiCall, ApiReply, ApiWriter, CacheReader, CallError, Caller, ObjectRef, Scope, TypedObject,
 };
 use crate::plugin::metrics::PluginMetrics;
 
-/// One object, whatever the version it is named in.
+/// One object, whatever the version it is named in: its group, kind and key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct ObjectKey {
+struct Written {
     group: String,
     kind: String,
-    namespace: Option<String>,
-    name: String,
+    key: ObjectKey,
 }
 
-impl ObjectKey {
+impl Written {
     fn of(target: &ObjectRef) -> Self {
-        Self {
-            group: target.kind.group.clone(),
-            kind: target.kind.kind.clone(),
-            namespace: target.namespace.clone(),
-            name: target.name.clone(),
-        }
+        let key = ObjectKey::new(target.namespace.as_deref(), &target.name);
+        Self { group: target.kind.group.clone(), kind: target.kind.kind.clone(), key }
     }
 }
 
@@ -54,7 +50,7 @@ struct Shared {
     enabled: bool,
     /// Per object written through the host and not yet seen in a cache at that version: the
     /// resourceVersion its last write returned, `None` when unknown (a failed write, a delete).
-    written: Mutex<HashMap<ObjectKey, Option<String>>>,
+    written: Mutex<HashMap<Written, Option<String>>>,
     metrics: PluginMetrics,
 }
 
@@ -74,7 +70,7 @@ impl Elision {
 impl Shared {
     /// Whether the cache, at `cached_rv`, has seen the last write to `key` through the host; a
     /// write seen is forgotten, since every later cache state is newer.
-    fn seen_last_write(&self, key: &ObjectKey, cached_rv: &str) -> bool {
+    fn seen_last_write(&self, key: &Written, cached_rv: &str) -> bool {
         let mut written = self.written.lock();
         match written.get(key) {
             None => true,
@@ -88,7 +84,7 @@ impl Shared {
 
     fn remember<T>(&self, target: &ObjectRef, result: &Result<T, CallError>, rv: impl FnOnce(&T) -> Option<String>) {
         let rv = result.as_ref().ok().and_then(rv);
-        self.written.lock().insert(ObjectKey::of(target), rv);
+        self.written.lock().insert(Written::of(target), rv);
     }
 }
 
@@ -128,7 +124,7 @@ impl ElidingWriter {
         let target = &object.target;
         let cached = self.cache.for_write(&target.kind, target.namespace.as_deref(), &target.name)?;
         let rv = cached.meta().resource_version.as_deref()?;
-        if !self.shared.seen_last_write(&ObjectKey::of(target), rv) {
+        if !self.shared.seen_last_write(&Written::of(target), rv) {
             return None;
         }
         let value: Value = cached.value().ok()?;

@@ -1,5 +1,5 @@
 //! The three example plugins as deploy/overlays/examples runs them, and what "converged" means
-//! for each (the checks of controller_e2e, against any host process).
+//! for each (the checks of the controller tests, against any host process).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

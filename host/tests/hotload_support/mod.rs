@@ -115,13 +115,19 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Spans {
 }
 
 impl Spans {
-    /// Installs the recorder as this test binary's global subscriber (once).
+    /// Installs the recorder as this test binary's global subscriber (once), with a log printed
+    /// to the test's output when `RUST_LOG` is set.
     pub fn install() -> Spans {
         static SPANS: OnceLock<Spans> = OnceLock::new();
         SPANS
             .get_or_init(|| {
                 let spans = Spans::default();
-                tracing_subscriber::registry().with(spans.clone()).init();
+                let log = std::env::var_os("RUST_LOG").map(|_| {
+                    tracing_subscriber::fmt::layer()
+                        .with_test_writer()
+                        .with_filter(tracing_subscriber::EnvFilter::from_default_env())
+                });
+                tracing_subscriber::registry().with(spans.clone()).with(log).init();
                 spans
             })
             .clone()

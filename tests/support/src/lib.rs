@@ -1,4 +1,4 @@
-//! A real kube-apiserver + etcd for tests, started once per test binary.
+//! A real kube-apiserver + etcd for tests, started once per test source file.
 //!
 //! envtest-style (controller-runtime `pkg/envtest`): no kubelet and, unless a test asks for one
 //! with [`ControlPlaneBuilder::controller_manager`], no controller-manager, so nothing
@@ -15,8 +15,8 @@
 //! ```
 //!
 //! Every child runs in its own process group with a watchdog that kills the group when the test
-//! binary exits (see `process.rs`), so no etcd or apiserver outlives `cargo test`, not even the
-//! shared instance, which lives in a `static` and is never dropped.
+//! binary exits (see `process.rs`), so no etcd or apiserver outlives `cargo test`, not even a
+//! shared instance still held in its `static` when the binary exits.
 
 mod apiserver;
 mod binaries;
@@ -27,10 +27,11 @@ mod process;
 mod proxy;
 mod registry;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -131,42 +132,69 @@ impl ControlPlaneBuilder {
     }
 }
 
-static SHARED: OnceLock<Result<Option<ControlPlane>, String>> = OnceLock::new();
+/// Whether control-plane binaries were found (or why not, in CI), decided once per process.
+static BINARIES: OnceLock<Result<Option<Binaries>, String>> = OnceLock::new();
+/// The shared control planes, one per test source file (see [`ControlPlane::shared`]).
+static SHARED: Mutex<BTreeMap<&'static str, Arc<ControlPlane>>> = Mutex::new(BTreeMap::new());
 static NAMESPACE_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl ControlPlane {
-    /// Shared by every test in this binary, started on first use. `None` (after printing to
-    /// stderr how to build the binaries: `make control-plane` / `tests/control-plane/build.sh`)
-    /// when binaries are missing and CI is not set; panics with that message when `CI=true`.
-    /// Never a silent pass. Panics, in every test that asks, if the control plane fails to start.
-    pub fn shared() -> Option<&'static ControlPlane> {
-        let shared = SHARED.get_or_init(|| match Binaries::locate() {
+    /// Shared by the tests of one source file (the caller's), started on first use: the tests of
+    /// a file share one, as they did when each file was a test binary of its own, while files
+    /// linked into one binary (`host/tests/all`) do not see each other's objects. A file's
+    /// control plane is stopped when a test of another file asks for one and no test holds it.
+    /// `None` (after printing to stderr how to build the binaries: `make control-plane` /
+    /// `tests/control-plane/build.sh`) when binaries are missing and CI is not set; panics with
+    /// that message when `CI=true`. Never a silent pass. Panics, in every test that asks, if the
+    /// control plane fails to start.
+    #[track_caller]
+    pub fn shared() -> Option<Arc<ControlPlane>> {
+        let file = std::panic::Location::caller().file();
+        let binaries = BINARIES.get_or_init(|| match Binaries::locate() {
             Err(message) if binaries::in_ci() => Err(format!("CI=true and {message}")),
             Err(message) => {
                 to_real_stderr(&message);
                 Ok(None)
             }
-            Ok(binaries) => on_helper_runtime(|| ControlPlane::start(binaries, Vec::new()))
-                .map(|cp| {
-                    eprintln!(
-                        "kubewasm-testenv: control plane ready in {:?} (kube-apiserver {:?} of it); logs in {}",
-                        cp.total_startup,
-                        cp.startup,
-                        cp.dir().display()
-                    );
-                    Some(cp)
-                })
-                .map_err(|e| format!("kubewasm-testenv: the shared control plane failed to start: {e:#}")),
+            Ok(binaries) => Ok(Some(binaries)),
         });
-        match shared {
-            Ok(Some(cp)) => Some(cp),
+        let binaries = match binaries {
+            Ok(Some(binaries)) => binaries.clone(),
             Ok(None) => {
                 let test = std::thread::current().name().unwrap_or("this test").to_owned();
                 to_real_stderr(&format!("kubewasm-testenv: SKIPPED {test}: no control-plane binaries (see above)"));
-                None
+                return None;
             }
             Err(message) => panic!("{message}"),
+        };
+        let mut shared = SHARED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Planes no test holds any more, of files other than the caller's, are stopped (their
+        // tests ran: the harness runs a file's tests next to each other).
+        let idle: Vec<_> =
+            shared.iter().filter(|(f, cp)| **f != file && Arc::strong_count(cp) == 1).map(|(f, _)| *f).collect();
+        let stopped: Vec<_> = idle.into_iter().filter_map(|f| shared.remove(f)).collect();
+        if let Some(cp) = shared.get(file) {
+            let cp = cp.clone();
+            drop(shared);
+            drop(stopped);
+            return Some(cp);
         }
+        let started = on_helper_runtime(|| ControlPlane::start(binaries, Vec::new()))
+            .map_err(|e| format!("kubewasm-testenv: the shared control plane for {file} failed to start: {e:#}"));
+        let cp = match started {
+            Ok(cp) => Arc::new(cp),
+            Err(message) => panic!("{message}"),
+        };
+        eprintln!(
+            "kubewasm-testenv: control plane for {file} ready in {:?} (kube-apiserver {:?} of it); logs in {}",
+            cp.total_startup,
+            cp.startup,
+            cp.dir().display()
+        );
+        shared.insert(file, cp.clone());
+        drop(shared);
+        drop(stopped);
+        Some(cp)
     }
 
     /// An owned control plane, stopped on drop; for tests that need extra apiserver flags or to

@@ -87,10 +87,7 @@ impl FieldSelector {
 
 /// The sort and continue key of an object: `namespace/name`, or `name` when cluster-scoped.
 pub fn sort_key(namespace: Option<&str>, name: &str) -> String {
-    match namespace {
-        Some(ns) => format!("{ns}/{name}"),
-        None => name.to_owned(),
-    }
+    kubewasm_informer::object::object_key(namespace, name)
 }
 
 /// One page of `objects` (each with its [`sort_key`]): those `keep` keeps (the caller's field

@@ -1,0 +1,180 @@
+//! `kubewasm dev`: a local control plane and the host on a plugin directory, stopped by Ctrl-C
+//! (SIGINT) or SIGTERM; with `--with-gc`, owned objects are garbage-collected.
+
+use crate::common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+
+/// Start-up of etcd + kube-apiserver (the harness allows 60 s) plus loading the plugin.
+const START: Duration = Duration::from_secs(180);
+
+/// `kubewasm dev` running on a plugin directory with namespace-defaults, its output in files.
+struct Dev {
+    child: Child,
+    work: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl Dev {
+    fn start(extra: &[&str]) -> Self {
+        Self::start_with_path(extra, &std::env::var_os("PATH").unwrap_or_default())
+    }
+
+    /// [`start`](Self::start) with `$PATH` set to `path` for `kubewasm dev`.
+    fn start_with_path(extra: &[&str], path: &std::ffi::OsStr) -> Self {
+        let work = tempfile::tempdir().unwrap();
+        let plugins = work.path().join("plugins");
+        std::fs::create_dir(&plugins).unwrap();
+        common::install_plugin(&plugins, "namespace-defaults", "namespace_defaults.wasm", "");
+        let kubeconfig = work.path().join("kube/config");
+        let stdout = std::fs::File::create(work.path().join("stdout")).unwrap();
+        let stderr = std::fs::File::create(work.path().join("stderr")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+            .arg("dev")
+            .arg("--plugins")
+            .arg(&plugins)
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .args(["--admin-addr", "127.0.0.1:0", "--wasm-plugins=false", "--compile-cache"])
+            .arg(work.path().join("compile-cache"))
+            .args(extra)
+            .env("PATH", path)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        Self { child, work, kubeconfig }
+    }
+
+    fn logs(&self) -> String {
+        let read = |f: &str| std::fs::read_to_string(self.work.path().join(f)).unwrap_or_default();
+        format!("stdout:\n{}\nstderr:\n{}", read("stdout"), read("stderr"))
+    }
+
+    /// A client of the control plane, once the kubeconfig is written.
+    async fn client(&mut self) -> kube::Client {
+        let started = Instant::now();
+        while !self.kubeconfig.exists() {
+            assert!(self.child.try_wait().unwrap().is_none(), "kubewasm dev exited: {}", self.logs());
+            assert!(started.elapsed() < START, "no kubeconfig after {START:?}: {}", self.logs());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let options = kube::config::KubeConfigOptions::default();
+        kube::Client::try_from(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.unwrap()).unwrap()
+    }
+
+    /// Sends `signal`; asserts that dev exits cleanly, removes its kubeconfig and stops the
+    /// apiserver.
+    async fn stop_with(mut self, signal: &str, client: kube::Client) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args([signal, &pid]).status().unwrap().success());
+        let stopping = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(stopping.elapsed() < Duration::from_secs(90), "still running after {signal}: {}", self.logs());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(status.success(), "{status}: {}", self.logs());
+        assert!(!self.kubeconfig.exists(), "the kubeconfig is removed");
+        assert!(Api::<Namespace>::all(client).list(&Default::default()).await.is_err(), "the apiserver is gone");
+    }
+}
+
+/// A failed assertion must not leave `kubewasm dev` and its control plane running.
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `$PATH` with every directory holding `tool` replaced by `shadow`, which gets a link to each
+/// of their other files: the same tools (the control plane needs `sh`, `kill`…) but that one.
+fn path_without(tool: &str, shadow: &std::path::Path) -> std::ffi::OsString {
+    let dirs = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect::<Vec<_>>();
+    let mut kept = vec![shadow.to_owned()];
+    for dir in dirs {
+        if !dir.join(tool).exists() {
+            kept.push(dir);
+            continue;
+        }
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            if name != tool && !shadow.join(&name).exists() {
+                let _ = std::os::unix::fs::symlink(entry.path(), shadow.join(&name));
+            }
+        }
+    }
+    std::env::join_paths(kept).unwrap()
+}
+
+async fn create_namespace(client: &kube::Client, name: &str) {
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_runs_a_directory_of_plugins_compiled_in_a_child_process_on_a_local_control_plane_until_sigint_stops_everything()
+ {
+    // No kubectl on its PATH, and the printed commands run from another directory with none
+    // either: they work as printed.
+    let no_kubectl = tempfile::tempdir().unwrap();
+    let path = path_without("kubectl", no_kubectl.path());
+    let mut dev = Dev::start_with_path(&[], &path);
+    let client = dev.client().await;
+    let printed = common::eventually("the printed kubectl commands", START, || async {
+        let logs = dev.logs();
+        let lines: Vec<String> = logs.lines().filter(|l| l.contains("--kubeconfig")).map(str::to_owned).collect();
+        (lines.len() == 2).then_some(lines)
+    })
+    .await;
+    let create = printed[0].split_once("try:").expect("a `try:` line").1.trim().to_owned();
+    assert!(create.ends_with("create namespace demo") && create.starts_with('/'), "{create}");
+    let ran = Command::new("/bin/sh").args(["-c", &create]).current_dir("/").env("PATH", &path).output();
+    let ran = ran.unwrap();
+    assert!(ran.status.success(), "`{create}` as printed: {}", String::from_utf8_lossy(&ran.stderr));
+    create_namespace(&client, "dev-demo").await;
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), "dev-demo");
+    common::eventually("the plugin reconciled dev-demo", START, || async {
+        quotas.get_opt("default-quota").await.ok().flatten()
+    })
+    .await;
+    assert!(Api::<Namespace>::all(client.clone()).get_opt("demo").await.unwrap().is_some(), "kubectl created it");
+    // `kubewasm compile-plugin` leaves a marker beside the compiled component.
+    let markers = std::fs::read_dir(dev.work.path().join("compile-cache/kubewasm-compiled")).map(Iterator::count);
+    assert!(matches!(markers, Ok(1)), "no child process compiled the plugin ({markers:?}): {}", dev.logs());
+    dev.stop_with("-INT", client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_with_gc_deletes_the_dependents_of_a_deleted_owner_and_sigterm_stops_everything() {
+    let mut dev = Dev::start(&["--with-gc"]);
+    let client = dev.client().await;
+    create_namespace(&client, "gc-demo").await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "gc-demo");
+    let owner: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "owner"}})).unwrap();
+    let owner = config_maps.create(&PostParams::default(), &owner).await.unwrap();
+    let reference = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid});
+    let dependent: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "dependent", "ownerReferences": [reference]}})).unwrap();
+    config_maps.create(&PostParams::default(), &dependent).await.unwrap();
+    config_maps.delete("owner", &DeleteParams::default()).await.unwrap();
+    common::eventually("the garbage collector deleted the dependent", START, || async {
+        matches!(config_maps.get_opt("dependent").await, Ok(None)).then_some(())
+    })
+    .await;
+    dev.stop_with("-TERM", client).await;
+}

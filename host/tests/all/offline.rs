@@ -1,0 +1,253 @@
+//! `kubewasm test`: a plugin's reconciles run offline over fixture objects, as a plugin author
+//! runs them.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Two Namespaces: `team-a` gets the defaults; `quiet` opted out and still has a quota the
+/// plugin made (the host's mark names it: offline, a plugin is named after its file), which it
+/// removes.
+const NAMESPACES: &str = "\
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: quiet
+  uid: 6f1c2b9e-0000-4000-8000-000000000001
+  labels: {kubewasm.dev/no-defaults: \"true\"}
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata:
+  name: default-quota
+  namespace: quiet
+  labels: {kubewasm.dev/plugin: namespace_defaults}
+  ownerReferences:
+  - {apiVersion: v1, kind: Namespace, name: quiet, uid: 6f1c2b9e-0000-4000-8000-000000000001, controller: true}
+spec: {hard: {pods: \"50\"}}
+";
+
+fn kubewasm_test(wasm: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .arg("test")
+        .arg(common::plugin_dir().join(wasm))
+        .arg("--compile-cache")
+        .arg(common::test_compile_cache())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout_ok(out: &Output) -> String {
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "kubewasm test failed:\n{stdout}\n{stderr}");
+    stdout.into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn test_prints_the_applies_deletes_and_events_a_plugin_would_make_and_checks_them_against_expect() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = write(dir.path(), "objects.yaml", NAMESPACES);
+    let report = stdout_ok(&kubewasm_test("namespace_defaults.wasm", &["--objects", &objects]));
+    let entries: serde_json::Value = serde_yaml::from_str(&report).unwrap();
+    assert_eq!(entries.as_array().map(Vec::len), Some(2), "{report}");
+    let (quiet, team) = (&entries[0], &entries[1]);
+    assert_eq!((quiet["reconcile"].as_str(), team["reconcile"].as_str()), (Some("quiet"), Some("team-a")), "{report}");
+    let delete = &quiet["writes"][0]["delete"];
+    assert_eq!(quiet["writes"].as_array().map(Vec::len), Some(1), "{report}");
+    assert_eq!((delete["kind"].as_str(), delete["key"].as_str()), (Some("ResourceQuota"), Some("quiet/default-quota")));
+    assert!(delete["preconditions"]["uid"].is_string(), "a 0.2 delete shows its uid precondition: {report}");
+    let writes = team["writes"].as_array().unwrap();
+    assert_eq!(writes[0]["apply"]["kind"], "ResourceQuota", "{report}");
+    assert_eq!(writes[0]["apply"]["spec"]["hard"]["pods"], "50", "{report}");
+    assert_eq!(writes[1]["apply"]["kind"], "NetworkPolicy", "{report}");
+    assert_eq!(writes[2]["event"]["reason"], "DefaultsApplied", "{report}");
+    assert_eq!(writes[2]["event"]["regarding"]["key"], "team-a", "{report}");
+    assert_eq!(team["result"], "done");
+
+    let expected = write(dir.path(), "expected.yaml", &report);
+    stdout_ok(&kubewasm_test("namespace_defaults.wasm", &["--objects", &objects, "--expect", &expected]));
+
+    let settings = write(dir.path(), "settings.yaml", "quota: {pods: \"10\"}\n");
+    let args = ["--objects", &objects, "--expect", &expected, "--settings", &settings, "--key", "team-a"];
+    let out = kubewasm_test("namespace_defaults.wasm", &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "a different report fails: {stderr}");
+    assert!(stderr.contains("differ from"), "{stderr}");
+    assert!(
+        stderr.contains("-- reconcile: quiet") && stderr.contains("+          pods: '10'"),
+        "a readable diff: {stderr}"
+    );
+}
+
+#[test]
+fn test_reconciles_the_keys_that_map_returns_for_watched_objects_and_reports_a_failed_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = write(
+        dir.path(),
+        "objects.yaml",
+        "\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: p, namespace: t, labels: {kubewasm.test/role: parent}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: c1, namespace: t, labels: {kubewasm.test/parent: p}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: c2, namespace: t, labels: {kubewasm.test/parent: ghost}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: bad, namespace: t, labels: {kubewasm.test/fail-map: \"yes\"}}
+",
+    );
+    let wasm = common::install_plugin(dir.path(), "mapper", "fixture_mapper.wasm", "grants: {write: [ConfigMap]}\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .args(["test", &wasm.display().to_string(), "--objects", &objects, "--compile-cache"])
+        .arg(common::test_compile_cache())
+        .output()
+        .unwrap();
+    let report = stdout_ok(&out);
+    let entries: serde_json::Value = serde_yaml::from_str(&report).unwrap();
+    let entries = entries.as_array().unwrap();
+    assert_eq!(entries[0]["map"], "v1 ConfigMap t/bad", "{report}");
+    assert!(entries[0]["error"].as_str().unwrap().contains("trapped"), "{report}");
+    let keys: Vec<&str> = entries[1..].iter().map(|e| e["reconcile"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["t/bad", "t/c1", "t/c2", "t/ghost", "t/p"], "t/ghost comes from map only: {report}");
+    let parent = &entries[5];
+    assert_eq!(parent["writes"][0]["patch"]["key"], "t/p", "{report}");
+    assert_eq!(parent["writes"][0]["patch"]["body"]["metadata"]["annotations"]["kubewasm.test/children"], "c1");
+}
+
+#[test]
+fn test_runs_a_crd_plugin_with_the_grants_of_its_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = common::install_plugin(
+        dir.path(),
+        "configmap-sync",
+        "configmap_sync.wasm",
+        "grants: {write: [ConfigMapSync.examples.kubewasm.dev]}\n",
+    );
+    let objects = write(
+        dir.path(),
+        "objects.yaml",
+        "\
+apiVersion: examples.kubewasm.dev/v1alpha1
+kind: ConfigMapSync
+metadata: {name: s, generation: 1}
+spec: {source: {namespace: src, name: cfg}, namespaceSelector: env=dev}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, namespace: src}
+data: {k: v}
+---
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Namespace, metadata: {name: src, labels: {env: dev}}}
+- {apiVersion: v1, kind: Namespace, metadata: {name: a, labels: {env: dev}}}
+- {apiVersion: v1, kind: Namespace, metadata: {name: b}}
+",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .args(["test", &wasm.display().to_string(), "--objects", &objects, "--compile-cache"])
+        .arg(common::test_compile_cache())
+        .output()
+        .unwrap();
+    let report = stdout_ok(&out);
+    let entries: serde_json::Value = serde_yaml::from_str(&report).unwrap();
+    let writes = entries[0]["writes"].as_array().unwrap();
+    assert_eq!(entries[0]["reconcile"], "s", "{report}");
+    assert_eq!(writes[0]["patch"]["body"]["metadata"]["finalizers"][0], "examples.kubewasm.dev/cleanup", "{report}");
+    assert_eq!(writes[1]["apply"]["metadata"]["namespace"], "a", "{report}");
+    assert_eq!(writes[1]["apply"]["data"]["k"], "v", "{report}");
+    assert_eq!(writes[1]["force"], true, "{report}");
+    assert_eq!(writes[2]["applyStatus"]["status"]["syncedCount"], 1, "{report}");
+    assert_eq!(writes.len(), 3, "{report}");
+}
+
+#[test]
+fn test_gives_the_python_and_javascript_builds_the_same_report_as_the_rust_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = write(dir.path(), "objects.yaml", NAMESPACES);
+    let rust = stdout_ok(&kubewasm_test("namespace_defaults.wasm", &["--objects", &objects]));
+    let expected = write(dir.path(), "expected.yaml", &rust);
+    for build in ["namespace_defaults_py.wasm", "namespace_defaults_js.wasm"] {
+        // The quota is the one this build made: the host's mark names the plugin (its file).
+        let stem = build.trim_end_matches(".wasm");
+        let made_by_build =
+            NAMESPACES.replace("kubewasm.dev/plugin: namespace_defaults}", &format!("kubewasm.dev/plugin: {stem}}}"));
+        let objects = write(dir.path(), &format!("{stem}.yaml"), &made_by_build);
+        let out = kubewasm_test(build, &["--objects", &objects, "--expect", &expected]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{build} differs from the Rust build:\n{stderr}");
+    }
+}
+
+/// A ConfigMap `t/x` of the fixture plugins' tests, labelled for the contract fixture.
+const CONFIG_MAP: &str = "\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: x, namespace: t, labels: {kubewasm.test/contract: \"yes\"}}
+";
+
+/// `kubewasm test` of the fixture `built`, installed in `dir` with `config`, over CONFIG_MAP.
+fn fixture_test(dir: &Path, built: &str, config: &str, args: &[&str]) -> Output {
+    let wasm = common::install_plugin(dir, "plugin", built, config);
+    let objects = write(dir, "objects.yaml", CONFIG_MAP);
+    Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .arg("test")
+        .arg(wasm)
+        .args(["--objects", &objects, "--compile-cache"])
+        .arg(common::test_compile_cache())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn until_settled_passes_a_plugin_whose_second_reconcile_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "grants: {write: [ConfigMap]}\nsettings: {version: v1}\n";
+    let out = fixture_test(dir.path(), "fixture_stamper.wasm", config, &["--until-settled"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("reconcile t/x settled in 2 rounds"), "{stderr}");
+    let report: serde_json::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    let patch = &report[0]["writes"][0]["patch"];
+    assert_eq!(patch["body"]["metadata"]["annotations"]["kubewasm.test/version"], "v1", "the first round's report");
+}
+
+#[test]
+fn until_settled_fails_a_plugin_that_writes_a_new_value_every_reconcile_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    // The contract fixture counts its reconciles of `x` in the ConfigMap `log-x`.
+    let config = "grants: {read: [Secret], write: [ConfigMap, Namespace, Secret]}\nsettings: {namespace: t}\n";
+    let out = fixture_test(dir.path(), "fixture_contract.wasm", config, &["--until-settled=4"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("reconcile t/x did not settle in 4 rounds"), "{stderr}");
+    let (round_3, round_4) = stderr.split_once("round 4:").unwrap_or_else(|| panic!("{stderr}"));
+    assert!(round_3.contains("round 3:"), "{stderr}");
+    assert!(round_3.contains("apply v1 ConfigMap t/log-x: data.count: \"2\" → \"3\""), "{stderr}");
+    assert!(round_4.contains("apply v1 ConfigMap t/log-x: data.count: \"3\" → \"4\""), "{stderr}");
+
+    // Without the flag, one reconcile and no verdict on idempotence.
+    let once = fixture_test(dir.path(), "fixture_contract.wasm", config, &[]);
+    assert!(once.status.success(), "{}", String::from_utf8_lossy(&once.stderr));
+}

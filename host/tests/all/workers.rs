@@ -1,0 +1,165 @@
+//! Workers and triggers against a real kube-apiserver + etcd: a host-side panic costs one
+//! reconcile, not a worker; Watches map an object's old and new state; a watched object whose
+//! `map` keeps failing is dropped after bounded retries.
+
+use crate::common;
+use crate::hotload_support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kubewasm::app::App;
+use kubewasm::hotload::{Desired, Options, Origin};
+use kubewasm::plugin::PluginConfig;
+use kubewasm::plugin::host::{ApiCall, ApiReply, ApiWriter, CallError, Caller};
+use kubewasm::writer::KubeWriter;
+use kubewasm_testenv::ControlPlane;
+
+use common::{eventually, metric_value, plugin_wasm};
+use hotload_support::{stamp_of, stamper_config};
+
+const CONVERGE: Duration = Duration::from_secs(60);
+
+/// The real writer, except that the first patch of the object named `victim` panics, as a
+/// host-function bug would.
+struct PanicOnce {
+    inner: KubeWriter,
+    victim: String,
+    armed: AtomicBool,
+}
+
+#[async_trait]
+impl ApiWriter for PanicOnce {
+    async fn send(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
+        if let ApiCall::Patch { target, .. } = call
+            && target.name == self.victim
+            && self.armed.swap(false, Ordering::SeqCst)
+        {
+            panic!("test: a host function panicked patching {}", target.name);
+        }
+        self.inner.send(caller, call).await
+    }
+}
+
+async fn create_config_map(api: &Api<ConfigMap>, name: &str, label: &str) {
+    let (key, value) = label.split_once('=').unwrap();
+    let cm: ConfigMap =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": name, "labels": { key: value } } })).unwrap();
+    api.create(&PostParams::default(), &cm).await.unwrap();
+}
+
+async fn stamp(api: &Api<ConfigMap>, name: &str) -> Option<String> {
+    api.get_opt(name).await.unwrap().and_then(|cm| stamp_of(&cm).map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_panic_during_a_reconcile_retries_the_key_and_keeps_the_only_worker() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("panic").await;
+    let label = format!("kubewasm.test/panic={ns}");
+    let writer = Arc::new(PanicOnce {
+        inner: KubeWriter::new(client.clone()),
+        victim: "boom".into(),
+        armed: AtomicBool::new(true),
+    });
+    let app = App::with_writer(client.clone(), None, None, Options::default(), writer.clone()).unwrap();
+    let config = PluginConfig::from_yaml(&stamper_config("v1", &label, 1)).unwrap();
+    let wasm = plugin_wasm("fixture_stamper.wasm");
+    let desired = Desired { name: "stamper".into(), origin: Origin::Directory, wasm, config };
+    app.manager().apply(desired).await.unwrap();
+
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    create_config_map(&api, "boom", &label).await;
+    eventually("the host panicked", CONVERGE, || async { (!writer.armed.load(Ordering::SeqCst)).then_some(()) }).await;
+    // With max-concurrent 1, a key created after the panic needs the one worker to be alive.
+    create_config_map(&api, "after", &label).await;
+    for name in ["after", "boom"] {
+        eventually(&format!("{name} stamped"), CONVERGE, || async { stamp(&api, name).await.filter(|s| s == "v1") })
+            .await;
+    }
+    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    let panics = metric_value(&text, "controller_runtime_reconcile_panics_total", &[("controller", "stamper")]);
+    assert_eq!(panics, Some(1.0), "the host panic is counted as a reconcile panic");
+    app.shut_down(Duration::from_secs(5)).await;
+}
+
+const CHILDREN: &str = "kubewasm.test/children";
+
+/// Starts the `mapper` fixture on the ConfigMaps labelled `selector`.
+async fn start_mapper(client: &kube::Client, selector: &str) -> App {
+    let app = App::new(client.clone(), None, None).unwrap();
+    let config = format!("grants:\n  write: [ConfigMap]\nsettings:\n  selector: \"{selector}\"\n");
+    let config = PluginConfig::from_yaml(&config).unwrap();
+    let wasm = plugin_wasm("fixture_mapper.wasm");
+    app.manager().apply(Desired { name: "mapper".into(), origin: Origin::Directory, wasm, config }).await.unwrap();
+    app
+}
+
+/// A ConfigMap with the test's selector label and `labels`.
+async fn put_config_map(api: &Api<ConfigMap>, name: &str, selector: &str, labels: &[(&str, &str)]) {
+    let (key, value) = selector.split_once('=').unwrap();
+    let mut all = serde_json::Map::from_iter([(key.to_owned(), value.into())]);
+    all.extend(labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).into())));
+    let cm =
+        serde_json::json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": name, "labels": all } });
+    let params = kube::api::PatchParams::apply("workers-e2e").force();
+    api.patch(name, &params, &kube::api::Patch::Apply(&cm)).await.unwrap();
+}
+
+async fn children(api: &Api<ConfigMap>, name: &str) -> Option<String> {
+    let cm = api.get_opt(name).await.unwrap()?;
+    cm.metadata.annotations?.get(CHILDREN).cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_update_reconciles_the_key_its_old_state_mapped_to() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("mapold").await;
+    let selector = format!("kubewasm.test/mapper={ns}");
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for parent in ["a", "b"] {
+        put_config_map(&api, parent, &selector, &[("kubewasm.test/role", "parent")]).await;
+    }
+    put_config_map(&api, "kid", &selector, &[("kubewasm.test/parent", "a")]).await;
+    let app = start_mapper(&client, &selector).await;
+    eventually("a lists kid", CONVERGE, || async { children(&api, "a").await.filter(|c| c == "kid") }).await;
+
+    // The child moves from a to b: only its old state maps to a, which must drop it.
+    put_config_map(&api, "kid", &selector, &[("kubewasm.test/parent", "b")]).await;
+    eventually("b lists kid", CONVERGE, || async { children(&api, "b").await.filter(|c| c == "kid") }).await;
+    eventually("a no longer lists kid", CONVERGE, || async { children(&api, "a").await.filter(String::is_empty) })
+        .await;
+    app.shut_down(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_object_whose_map_keeps_failing_is_dropped_after_bounded_retries() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("mapfail").await;
+    let selector = format!("kubewasm.test/mapper={ns}");
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    put_config_map(&api, "a", &selector, &[("kubewasm.test/role", "parent")]).await;
+    let app = start_mapper(&client, &selector).await;
+    let dropped = || {
+        let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+        metric_value(&text, "kubewasm_controller_map_dropped_total", &[("controller", "mapper")]).unwrap_or(0.0)
+    };
+
+    put_config_map(&api, "bad", &selector, &[("kubewasm.test/parent", "a"), ("kubewasm.test/fail-map", "1")]).await;
+    eventually("the unmappable object dropped", CONVERGE, || async { (dropped() >= 1.0).then_some(()) }).await;
+    // Its tombstone too: deleting it maps a last state that fails the same way.
+    api.delete("bad", &Default::default()).await.unwrap();
+    eventually("the unmappable tombstone dropped", CONVERGE, || async { (dropped() >= 2.0).then_some(()) }).await;
+    // The mapper goes on: a good child still reaches its parent.
+    put_config_map(&api, "good", &selector, &[("kubewasm.test/parent", "a")]).await;
+    eventually("a lists good", CONVERGE, || async { children(&api, "a").await.filter(|c| c == "good") }).await;
+    assert_eq!(dropped(), 2.0, "only the two failing states were dropped");
+    app.shut_down(Duration::from_secs(5)).await;
+}
