@@ -307,6 +307,27 @@ pub struct TestArgs {
     /// Directory for compiled plugins (the same as `run --compile-cache`).
     #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
     pub compile_cache: Option<PathBuf>,
+    /// Run each key to a fixed point: apply its writes to the fixture objects (server-side apply
+    /// as a merge that drops the fields the plugin applied before and no longer names, patches,
+    /// creates, deletes), reconcile it again, and so on until a round's writes change nothing;
+    /// fail, naming the fields that keep changing in the last two rounds, if that takes more
+    /// than N reconciles (default 10). The report is the first round's.
+    #[arg(long, env = "KUBEWASM_TEST_UNTIL_SETTLED", value_name = "N", num_args = 0..=1,
+          default_missing_value = "10", value_parser = clap::value_parser!(u32).range(1..))]
+    pub until_settled: Option<u32>,
+    /// Also send each write to the API server of the kubeconfig as a server-side dry run
+    /// (`dryRun=All`, as the plugin's field manager): nothing is stored, and a write the server
+    /// rejects (422 Invalid, …) fails the run with the server's message. A write in a namespace
+    /// the server lacks fails too; a patch, delete or status apply of an object only the
+    /// fixtures hold is reported as not validated. `kubewasm dev`'s cluster is enough.
+    #[arg(long, env = "KUBEWASM_TEST_SERVER_DRY_RUN")]
+    pub server_dry_run: bool,
+    /// Kubeconfig file for --server-dry-run; default: $KUBECONFIG, ~/.kube/config.
+    #[arg(long, env = "KUBEWASM_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context for --server-dry-run; default: the current context.
+    #[arg(long, env = "KUBEWASM_CONTEXT")]
+    pub context: Option<String>,
 }
 
 /// `kubewasm record`.
@@ -422,6 +443,19 @@ mod tests {
         let Command::Run(run) = parse(&["--sharding", "auto"]).unwrap().command else { panic!("not run") };
         assert_eq!(run.sharding, Sharding::Auto);
         assert!(parse(&["--sharding", "auto", "--leader-elect"]).is_err());
+    }
+
+    #[test]
+    fn test_runs_until_settled_within_10_reconciles_unless_told_how_many() {
+        let parse = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["kubewasm", "test", "p.wasm", "--objects", "o.yaml"], args].concat());
+            let Command::Test(test) = cli.unwrap().command else { panic!("not test") };
+            (test.until_settled, test.server_dry_run)
+        };
+        assert_eq!(parse(&[]), (None, false));
+        assert_eq!(parse(&["--until-settled"]), (Some(10), false));
+        assert_eq!(parse(&["--until-settled=3", "--server-dry-run"]), (Some(3), true));
+        assert!(Cli::try_parse_from(["kubewasm", "test", "p.wasm", "--objects", "o", "--until-settled=0"]).is_err());
     }
 
     #[test]

@@ -58,6 +58,7 @@ pub struct KubeWriter {
     discovery: Discovery,
     events: EventSink,
     scheduler: Scheduler,
+    dry_run: bool,
 }
 
 impl KubeWriter {
@@ -71,7 +72,7 @@ impl KubeWriter {
     pub fn with_identities(identities: Identities) -> Self {
         let events = EventSink::new(identities.clone());
         let discovery = Discovery::new(identities.host_client().clone());
-        Self { identities, discovery, events, scheduler: Scheduler::default() }
+        Self { identities, discovery, events, scheduler: Scheduler::default(), dry_run: false }
     }
 
     /// Resolves kinds through `discovery`, the process's one discovery cache.
@@ -107,6 +108,14 @@ impl KubeWriter {
                 target.kind.kind, target.name
             ))),
         }
+    }
+
+    /// Sends every write as a server-side dry run (`dryRun=All`): the API server validates and
+    /// admits it, and answers as it would have stored it, but stores nothing; Events are not
+    /// sent (`kubewasm test --server-dry-run`).
+    #[must_use]
+    pub fn dry_run(self, dry_run: bool) -> Self {
+        Self { dry_run, ..self }
     }
 
     /// Events dropped because the event queue was full (`kubewasm_events_dropped_total`).
@@ -186,6 +195,7 @@ impl KubeWriter {
         let api = self.api(caller, &object.target).await?;
         let mut params = PatchParams::apply(&caller.manager);
         params.force = force;
+        params.dry_run = self.dry_run;
         let body = object.sent_body();
         let stored =
             api.patch(&object.target.name, &params, &KubePatch::Apply(&*body)).await.map_err(|e| heard.error(e))?;
@@ -202,6 +212,7 @@ impl KubeWriter {
         let api = self.api(caller, &object.target).await?;
         let mut params = PatchParams::apply(&caller.manager);
         params.force = force;
+        params.dry_run = self.dry_run;
         let stored = api
             .patch_status(&object.target.name, &params, &KubePatch::Apply(&object.body))
             .await
@@ -219,7 +230,8 @@ impl KubeWriter {
     ) -> Result<Vec<u8>, CallError> {
         let api = self.api(caller, target).await?;
         let patch = self.with_preconditions(heard, &api, target, patch, &options.preconditions).await?;
-        let params = PatchParams { field_manager: Some(caller.manager.clone()), ..Default::default() };
+        let params =
+            PatchParams { field_manager: Some(caller.manager.clone()), dry_run: self.dry_run, ..Default::default() };
         let name = &target.name;
         let stored = match (&patch, options.status) {
             (Patch::Merge(v), false) => api.patch(name, &params, &KubePatch::Merge(v)).await,
@@ -241,7 +253,7 @@ impl KubeWriter {
         let api = self.api(caller, &object.target).await?;
         let body: DynamicObject = serde_json::from_value(object.sent_body().into_owned())
             .map_err(|e| CallError::Invalid(format!("not a Kubernetes object: {e}")))?;
-        let params = PostParams { field_manager: Some(caller.manager.clone()), ..Default::default() };
+        let params = PostParams { field_manager: Some(caller.manager.clone()), dry_run: self.dry_run };
         to_json(api.create(&params, &body).await.map_err(|e| heard.error(e))?)
     }
 
@@ -258,6 +270,7 @@ impl KubeWriter {
             Propagation::Foreground => DeleteParams::foreground(),
             Propagation::Orphan => DeleteParams::orphan(),
         };
+        params.dry_run = self.dry_run;
         let pre = &options.preconditions;
         if !pre.is_empty() {
             params.preconditions =
@@ -338,6 +351,7 @@ impl KubeWriter {
                 self.delete_object(heard, caller, target, options).await.map(|()| ApiReply::Done)
             }
             ApiCall::Get(target) => self.get_object(heard, caller, target).await.map(ApiReply::Found),
+            ApiCall::Event(_) if self.dry_run => Ok(ApiReply::Done),
             // Enqueued for the background sender: never waits on the API server.
             ApiCall::Event(event) => {
                 self.events.publish(caller, event);

@@ -153,7 +153,7 @@ impl Plugin {
 
     /// Runs `f` on an instance under the deadline, memory and host-call limits. Calls the
     /// grants refused are reported as one Warning event about `regarding`, an object of the for
-    /// kind. The instance is fresh unless the plugin's `reuseInstances` allows an idle one; it
+    /// kind, and writes the API server rejected as invalid as another. The instance is fresh unless the plugin's `reuseInstances` allows an idle one; it
     /// goes back to the idle list only if `f` succeeded, `reuse` accepts the result and it has
     /// calls left.
     pub(crate) async fn call<R>(
@@ -188,8 +188,10 @@ impl Plugin {
         let left = deadline.saturating_sub(started.elapsed());
         let outcome = tokio::time::timeout(left + HOST_CALL_GRACE, f(&idle.instance, &mut idle.store)).await;
         let denied = std::mem::take(&mut idle.store.data_mut().denied);
-        if let Some(regarding) = regarding.filter(|_| !denied.is_empty()) {
-            self.report_denied(regarding, denied).await;
+        let rejected = std::mem::take(&mut idle.store.data_mut().rejected);
+        if let Some(regarding) = regarding {
+            self.report(regarding, "AccessDenied", denied).await;
+            self.report(regarding, "WriteRejected", rejected).await;
         }
         match outcome {
             Ok(Ok(r)) => {
@@ -204,18 +206,22 @@ impl Plugin {
         }
     }
 
-    /// Best effort: an operator sees refused calls on the object (`kubectl describe`).
-    async fn report_denied(&self, key: &ObjectKey, denied: Vec<String>) {
-        let mut note = denied.join("; ");
+    /// Best effort: an operator sees refused calls (`AccessDenied`) and writes the API server
+    /// rejected (`WriteRejected`) on the object (`kubectl describe`); nothing when `notes` is empty.
+    async fn report(&self, key: &ObjectKey, reason: &str, notes: Vec<String>) {
+        if notes.is_empty() {
+            return;
+        }
+        let mut note = notes.join("; ");
         note.truncate(note.floor_char_boundary(MAX_NOTE));
         let regarding = ObjectRef {
             kind: self.registration.for_kind.clone(),
             namespace: key.namespace().map(str::to_owned),
             name: key.name().to_owned(),
         };
-        let event = EventRecord { regarding, warning: true, reason: "AccessDenied".into(), note };
+        let event = EventRecord { regarding, warning: true, reason: reason.into(), note };
         if let Err(err) = self.shared.writer.publish_event(&self.shared.caller, event).await {
-            tracing::warn!(plugin = %self.shared.name, error = %err, "could not publish the AccessDenied event");
+            tracing::warn!(plugin = %self.shared.name, error = %err, reason, "could not publish the event");
         }
     }
 

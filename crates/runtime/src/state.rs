@@ -53,6 +53,9 @@ pub struct PluginCtx {
     calls_left: u32,
     /// Calls refused by the grants during this call, for the `AccessDenied` event.
     pub(crate) denied: Vec<String>,
+    /// Writes the API server rejected as invalid during this call, for the `WriteRejected`
+    /// event: which write and the server's message.
+    pub(crate) rejected: Vec<String>,
     /// When the current call's deadline passes (set with the epoch deadline).
     pub(crate) until: tokio::time::Instant,
     output: Arc<OutputBudget>,
@@ -84,6 +87,7 @@ impl PluginCtx {
             limiter: Limiter::new(shared.limits.clone()),
             calls_left: shared.limits.host_calls,
             denied: Vec::new(),
+            rejected: Vec::new(),
             until: tokio::time::Instant::now() + shared.limits.deadline(),
             output,
             shared,
@@ -91,10 +95,11 @@ impl PluginCtx {
     }
 
     /// Readies a reused instance's state for another call: a full host-call budget and output
-    /// budget, no refused calls and no limit hit carried over.
+    /// budget, no refused or rejected calls and no limit hit carried over.
     pub(crate) fn begin_call(&mut self) {
         self.calls_left = self.shared.limits.host_calls;
         self.denied.clear();
+        self.rejected.clear();
         self.limiter.hit = None;
         self.output.reset(self.shared.limits.output_bytes);
     }

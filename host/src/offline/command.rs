@@ -39,8 +39,9 @@ pub fn runtime(compile_cache: Option<&Path>) -> anyhow::Result<Runtime> {
     })?)
 }
 
-/// Runs `kubewasm test`: prints the report on stdout; `Ok(false)` when it differs from the
-/// expected one (the diff is on stderr).
+/// Runs `kubewasm test`: prints the report on stdout; `Ok(false)` when a key did not settle
+/// (`--until-settled`), the server-side dry run found a write the server rejects, or the report
+/// differs from the expected one (what, and the diff, are on stderr).
 pub async fn test(args: TestArgs) -> anyhow::Result<bool> {
     let file = plugin_file(&args.wasm, args.config.clone());
     let config = config_with_settings(&file, args.settings.as_deref())?;
@@ -53,14 +54,44 @@ pub async fn test(args: TestArgs) -> anyhow::Result<bool> {
     }
     let wasm = std::fs::read(&args.wasm).with_context(|| format!("reading {}", args.wasm.display()))?;
     let runtime = runtime(args.compile_cache.as_deref())?;
-    let harness = Harness::load(&runtime, &file.name, Arc::<[u8]>::from(wasm), config, &objects).await?;
+    let server = match args.server_dry_run {
+        true => Some(server(&args).await?),
+        false => None,
+    };
+    let harness =
+        Harness::load_checked(&runtime, &file.name, Arc::<[u8]>::from(wasm), config, &objects, server).await?;
     let keys = if !args.keys.is_empty() {
         Some(args.keys.iter().map(|k| fixtures::parse_key(k)).collect())
     } else {
         recording.as_ref().map(|r| vec![fixtures::parse_key(&r.key)])
     };
-    let report = super::run(&harness, keys).await;
+    let settle = args.until_settled.map(|rounds| (objects.as_slice(), rounds));
+    let (report, settled) = super::run_until_settled(&harness, keys, settle).await;
     print!("{}", report.to_yaml());
+    let mut unsettled = false;
+    for (key, outcome) in settled {
+        match outcome {
+            Ok(rounds) => eprintln!("kubewasm test: reconcile {key} settled in {rounds} rounds"),
+            Err(e) => {
+                eprintln!("kubewasm test: reconcile {key} {e}");
+                unsettled = true;
+            }
+        }
+    }
+    let mut rejected = false;
+    for (call, finding) in harness.findings() {
+        eprintln!("kubewasm test: {call}: {finding}");
+        rejected |= finding.fails();
+    }
+    if rejected {
+        eprintln!("kubewasm test: the API server rejects writes of this run (server-side dry run)");
+    }
+    let matches = compare(&args, recording, &report)?;
+    Ok(matches && !rejected && !unsettled)
+}
+
+/// Compares `report` with the expected one (`--expect`, else the recording's), if any.
+fn compare(args: &TestArgs, recording: Option<Recording>, report: &super::Report) -> anyhow::Result<bool> {
     let expected = match &args.expect {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -69,7 +100,7 @@ pub async fn test(args: TestArgs) -> anyhow::Result<bool> {
         None => recording.map(|r| (r.expect, "the recording".to_owned())),
     };
     let Some((expected, source)) = expected else { return Ok(true) };
-    match diff(&expected, &report) {
+    match diff(&expected, report) {
         None => {
             eprintln!("kubewasm test: the writes match {source}");
             Ok(true)
@@ -79,6 +110,14 @@ pub async fn test(args: TestArgs) -> anyhow::Result<bool> {
             Ok(false)
         }
     }
+}
+
+/// The writer of `--server-dry-run`: the kubeconfig's API server, storing nothing.
+async fn server(args: &TestArgs) -> anyhow::Result<Arc<dyn crate::plugin::host::ApiWriter>> {
+    let client = crate::app::client(args.kubeconfig.as_deref(), args.context.as_deref())
+        .await
+        .context("--server-dry-run needs an API server")?;
+    Ok(Arc::new(crate::writer::KubeWriter::new(client).dry_run(true)))
 }
 
 /// Runs `kubewasm record`: one fixture file per key in `--out`; prints their paths.

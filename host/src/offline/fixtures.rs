@@ -67,12 +67,20 @@ pub fn parse(text: &str) -> Result<Fixtures> {
     Ok(fixtures)
 }
 
-fn checked(mut object: Value, n: usize) -> Result<Value> {
-    let text = |path: &str| object.pointer(path).and_then(Value::as_str).map(str::to_owned);
-    let (Some(api_version), Some(kind), Some(name)) = (text("/apiVersion"), text("/kind"), text("/metadata/name"))
-    else {
+fn checked(object: Value, n: usize) -> Result<Value> {
+    let text = |path: &str| object.pointer(path).and_then(Value::as_str).is_some();
+    if !(text("/apiVersion") && text("/kind") && text("/metadata/name")) {
         return Err(Error::Fixture(format!("document {}: an object needs apiVersion, kind and metadata.name", n + 1)));
-    };
+    }
+    Ok(with_uid(object))
+}
+
+/// `object` with a `metadata.uid` derived from its kind, namespace and name if it has none.
+pub(crate) fn with_uid(mut object: Value) -> Value {
+    let text = |path: &str| object.pointer(path).and_then(Value::as_str).map(str::to_owned);
+    let (api_version, kind, name) = (text("/apiVersion"), text("/kind"), text("/metadata/name"));
+    let (api_version, kind, name) =
+        (api_version.unwrap_or_default(), kind.unwrap_or_default(), name.unwrap_or_default());
     if text("/metadata/uid").is_none() {
         let namespace = text("/metadata/namespace").unwrap_or_default();
         let digest = crate::plugin::sha256_hex(format!("{api_version}/{kind}/{namespace}/{name}").as_bytes());
@@ -86,7 +94,7 @@ fn checked(mut object: Value, n: usize) -> Result<Value> {
         );
         object["metadata"]["uid"] = uid.into();
     }
-    Ok(object)
+    object
 }
 
 /// Parses `namespace/name` or `name`.

@@ -8,16 +8,21 @@
 //! Events each call would have made.
 
 pub mod command;
+pub mod dry_run;
 pub mod fixtures;
 pub mod record;
 mod report;
+pub mod settle;
 
 pub use report::{Diff, Report, diff, parse_expected};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
 use serde_json::{Value, json};
+
+use dry_run::{DryRunWriter, Finding};
 
 use crate::controller::{PluginCache, serve_reads, wanted_informers};
 use crate::informer::{CachedObject, Informer, parse_label_selector};
@@ -73,6 +78,10 @@ pub struct Harness {
     plugin: Plugin,
     recorder: Arc<RecordingWriter>,
     informers: BTreeMap<KindRef, Informer>,
+    /// The kind and label selector of each informer, to seed it again.
+    wanted: BTreeMap<KindRef, (kube::core::GroupVersionKind, Option<String>)>,
+    dry_run: Option<Arc<DryRunWriter>>,
+    findings: Mutex<Vec<(String, Finding)>>,
 }
 
 impl Harness {
@@ -84,15 +93,29 @@ impl Harness {
         config: PluginConfig,
         objects: &[Value],
     ) -> Result<Self> {
+        Self::load_checked(runtime, name, wasm, config, objects, None).await
+    }
+
+    /// [`Harness::load`], with each write also sent to `server`, a writer that stores nothing
+    /// (a server-side dry run, [`dry_run`]), if given.
+    pub async fn load_checked(
+        runtime: &Runtime,
+        name: &str,
+        wasm: Arc<[u8]>,
+        config: PluginConfig,
+        objects: &[Value],
+        server: Option<Arc<dyn ApiWriter>>,
+    ) -> Result<Self> {
         let seeded = |gvk: &kube::core::GroupVersionKind, selector: Option<&str>| {
             std::future::ready(seeded(objects, gvk, selector))
         };
-        let (harness, _) = Self::load_with(runtime, name, wasm, config, |cache| cache, seeded).await?;
+        let (harness, _) = Self::load_with(runtime, name, wasm, config, |cache| cache, seeded, server).await?;
         Ok(harness)
     }
 
     /// Loads the plugin with its reads going through `wrap(cache)` (e.g. to record them) and
-    /// the informer of each kind it reads built by `informer(kind, label selector)`.
+    /// the informer of each kind it reads built by `informer(kind, label selector)`, and its
+    /// writes also sent to `server` if given.
     pub(crate) async fn load_with<C: CacheReader, F>(
         runtime: &Runtime,
         name: &str,
@@ -100,6 +123,7 @@ impl Harness {
         config: PluginConfig,
         wrap: impl FnOnce(Arc<PluginCache>) -> Arc<C>,
         mut informer: impl FnMut(&kube::core::GroupVersionKind, Option<&str>) -> F,
+        server: Option<Arc<dyn ApiWriter>>,
     ) -> Result<(Self, Arc<C>)>
     where
         F: std::future::Future<Output = Result<Informer>>,
@@ -107,13 +131,19 @@ impl Harness {
         let cache = Arc::new(PluginCache::new(name));
         let reads = wrap(cache.clone());
         let recorder = Arc::new(RecordingWriter::new(Some(reads.clone() as Arc<dyn CacheReader>)));
-        let plugin = runtime.load(name, wasm, config, reads.clone(), recorder.clone() as Arc<dyn ApiWriter>).await?;
-        let mut informers = BTreeMap::new();
+        let dry_run = server.map(|server| Arc::new(DryRunWriter::new(recorder.clone(), server)));
+        let writer = match &dry_run {
+            Some(dry_run) => dry_run.clone() as Arc<dyn ApiWriter>,
+            None => recorder.clone() as Arc<dyn ApiWriter>,
+        };
+        let plugin = runtime.load(name, wasm, config, reads.clone(), writer).await?;
+        let (mut informers, mut wanted) = (BTreeMap::new(), BTreeMap::new());
         for (kind, (gvk, selector)) in wanted_informers(&plugin) {
-            informers.insert(kind, informer(&gvk, selector.as_deref()).await?);
+            informers.insert(kind.clone(), informer(&gvk, selector.as_deref()).await?);
+            wanted.insert(kind, (gvk, selector));
         }
         serve_reads(&plugin, &cache, &informers)?;
-        Ok((Self { plugin, recorder, informers }, reads))
+        Ok((Self { plugin, recorder, informers, wanted, dry_run, findings: Mutex::default() }, reads))
     }
 
     /// The loaded plugin.
@@ -143,6 +173,7 @@ impl Harness {
                 let what = format!("{} {} {}", watch.kind.api_version(), watch.kind.kind, object.key());
                 let result = self.plugin.map(&watch.kind, object.json()).await;
                 let writes = self.writes();
+                self.note_findings(&format!("map {what}"));
                 match result {
                     Ok(mapped) => {
                         let mut invalid = Vec::new();
@@ -176,12 +207,52 @@ impl Harness {
 
     /// Reconciles `key` once (attempt 0): its report entry.
     pub async fn reconcile(&self, key: &ObjectKey) -> Value {
+        self.reconcile_calls(key).await.0
+    }
+
+    /// Reconciles `key` once (attempt 0): its report entry and the calls it made.
+    pub async fn reconcile_calls(&self, key: &ObjectKey) -> (Value, Vec<ApiCall>) {
         let result = match self.plugin.reconcile(key, 0).await {
             Ok(Action::Done) => "done".to_owned(),
             Ok(Action::RequeueAfter(after)) => format!("requeue after {after:?}"),
             Err(e) => format!("error: {e}"),
         };
-        json!({ "reconcile": key.to_string(), "result": result, "writes": self.writes() })
+        self.note_findings(&format!("reconcile {key}"));
+        let calls = self.recorder.take();
+        let writes: Value = calls.iter().map(ApiCall::to_value).collect();
+        (json!({ "reconcile": key.to_string(), "result": result, "writes": writes }), calls)
+    }
+
+    /// Makes the caches hold `objects` (within each kind's label selector) instead of what they
+    /// held: the state a round of `--until-settled` left.
+    pub fn reseed(&self, objects: &[Value]) {
+        for (kind, informer) in &self.informers {
+            let Some((gvk, selector)) = self.wanted.get(kind) else { continue };
+            let fresh = match seeded(objects, gvk, selector.as_deref()) {
+                Ok(fresh) => fresh.store().list(),
+                Err(e) => {
+                    tracing::warn!(%kind, error = %e, "cannot cache the objects of a round");
+                    continue;
+                }
+            };
+            let store = informer.store();
+            let keep: HashSet<Arc<str>> = fresh.iter().map(|o| o.key_arc().clone()).collect();
+            store.retain_keys(&keep);
+            for object in fresh {
+                store.upsert(object);
+            }
+        }
+    }
+
+    /// What the server-side dry run found, each with the call (`reconcile a/b`) whose write it
+    /// is about, since the last call; empty without a dry run.
+    pub fn findings(&self) -> Vec<(String, Finding)> {
+        std::mem::take(&mut *self.findings.lock())
+    }
+
+    fn note_findings(&self, call: &str) {
+        let Some(dry_run) = &self.dry_run else { return };
+        self.findings.lock().extend(dry_run.take().into_iter().map(|f| (call.to_owned(), f)));
     }
 
     fn writes(&self) -> Value {
@@ -215,6 +286,18 @@ fn seeded(objects: &[Value], gvk: &kube::core::GroupVersionKind, selector: Optio
 /// Runs `harness` over `keys`, or over every key its for kind caches and its maps return: the
 /// report of every call.
 pub async fn run(harness: &Harness, keys: Option<Vec<ObjectKey>>) -> Report {
+    run_until_settled(harness, keys, None).await.0
+}
+
+/// [`run`], each key then reconciled again with its writes applied to `objects` (the
+/// fixtures) until they change nothing, at most `rounds` times ([`settle`]), if given: the
+/// report of the first round of each key, and each key's rounds or why it did not settle.
+pub async fn run_until_settled(
+    harness: &Harness,
+    keys: Option<Vec<ObjectKey>>,
+    settle: Option<(&[Value], u32)>,
+) -> (Report, Vec<(ObjectKey, Result<u32, settle::NotSettled>)>) {
+    let mut settled = Vec::new();
     let mut entries = Vec::new();
     let keys = match keys {
         Some(keys) => keys,
@@ -226,7 +309,11 @@ pub async fn run(harness: &Harness, keys: Option<Vec<ObjectKey>>) -> Report {
         }
     };
     for key in &keys {
-        entries.push(harness.reconcile(key).await);
+        let (entry, calls) = harness.reconcile_calls(key).await;
+        entries.push(entry);
+        if let Some((objects, rounds)) = settle {
+            settled.push((key.clone(), settle::until_settled(harness, objects, key, calls, rounds).await));
+        }
     }
-    Report(entries)
+    (Report(entries), settled)
 }

@@ -98,7 +98,7 @@ pub async fn record(
         async move { Ok::<_, super::Error>(factory.informer(&gvk, params).await?) }
     };
     let (harness, reads) =
-        Harness::load_with(runtime, name, wasm, config, |c| Arc::new(ReadRecorder::new(c)), informer).await?;
+        Harness::load_with(runtime, name, wasm, config, |c| Arc::new(ReadRecorder::new(c)), informer, None).await?;
     harness.wait_for_sync(SYNC_TIMEOUT).await?;
     let mut files = Vec::new();
     for key in keys {

@@ -40,6 +40,7 @@ mod offline;
 mod plugin_runtime;
 mod readiness;
 mod record;
+mod rejected;
 mod sandbox;
 mod settings;
 mod shutdown;

@@ -85,7 +85,8 @@ async fn a_new_rust_project_builds_passes_its_offline_test_and_reconciles_on_the
     let wasm = project.join("hello-ns.wasm").display().to_string();
     let (fixtures, expected) = (format!("{dir}/tests/fixtures.yaml"), format!("{dir}/tests/expected.yaml"));
     let cache = common::test_compile_cache().display().to_string();
-    let args = ["test", &wasm, "--objects", &fixtures, "--expect", &expected, "--compile-cache", &cache];
+    let args =
+        ["test", &wasm, "--objects", &fixtures, "--expect", &expected, "--compile-cache", &cache, "--until-settled"];
     let mut offline = kubewasm(&args);
     offline.env("KUBECONFIG", "/nonexistent");
     common::run_ok(offline);

@@ -198,3 +198,56 @@ fn test_gives_the_python_and_javascript_builds_the_same_report_as_the_rust_one()
         assert!(out.status.success(), "{build} differs from the Rust build:\n{stderr}");
     }
 }
+
+/// A ConfigMap `t/x` of the fixture plugins' tests, labelled for the contract fixture.
+const CONFIG_MAP: &str = "\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: x, namespace: t, labels: {kubewasm.test/contract: \"yes\"}}
+";
+
+/// `kubewasm test` of the fixture `built`, installed in `dir` with `config`, over CONFIG_MAP.
+fn fixture_test(dir: &Path, built: &str, config: &str, args: &[&str]) -> Output {
+    let wasm = common::install_plugin(dir, "plugin", built, config);
+    let objects = write(dir, "objects.yaml", CONFIG_MAP);
+    Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .arg("test")
+        .arg(wasm)
+        .args(["--objects", &objects, "--compile-cache"])
+        .arg(common::test_compile_cache())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn until_settled_passes_a_plugin_whose_second_reconcile_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "grants: {write: [ConfigMap]}\nsettings: {version: v1}\n";
+    let out = fixture_test(dir.path(), "fixture_stamper.wasm", config, &["--until-settled"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("reconcile t/x settled in 2 rounds"), "{stderr}");
+    let report: serde_json::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    let patch = &report[0]["writes"][0]["patch"];
+    assert_eq!(patch["body"]["metadata"]["annotations"]["kubewasm.test/version"], "v1", "the first round's report");
+}
+
+#[test]
+fn until_settled_fails_a_plugin_that_writes_a_new_value_every_reconcile_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    // The contract fixture counts its reconciles of `x` in the ConfigMap `log-x`.
+    let config = "grants: {read: [Secret], write: [ConfigMap, Namespace, Secret]}\nsettings: {namespace: t}\n";
+    let out = fixture_test(dir.path(), "fixture_contract.wasm", config, &["--until-settled=4"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("reconcile t/x did not settle in 4 rounds"), "{stderr}");
+    let (round_3, round_4) = stderr.split_once("round 4:").unwrap_or_else(|| panic!("{stderr}"));
+    assert!(round_3.contains("round 3:"), "{stderr}");
+    assert!(round_3.contains("apply v1 ConfigMap t/log-x: data.count: \"2\" → \"3\""), "{stderr}");
+    assert!(round_4.contains("apply v1 ConfigMap t/log-x: data.count: \"3\" → \"4\""), "{stderr}");
+
+    // Without the flag, one reconcile and no verdict on idempotence.
+    let once = fixture_test(dir.path(), "fixture_contract.wasm", config, &[]);
+    assert!(once.status.success(), "{}", String::from_utf8_lossy(&once.stderr));
+}

@@ -96,6 +96,24 @@ impl ApiCall {
         !matches!(self, ApiCall::Get(_))
     }
 
+    /// The call in a few words, for messages: its verb and object (`apply v1 ConfigMap a/c`,
+    /// `patch status apps/v1 Deployment a/d`).
+    pub fn summary(&self) -> String {
+        let verb = match self {
+            ApiCall::Apply { .. } => "apply",
+            ApiCall::ApplyStatus { .. } => "apply status",
+            ApiCall::Patch { options, .. } if options.status => "patch status",
+            ApiCall::Patch { .. } => "patch",
+            ApiCall::Create(_) => "create",
+            ApiCall::Delete { .. } => "delete",
+            ApiCall::Get(_) => "get",
+            ApiCall::Event(_) => "event about",
+        };
+        let target = self.target();
+        let key = object_key(target.namespace.as_deref(), &target.name);
+        format!("{verb} {} {} {key}", target.kind.api_version(), target.kind.kind)
+    }
+
     /// The call as the authorizer judges it.
     pub fn access(&self) -> authorizer::Request<'_> {
         let (verb, status, body) = match self {
@@ -251,5 +269,14 @@ mod tests {
         assert_eq!((access.verb, access.status, access.target), (Verb::Patch, true, &config_map()));
         assert!(call.is_write());
         assert!(!ApiCall::Get(config_map()).is_write());
+    }
+
+    #[test]
+    fn a_summary_names_the_verb_kind_and_key() {
+        let options = PatchOptions { status: true, ..Default::default() };
+        let call = ApiCall::Patch { target: config_map(), patch: Patch::Merge(json!({})), options };
+        assert_eq!(call.summary(), "patch status v1 ConfigMap a/c");
+        let delete = ApiCall::Delete { target: config_map(), options: DeleteOptions::default() };
+        assert_eq!(delete.summary(), "delete v1 ConfigMap a/c");
     }
 }

@@ -15,7 +15,8 @@ type CallResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
 impl PluginCtx {
     /// Authorizes `call`, marks an object the plugin makes (the authorizer says which), and
-    /// sends it through the host's write path.
+    /// sends it through the host's write path; a write the API server rejects as invalid is
+    /// remembered for the `WriteRejected` Event.
     async fn send_authorized(&mut self, mut call: ApiCall) -> Result<ApiReply, CallError> {
         let mark = self.authorize(&call.access()).await?;
         if let (true, ApiCall::Apply { object, .. } | ApiCall::ApplyStatus { object, .. } | ApiCall::Create(object)) =
@@ -23,7 +24,13 @@ impl PluginCtx {
         {
             object.mark = Some(self.shared.authorizer.plugin().to_owned());
         }
-        self.shared.writer.send(&self.shared.caller, &call).await
+        let result = self.shared.writer.send(&self.shared.caller, &call).await;
+        // Kept for the `WriteRejected` Event: a plugin may swallow the error, and an operator
+        // otherwise finds the rejection only in the host's log.
+        if let (Err(CallError::Invalid(message)), true) = (&result, call.is_write()) {
+            self.rejected.push(format!("{}: {message}", call.summary()));
+        }
+        result
     }
 
     async fn apply_authorized(&mut self, object: &[u8], force: bool, status: bool) -> Result<Vec<u8>, CallError> {
