@@ -153,9 +153,9 @@ impl Plugin {
 
     /// Runs `f` on an instance under the deadline, memory and host-call limits. Calls the
     /// grants refused are reported as one Warning event about `regarding`, an object of the for
-    /// kind, and writes the API server rejected as invalid as another. The instance is fresh unless the plugin's `reuseInstances` allows an idle one; it
-    /// goes back to the idle list only if `f` succeeded, `reuse` accepts the result and it has
-    /// calls left.
+    /// kind, and writes the API server rejected as invalid as another. The instance is fresh
+    /// unless the plugin's `reuseInstances` allows an idle one; it goes back to the idle list
+    /// only if `f` succeeded, `reuse` accepts the result and it has calls left.
     pub(crate) async fn call<R>(
         &self,
         regarding: Option<&ObjectKey>,
