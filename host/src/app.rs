@@ -15,7 +15,7 @@ use crate::admin::{self, Readiness};
 use crate::breaker::{self, Breaker, BreakerMetrics, BreakerWriter};
 use crate::cli::RunArgs;
 use crate::controller::{self, ControllerMetrics};
-use crate::hotload::{Desired, DirectorySource, HotloadMetrics, LoadedPlugins, Options, Origin, WasmPluginSource};
+use crate::hotload::{DirectorySource, HotloadMetrics, LoadedPlugins, Options, WasmPluginSource};
 pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::identity::Identities;
 use crate::informer::{Discovery, SharedInformerFactory};
@@ -226,14 +226,10 @@ impl App {
         self.plugins.set_shard_gate(gate);
     }
 
-    /// Loads (or swaps in) one plugin file. On failure the plugin is reported (log, metric)
-    /// and the host goes on without it.
+    /// Loads (or swaps in) one plugin file as the directory source does, canary included. On
+    /// failure the plugin is reported (log, metric) and the host goes on without it.
     pub async fn add_plugin(&mut self, file: &PluginFile) -> anyhow::Result<()> {
-        let config = read_config(file)?;
-        let wasm: Arc<[u8]> =
-            std::fs::read(&file.wasm).with_context(|| format!("reading {}", file.wasm.display()))?.into();
-        let desired = Desired { name: file.name.clone(), origin: Origin::Directory, wasm, config };
-        self.plugins.apply(desired).await?;
+        crate::hotload::load_file(&self.plugins, file).await?;
         Ok(())
     }
 

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use notify::RecursiveMode;
 use tokio_util::sync::CancellationToken;
 
-use super::loaded::{Applied, Candidate, Desired, LoadedPlugins, Origin};
+use super::loaded::{Applied, ApplyError, Candidate, Desired, LoadedPlugins, Origin};
 use crate::plugin::PluginConfig;
 
 /// A plugin file found in the plugin directory.
@@ -52,6 +52,49 @@ pub fn read_config(file: &PluginFile) -> anyhow::Result<PluginConfig> {
         }
         None => Ok(PluginConfig::default()),
     }
+}
+
+/// Loads one plugin file as the directory source does: its component, its config and the
+/// canary candidate the config names. What `App::add_plugin` and embedders call; errors name
+/// the file.
+pub async fn load_file(plugins: &LoadedPlugins, file: &PluginFile) -> anyhow::Result<Applied> {
+    let config = read_config(file)?;
+    let wasm = std::fs::read(&file.wasm).with_context(|| format!("reading {}", file.wasm.display()))?;
+    let dir = file.wasm.parent().unwrap_or(Path::new("."));
+    let canary_wasm = match canary_path(dir, file.config.as_ref().map(std::fs::read).transpose()?.as_deref()) {
+        Some(path) => Some(Some(std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?)),
+        None => None,
+    };
+    let applied = apply_version(plugins, &file.name, wasm, canary_wasm, config).await;
+    applied.with_context(|| file.wasm.display().to_string())
+}
+
+/// The one path from a plugin file's bytes to a load: applies the version and starts (or
+/// stops) the canary candidate its config names. `canary_wasm`: `None` when the canary runs
+/// the same component, `Some(None)` when its file could not be read.
+async fn apply_version(
+    plugins: &LoadedPlugins,
+    name: &str,
+    wasm: Vec<u8>,
+    canary_wasm: Option<Option<Vec<u8>>>,
+    mut config: PluginConfig,
+) -> Result<Applied, ApplyError> {
+    let canary = config.canary.take();
+    let wasm: Arc<[u8]> = Arc::from(wasm);
+    let candidate = canary.map(|c| {
+        let wasm = match canary_wasm {
+            Some(bytes) => bytes.map(Arc::from).unwrap_or_else(|| Arc::from(Vec::new())),
+            None => wasm.clone(),
+        };
+        let settings = c.settings.or_else(|| config.settings.clone());
+        Candidate { wasm, config: PluginConfig { settings, ..config.clone() } }
+    });
+    let desired = Desired { name: name.to_owned(), origin: Origin::Directory, wasm, config };
+    let applied = plugins.apply(desired).await;
+    if let Err(e) = plugins.set_canary(name, &Origin::Directory, candidate).await {
+        tracing::error!(plugin = %name, error = format!("{e:#}"), "canary candidate not running");
+    }
+    applied
 }
 
 /// Name of the directory source's readiness check.
@@ -163,23 +206,8 @@ impl DirectorySource {
                     tracing::error!(plugin = %file.name, error = format!("{e:#}"), "plugin file not applied");
                     Change::Rejected(e)
                 }
-                Ok(mut config) => {
-                    let canary = config.canary.take();
-                    let wasm: Arc<[u8]> = Arc::from(wasm);
-                    let candidate = canary.map(|c| {
-                        let wasm = match canary_wasm {
-                            Some(bytes) => bytes.map(Arc::from).unwrap_or_else(|| Arc::from(Vec::new())),
-                            None => wasm.clone(),
-                        };
-                        let settings = c.settings.or_else(|| config.settings.clone());
-                        Candidate { wasm, config: PluginConfig { settings, ..config.clone() } }
-                    });
-                    let desired = Desired { name: file.name.clone(), origin: Origin::Directory, wasm, config };
-                    let applied = self.plugins.apply(desired).await;
-                    if let Err(e) = self.plugins.set_canary(&file.name, &Origin::Directory, candidate).await {
-                        tracing::error!(plugin = %file.name, error = format!("{e:#}"), "canary candidate not running");
-                    }
-                    match applied {
+                Ok(config) => {
+                    match apply_version(&self.plugins, &file.name, wasm, canary_wasm, config).await {
                         Ok(applied) => Change::Applied(applied),
                         Err(e) => {
                             if e.is_transient() {

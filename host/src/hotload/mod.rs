@@ -14,7 +14,7 @@ pub mod oci;
 pub mod wasmplugin;
 
 pub use crd_source::WasmPluginSource;
-pub use directory::{DirectorySource, PluginFile, plugin_files, read_config};
+pub use directory::{DirectorySource, PluginFile, load_file, plugin_files, read_config};
 pub use loaded::{Applied, ApplyError, Candidate, Desired, LoadedPlugins, Options, Origin, Serving};
 pub use metrics::HotloadMetrics;
 pub use wasmplugin::{WasmPlugin, WasmPluginSpec, WasmPluginStatus, crd, crd_yaml};

@@ -210,3 +210,23 @@ async fn a_plugin_files_canary_that_traps_is_counted_as_failed_and_the_serving_v
     assert!(app.plugins().serving("stamper").await.is_some(), "the serving version goes on");
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_file_added_by_the_app_runs_its_canary_as_the_directory_source_does() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(common::plugin_dir().join("fixture_trapper.wasm"), dir.path().join(".stamper.canary.wasm")).unwrap();
+    let config = "grants: {write: [ConfigMap]}\nsettings: {version: v1, selector: \"kubewasm.test/none=none\"}\n\
+                  canary: {wasm: .stamper.canary.wasm}\n";
+    common::install_plugin(dir.path(), "stamper", "fixture_stamper.wasm", config);
+    let file = kubewasm::app::plugin_files(dir.path()).unwrap().into_iter().find(|f| f.name == "stamper").unwrap();
+
+    let mut app = App::new(client.clone(), None, None).unwrap();
+    app.add_plugin(&file).await.unwrap();
+    assert!(app.plugins().serving("stamper").await.is_some(), "the plugin serves");
+    let (sha256, _) = app.plugins().canary("stamper").await.expect("the canary its config names runs");
+    let trapper = std::fs::read(dir.path().join(".stamper.canary.wasm")).unwrap();
+    assert_eq!(sha256, kubewasm::plugin::sha256_hex(&trapper), "the candidate is the canary file");
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}
