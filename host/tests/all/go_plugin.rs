@@ -65,7 +65,7 @@ async fn the_go_sdk_lowers_event_filters_and_the_rest_of_the_registration() {
 }
 
 #[tokio::test]
-async fn go_reconcile_errors_say_terminal_requeue_after_and_periodic_requeue() {
+async fn go_reconcile_errors_say_terminal_requeue_after_and_periodic_requeue_and_a_panic_names_its_line() {
     let (plugin, _) = contract_calls().await;
     let reconcile = async |name: &str| plugin.reconcile(&ObjectKey::new(Some("ns"), name), 0).await;
     match reconcile("terminal").await {
@@ -79,6 +79,13 @@ async fn go_reconcile_errors_say_terminal_requeue_after_and_periodic_requeue() {
         other => panic!("{other:?}"),
     }
     assert_eq!(reconcile("periodic").await.unwrap(), Action::RequeueAfter(Duration::from_secs(2)));
+    match reconcile("panic").await {
+        Err(CallFailed::Plugin(m)) => {
+            assert!(m.starts_with("panic: assignment to entry in nil map at main.go:"), "{m}");
+            assert!(m.ends_with(" in main.contractCalls.Reconcile"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
     match reconcile("unknown").await {
         Err(CallFailed::Plugin(m)) => assert_eq!(m, "unknown key unknown"),
         other => panic!("{other:?}"),

@@ -5,7 +5,7 @@
 // preconditions, delete with a propagation policy, the uncached get, the three reconcile
 // errors and a failing map.
 //
-// The key's name picks what reconcile does: "terminal", "requeue", "periodic", "calls".
+// The key's name picks what reconcile does: "terminal", "requeue", "periodic", "panic", "calls".
 package main
 
 import (
@@ -50,6 +50,9 @@ func (contractCalls) Reconcile(_ context.Context, req kubewasm.Request) (kubewas
 		return kubewasm.Result{}, kubewasm.RequeueAfter(1500*time.Millisecond, "waiting for Secret db")
 	case "periodic":
 		return kubewasm.Result{RequeueAfter: 2 * time.Second}, nil
+	case "panic":
+		var counts map[string]int
+		counts[req.Name]++ // panics: assignment to entry in nil map
 	case "calls":
 		return calls(req)
 	}
