@@ -13,7 +13,7 @@ K8S_BIN ?= $(or $(KUBEBUILDER_ASSETS),$(or $(KUBEWASM_K8S_CACHE),$(HOME)/.cache/
 # plugins/js/<name>/<name>.js, built to <name_with_underscores>_py.wasm / _js.wasm.
 PY_PLUGINS := namespace-defaults
 JS_PLUGINS := namespace-defaults
-GO_PLUGINS := namespace-defaults
+GO_PLUGINS := namespace-defaults contract-calls
 # Their toolchains, pinned (plugins/python/requirements.txt, plugins/js/package-lock.json) and
 # installed once per version into this cache; a plain `cargo build` needs none of them.
 KUBEWASM_TOOLS ?= $(HOME)/.cache/kubewasm/tools
@@ -27,8 +27,8 @@ JS_TOOL := $(KUBEWASM_TOOLS)/js-$(shell cat plugins/js/package.json plugins/js/p
 GO_COMPONENT := $(TARGET_DIR)/debug/kubewasm-go-component
 REACTOR_ADAPTER := $(JS_TOOL)/node_modules/@bytecodealliance/jco/lib/wasi_snapshot_preview1.reactor.wasm
 GO ?= go
-WIT := wit/controller@0.1.0
-# The Python and JavaScript SDKs are on contract 0.2 (Go stays on 0.1: the host serves both).
+# Every SDK is on contract 0.2. The host still serves 0.1 components: the legacy fixtures
+# (plugins/fixtures/legacy, hostile-legacy) bind wit/controller@0.1.0 themselves.
 WIT_02 := wit/controller@0.2.0
 # The host's container image (`make image`): a static binary for this machine's architecture,
 # named after the workspace version; the OCI layout and oci-archive land in KUBEWASM_IMAGE_DIR,
@@ -109,13 +109,13 @@ $(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT_02)/controller.wit
 		-n controller --disable http fetch-event -o $@.tmp
 	mv $@.tmp $@
 # The core module (`c-shared`: a reactor whose _initialize starts Go's runtime), then the component.
-$(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(GO_COMPONENT) $(JS_TOOL)/.installed $(WIT)/controller.wit \
+$(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(GO_COMPONENT) $(JS_TOOL)/.installed $(WIT_02)/controller.wit \
 		$(wildcard plugins/sdk/go/*.go plugins/sdk/go/go.mod) \
 		$$(wildcard plugins/go/$$(subst _,-,$$*)/*.go plugins/go/$$(subst _,-,$$*)/go.mod)
 	@mkdir -p $(@D)/go-build
 	cd plugins/go/$(subst _,-,$*) && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath \
 		-o $(@D)/go-build/$*.core.wasm .
-	$(GO_COMPONENT) $(@D)/go-build/$*.core.wasm --wit $(WIT) --adapter $(REACTOR_ADAPTER) -o $@.tmp
+	$(GO_COMPONENT) $(@D)/go-build/$*.core.wasm --wit $(WIT_02) --adapter $(REACTOR_ADAPTER) -o $@.tmp
 	mv $@.tmp $@
 
 ## Unit tests of the Python and JavaScript SDKs' pure helpers (conditions, finalizers, errors),

@@ -87,6 +87,16 @@ func policy(s Settings, ns *Namespace) *NetworkPolicy {
 	return p
 }
 
+// deleteControlled deletes child (as read from the cache) if ns controls it, and only if it is
+// still that object (uid precondition): never a same-named object created since.
+func deleteControlled(kind kubewasm.Kind, child kubewasm.Object, ns *Namespace) error {
+	if !kubewasm.IsControlledBy(child, ns) {
+		return nil
+	}
+	meta := child.GetObjectMeta()
+	return kubewasm.Delete(kind, meta.Namespace, meta.Name, kubewasm.Preconditions{UID: meta.UID})
+}
+
 type namespaceDefaults struct{}
 
 func (namespaceDefaults) Describe() *kubewasm.Registration {
@@ -109,19 +119,16 @@ func (namespaceDefaults) Reconcile(_ context.Context, req kubewasm.Request) (kub
 		return done, err
 	}
 	if optedOut {
-		if existing != nil && kubewasm.IsControlledBy(existing, ns) {
-			if err := kubewasm.Delete(resourceQuotaKind, req.Name, s.QuotaName); err != nil {
+		if existing != nil {
+			if err := deleteControlled(resourceQuotaKind, existing, ns); err != nil {
 				return done, err
 			}
 		}
 		p, err := kubewasm.Get[NetworkPolicy](networkPolicyKind, req.Name, s.NetworkPolicyName)
-		if err != nil {
+		if err != nil || p == nil {
 			return done, err
 		}
-		if p != nil && kubewasm.IsControlledBy(p, ns) {
-			return done, kubewasm.Delete(networkPolicyKind, req.Name, s.NetworkPolicyName)
-		}
-		return done, nil
+		return done, deleteControlled(networkPolicyKind, p, ns)
 	}
 	if _, err := kubewasm.Apply(quota(s, ns), false); err != nil {
 		return done, err

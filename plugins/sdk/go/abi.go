@@ -2,7 +2,7 @@
 
 package kubewasm
 
-// The Canonical ABI of world kubewasm:controller/controller@0.1.0, written by hand for Go's
+// The Canonical ABI of world kubewasm:controller/controller@0.2.0, written by hand for Go's
 // wasip1 port: wit-bindgen-go's generated code needs a 32-bit GOARCH (Go's wasm port has 64-bit
 // pointers), so this file lowers and lifts the world's few types itself. Every pointer at the
 // boundary is a 32-bit address in linear memory. Memory the SDK hands to the host stays
@@ -54,6 +54,14 @@ func lower(b []byte) (uint32, uint32) {
 }
 
 func lowerString(s string) (uint32, uint32) { return lower([]byte(s)) }
+
+// storeOption writes option<string> (tag, then the string at +4) at addr; "" is none.
+func storeOption(addr uint32, s string) {
+	if s != "" {
+		put8(addr, 1)
+		storeString(addr+4, s)
+	}
+}
 
 // lowerOption lowers option<string> to its three flat values.
 func lowerOption(s *string) (uint32, uint32, uint32) {
@@ -108,9 +116,6 @@ func storeGvkList(addr uint32, kinds []Kind) {
 	put32(addr+4, uint32(len(kinds)))
 }
 
-// errorNames are the cases of WIT `types.error`, in order.
-var errorNames = []string{"not-found", "forbidden", "conflict", "invalid", "unavailable", "other"}
-
 // liftError reads a `types.error` variant at addr.
 func liftError(addr uint32) *HostError {
 	tag := u8(addr)
@@ -129,17 +134,40 @@ func liftResultBytes(ret uint32) ([]byte, error) {
 	return liftBytes(u32(ret+4), u32(ret+8)), nil
 }
 
+// liftOptionString reads option<string> at addr; none is "".
+func liftOptionString(addr uint32) string {
+	if u8(addr) == 0 {
+		return ""
+	}
+	return liftString(u32(addr+4), u32(addr+8))
+}
+
+// liftByteLists copies a list<list<u8>> (ptr, len) out of linear memory.
+func liftByteLists(base, n uint32) [][]byte {
+	out := make([][]byte, n)
+	for i := range n {
+		out[i] = liftBytes(u32(base+8*i), u32(base+8*i+4))
+	}
+	return out
+}
+
+// liftResultOptionBytes reads result<option<list<u8>>, error> from a return area.
+func liftResultOptionBytes(ret uint32) ([]byte, bool, error) {
+	if u8(ret) != 0 {
+		return nil, false, liftError(ret + 4)
+	}
+	if u8(ret+4) == 0 {
+		return nil, false, nil
+	}
+	return liftBytes(u32(ret+8), u32(ret+12)), true, nil
+}
+
 // liftResultList reads result<list<list<u8>>, error> from a return area.
 func liftResultList(ret uint32) ([][]byte, error) {
 	if u8(ret) != 0 {
 		return nil, liftError(ret + 4)
 	}
-	base, n := u32(ret+4), u32(ret+8)
-	out := make([][]byte, n)
-	for i := range n {
-		out[i] = liftBytes(u32(base+8*i), u32(base+8*i+4))
-	}
-	return out, nil
+	return liftByteLists(u32(ret+4), u32(ret+8)), nil
 }
 
 // liftResultUnit reads result<_, error> from a return area.

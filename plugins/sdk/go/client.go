@@ -6,24 +6,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"iter"
 )
 
 // Reads of the host's informer cache (local, never an API call) and writes to the API server
 // with the plugin's field manager. Every object is any Go value encoding to Kubernetes JSON:
 // the plugin's own structs, Unstructured, or k8s.io/api types.
 
-// kindSetter is implemented by types embedding TypeMeta, and by Unstructured.
-type kindSetter interface{ setKind(Kind) }
-
-func decode[T any](kind Kind, raw []byte) (*T, error) {
-	v := new(T)
-	if err := json.Unmarshal(raw, v); err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", kind.Kind, err)
+// finalizerPatch writes finalizers with a merge patch (finalizers.go).
+func init() {
+	finalizerPatch = func(kind Kind, namespace, name string, body []byte, pre Preconditions) ([]byte, error) {
+		return clientPatch(kind, namespace, name, MergePatch, body, pre)
 	}
-	if s, ok := any(v).(kindSetter); ok {
-		s.setKind(kind)
-	}
-	return v, nil
 }
 
 func decodeAll[T any](kind Kind, raws [][]byte, err error) ([]T, error) {
@@ -39,14 +33,6 @@ func decodeAll[T any](kind Kind, raws [][]byte, err error) ([]T, error) {
 		out = append(out, *v)
 	}
 	return out, nil
-}
-
-func remarshal(from, to any) error {
-	b, err := json.Marshal(from)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, to)
 }
 
 func opt(s string) *string {
@@ -67,10 +53,55 @@ func Get[T any](kind Kind, namespace, name string) (*T, error) {
 }
 
 // List is the cached objects of kind, in one namespace ("" for all) and matching a label
-// selector ("" for all).
+// selector ("" for all), in one page.
 func List[T any](kind Kind, namespace, selector string) ([]T, error) {
-	raws, err := cacheList(kind, opt(namespace), opt(selector))
-	return decodeAll[T](kind, raws, err)
+	page, err := ListPage[T](kind, ListOptions{Namespace: namespace, LabelSelector: selector})
+	return page.Items, err
+}
+
+// ListPage is one page of the cached objects of kind matching o, in namespace/name order.
+func ListPage[T any](kind Kind, o ListOptions) (Page[T], error) {
+	raws, next, err := cacheList(kind, o)
+	items, err := decodeAll[T](kind, raws, err)
+	if err != nil {
+		return Page[T]{}, err
+	}
+	return Page[T]{Items: items, Continue: next}, nil
+}
+
+// Iterate yields every cached object of kind matching o, read o.Limit at a time (100 if 0), so
+// the plugin holds one page at once rather than the whole kind. It stops at the first error,
+// which it yields:
+//
+//	for ns, err := range kubewasm.Iterate[Namespace](namespaceKind, kubewasm.ListOptions{}) {
+//		if err != nil {
+//			return kubewasm.Result{}, err
+//		}
+//		...
+//	}
+func Iterate[T any](kind Kind, o ListOptions) iter.Seq2[T, error] {
+	if o.Limit == 0 {
+		o.Limit = DefaultPageSize
+	}
+	return func(yield func(T, error) bool) {
+		for {
+			page, err := ListPage[T](kind, o)
+			if err != nil {
+				var zero T
+				yield(zero, err)
+				return
+			}
+			for _, item := range page.Items {
+				if !yield(item, nil) {
+					return
+				}
+			}
+			if page.Continue == "" {
+				return
+			}
+			o.Continue = page.Continue
+		}
+	}
 }
 
 // ByIndex is the cached objects of kind whose index has value. Built-in indexes: "namespace",
@@ -103,42 +134,70 @@ func Apply[T any](obj *T, force bool) (*T, error) {
 	return write(obj, func(b []byte) ([]byte, error) { return clientApply(b, force) })
 }
 
-// ApplyStatus server-side applies the status of obj; returns the object as stored.
-func ApplyStatus[T any](obj *T) (*T, error) { return write(obj, clientApplyStatus) }
+// ApplyStatus server-side applies the status of obj; returns the object as stored. force takes
+// over status fields other managers own (a "conflict" HostError otherwise); contract 0.1 always
+// forced, which silently took over status fields other controllers own.
+func ApplyStatus[T any](obj *T, force bool) (*T, error) {
+	return write(obj, func(b []byte) ([]byte, error) { return clientApplyStatus(b, force) })
+}
 
 // Create creates obj; a "conflict" HostError if it exists. Returns the object as stored.
 func Create[T any](obj *T) (*T, error) { return write(obj, clientCreate) }
 
-// PatchType is the kind of patch Patch sends.
-type PatchType uint32
+type patchCall func(Kind, string, string, PatchType, []byte, Preconditions) ([]byte, error)
 
-// The patch types of WIT `client.patch-type`.
-const (
-	MergePatch PatchType = iota
-	JSONPatch
-	StrategicMergePatch
-)
-
-// Patch patches the object of kind named name with body (encoded as JSON); returns the object
-// as stored.
-func Patch[T any](kind Kind, namespace, name string, patchType PatchType, body any) (*T, error) {
+func patch[T any](call patchCall, kind Kind, namespace, name string, patchType PatchType, body any, pre []Preconditions) (*T, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := clientPatch(kind, opt(namespace), name, patchType, b)
+	var p Preconditions
+	if len(pre) > 0 {
+		p = pre[len(pre)-1]
+	}
+	raw, err := call(kind, namespace, name, patchType, b, p)
 	if err != nil {
 		return nil, err
 	}
 	return decode[T](kind, raw)
 }
 
-// Delete deletes an object; one that is already gone is not an error.
-func Delete(kind Kind, namespace, name string) error {
-	if err := clientDelete(kind, opt(namespace), name); err != nil && !IsNotFound(err) {
+// Patch patches the object of kind named name with body (encoded as JSON), if it meets the
+// preconditions given (at most one; PreconditionsOf(obj) for the object as read; a "conflict"
+// HostError otherwise); returns the object as stored.
+func Patch[T any](kind Kind, namespace, name string, patchType PatchType, body any, pre ...Preconditions) (*T, error) {
+	return patch[T](clientPatch, kind, namespace, name, patchType, body, pre)
+}
+
+// PatchStatus patches the status subresource of the object, as Patch does the object
+// (controller-runtime's Status().Patch): for a controller that updates one condition without
+// owning the whole status by apply.
+func PatchStatus[T any](kind Kind, namespace, name string, patchType PatchType, body any, pre ...Preconditions) (*T, error) {
+	return patch[T](clientPatchStatus, kind, namespace, name, patchType, body, pre)
+}
+
+// Delete deletes an object; one that is already gone is not an error. Options: Preconditions
+// (PreconditionsOf(obj): delete only the object as read) and a PropagationPolicy.
+func Delete(kind Kind, namespace, name string, opts ...DeleteOption) error {
+	var o deleteOptions
+	for _, opt := range opts {
+		opt.applyDelete(&o)
+	}
+	if err := clientDelete(kind, namespace, name, o); err != nil && !IsNotFound(err) {
 		return err
 	}
 	return nil
+}
+
+// GetUncached reads the object straight from the API server, past the cache, or nil if it
+// does not exist: for the few reads that must see a write the cache may not have caught up
+// with (controller-runtime's APIReader). Granted like a cache read; it costs an API call.
+func GetUncached[T any](kind Kind, namespace, name string) (*T, error) {
+	raw, ok, err := clientGet(kind, opt(namespace), name)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return decode[T](kind, raw)
 }
 
 func publish(regarding Object, warning bool, reason, note string) error {

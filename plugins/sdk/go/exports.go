@@ -5,11 +5,33 @@ package kubewasm
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 )
 
 // The world's exports. Each lowers its result into a pinned return area and returns its address.
 
+// storeEventFilter writes event-filter { namespace, label-selector, predicates } (28 bytes) at
+// addr; predicates is one byte of flags.
+func storeEventFilter(addr uint32, f EventFilter) {
+	storeOption(addr, f.Namespace)
+	storeOption(addr+12, f.LabelSelector)
+	put8(addr+24, f.predicateFlags())
+}
+
+// storeUses writes a list<owned> or list<watch> (gvk, then event-filter: 52 bytes each).
+func storeUses(addr uint32, uses []use) {
+	base := alloc(uint32(len(uses))*52, 4)
+	for i, u := range uses {
+		at := base + uint32(i)*52
+		storeGvk(at, u.kind)
+		storeEventFilter(at+24, u.filter)
+	}
+	put32(addr, base)
+	put32(addr+4, uint32(len(uses)))
+}
+
+// exportDescribe lowers registration: for-kind at 0, for-filter at 24, owns at 52, watches at
+// 60, reads at 68, writes at 76, indexes at 84, max-concurrent (option<u32>) at 92; 100 bytes.
+//
 //go:wasmexport describe
 func exportDescribe() uint32 {
 	if arenaAddrs[0] == 0 || arenaAddrs[1] == 0 { // never true; keeps the arenas linked in (arena.go)
@@ -21,26 +43,13 @@ func exportDescribe() uint32 {
 		panic("kubewasm: no reconciler registered: call kubewasm.Register in init()")
 	}
 	r := registered.Describe()
-	ret := alloc(84, 4)
+	ret := alloc(100, 4)
 	storeGvk(ret, r.forKind)
-	if r.selector != "" {
-		put8(ret+24, 1)
-		storeString(ret+28, r.selector)
-	}
-	storeGvkList(ret+36, r.owns)
-	watches := alloc(uint32(len(r.watches))*36, 4)
-	for i, w := range r.watches {
-		at := watches + uint32(i)*36
-		storeGvk(at, w.kind)
-		if w.selector != "" {
-			put8(at+24, 1)
-			storeString(at+28, w.selector)
-		}
-	}
-	put32(ret+44, watches)
-	put32(ret+48, uint32(len(r.watches)))
-	storeGvkList(ret+52, r.reads)
-	storeGvkList(ret+60, r.writes)
+	storeEventFilter(ret+24, r.forFilter)
+	storeUses(ret+52, r.owns)
+	storeUses(ret+60, r.watches)
+	storeGvkList(ret+68, r.reads)
+	storeGvkList(ret+76, r.writes)
 	indexes := alloc(uint32(len(r.indexes))*44, 4)
 	for i, ix := range r.indexes {
 		at := indexes + uint32(i)*44
@@ -51,15 +60,19 @@ func exportDescribe() uint32 {
 		}
 		storeString(at+36, ix.source)
 	}
-	put32(ret+68, indexes)
-	put32(ret+72, uint32(len(r.indexes)))
+	put32(ret+84, indexes)
+	put32(ret+88, uint32(len(r.indexes)))
 	if r.maxConcurrent > 0 {
-		put8(ret+76, 1)
-		put32(ret+80, r.maxConcurrent)
+		put8(ret+92, 1)
+		put32(ret+96, r.maxConcurrent)
 	}
 	return ret
 }
 
+// exportReconcile lowers result<action, reconcile-error> (32 bytes, align 8): the result's tag
+// at 0; an action's tag at 8 and its u64 at 16; a reconcile-error's tag at 8 and its string at
+// 16, or its requeue { after-ms at 16, reason at 24 }.
+//
 //go:wasmexport reconcile
 func exportReconcile(gp, gn, vp, vn, kp, kn, nsSome, nsp, nsn, np, nn, attempt uint32) uint32 {
 	defer resetReceive()
@@ -68,52 +81,62 @@ func exportReconcile(gp, gn, vp, vn, kp, kn, nsSome, nsp, nsn, np, nn, attempt u
 	if nsSome != 0 {
 		req.Namespace = liftString(nsp, nsn)
 	}
-	result, err := callReconcile(req)
-	ret := alloc(24, 8)
+	result, err := callReconcile(func() (Result, error) { return registered.Reconcile(context.Background(), req) })
+	ret := alloc(32, 8)
 	if err != nil {
 		put8(ret, 1)
-		storeString(ret+8, err.Error())
+		e := reconcileErrorOf(err)
+		put8(ret+8, uint8(e.tag))
+		if e.tag == requeueAfterTag {
+			put64(ret+16, e.afterMs)
+			storeString(ret+24, e.message)
+		} else {
+			storeString(ret+16, e.message)
+		}
 		return ret
 	}
-	if result.RequeueAfter > 0 {
+	if ms := millis(result.RequeueAfter); ms > 0 {
 		put8(ret+8, 1)
-		put64(ret+16, uint64(result.RequeueAfter.Milliseconds()))
+		put64(ret+16, ms)
 	}
 	return ret
 }
 
-// callReconcile turns a panic into the reconcile's error, as the other SDKs do with exceptions.
-func callReconcile(req Request) (result Result, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v", p)
-		}
-	}()
-	return registered.Reconcile(context.Background(), req)
-}
-
+// exportMap lowers result<list<object-key>, error> (16 bytes): the tag at 0; the list at 4, or
+// the error's tag at 4 and its string at 8.
+//
 //go:wasmexport map
 func exportMap(gp, gn, vp, vn, kp, kn, op, on uint32) uint32 {
 	defer resetReceive()
 	pinned = nil // the previous call's results, which the host has read
-	var keys []Key
-	if mapper, ok := registered.(Mapper); ok {
-		var object Unstructured
-		if json.Unmarshal(mem(op, on), &object) == nil {
-			keys = mapper.Map(liftGvk(gp, gn, vp, vn, kp, kn), object)
+	keys, err := callMap(func() ([]Key, error) {
+		mapper := mapperOf(registered)
+		if mapper == nil {
+			return nil, nil
 		}
+		var object Unstructured
+		if err := json.Unmarshal(mem(op, on), &object); err != nil {
+			return nil, err
+		}
+		return mapper(liftGvk(gp, gn, vp, vn, kp, kn), object)
+	})
+	ret := alloc(16, 4)
+	if err != nil {
+		put8(ret, 1)
+		tag, message := hostErrorOf(err)
+		put8(ret+4, tag)
+		if tag != 0 {
+			storeString(ret+8, message)
+		}
+		return ret
 	}
-	ret := alloc(8, 4)
 	base := alloc(uint32(len(keys))*20, 4)
 	for i, k := range keys {
 		at := base + uint32(i)*20
-		if k.Namespace != "" {
-			put8(at, 1)
-			storeString(at+4, k.Namespace)
-		}
+		storeOption(at, k.Namespace)
 		storeString(at+12, k.Name)
 	}
-	put32(ret, base)
-	put32(ret+4, uint32(len(keys)))
+	put32(ret+4, base)
+	put32(ret+8, uint32(len(keys)))
 	return ret
 }

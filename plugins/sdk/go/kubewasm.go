@@ -1,5 +1,3 @@
-//go:build wasip1
-
 // Package kubewasm writes kubewasm reconcile plugins in Go: GOOS=wasip1 GOARCH=wasm, made a
 // component by `make go-plugins` (go build -buildmode=c-shared, then tools/go-component).
 //
@@ -22,9 +20,16 @@
 // Objects are Go values encoded as Kubernetes JSON: structs that embed TypeMeta and ObjectMeta
 // (like k8s.io/api's types, which work too but make the component ~5x bigger), or
 // Unstructured maps. Cache reads are local; writes go to the API server with field manager
-// kubewasm/<plugin>. A failing host call returns a *HostError; an error (or panic) out of
-// Reconcile is retried with backoff. Every reconcile runs in a fresh instance unless the
-// operator configures reuse: keep no state in package variables.
+// kubewasm/<plugin>. A failing host call returns a *HostError. The error out of Reconcile says
+// how the key is retried: Terminal(err) never (until the object changes), RequeueAfter(d,
+// reason) after d, any other error (or a panic) with backoff. Durations are time.Duration.
+// Every reconcile runs in a fresh instance unless the operator configures reuse: keep no state
+// in package variables.
+//
+// The SDK speaks contract kubewasm:controller@0.2.0 (wit/controller@0.2.0). Helpers: finalizers
+// (Finalize, AddFinalizer, RemoveFinalizer, HasFinalizer), conditions (SetStatusCondition and
+// the rest of apimachinery's meta condition helpers), paging (ListPage, Iterate), status writes
+// (ApplyStatus, PatchStatus), preconditions (PreconditionsOf) and uncached reads (GetUncached).
 package kubewasm
 
 import (
@@ -40,14 +45,32 @@ type Reconciler interface {
 	// it once when it loads the plugin.
 	Describe() *Registration
 	// Reconcile brings the object named by req to its desired state. Returning an error (or
-	// panicking) retries the key with backoff.
+	// panicking) retries the key with backoff, unless the error is Terminal (not retried) or
+	// RequeueAfter (retried after its delay).
 	Reconcile(ctx context.Context, req Request) (Result, error)
 }
 
 // Mapper is implemented by a Reconciler that watches other kinds: it maps a changed object of
-// a watched kind to the keys of the for kind to reconcile.
+// a watched kind to the keys of the for kind to reconcile. An error (a failed cache read, say)
+// retries the change with backoff, at most 5 times; a HostError keeps its reason.
 type Mapper interface {
+	Map(kind Kind, object Unstructured) ([]Key, error)
+}
+
+// InfallibleMapper is contract 0.1's Map, still accepted: it cannot fail.
+type InfallibleMapper interface {
 	Map(kind Kind, object Unstructured) []Key
+}
+
+// mapperOf is r's Map function, or nil if r watches nothing.
+func mapperOf(r Reconciler) func(Kind, Unstructured) ([]Key, error) {
+	switch m := r.(type) {
+	case Mapper:
+		return m.Map
+	case InfallibleMapper:
+		return func(k Kind, o Unstructured) ([]Key, error) { return m.Map(k, o), nil }
+	}
+	return nil
 }
 
 // Kind is a Kubernetes kind as it appears in JSON: Kind{"apps/v1", "Deployment"}.
@@ -87,8 +110,8 @@ func (e *HostError) Error() string {
 // IsNotFound reports whether err is a host "not-found".
 func IsNotFound(err error) bool { return hasReason(err, "not-found") }
 
-// IsConflict reports whether err is a host "conflict" (the object exists, or a field is owned
-// by another manager).
+// IsConflict reports whether err is a host "conflict" (the object exists, a field is owned by
+// another manager, or a precondition failed: re-read and try again).
 func IsConflict(err error) bool { return hasReason(err, "conflict") }
 
 func hasReason(err error, reason string) bool {
@@ -101,22 +124,53 @@ type Request struct {
 	Kind      Kind
 	Namespace string
 	Name      string
-	// Attempt counts the failed reconciles of this key in a row (0 on a first try).
+	// Attempt counts the reconciles of this key that failed in a row with a retryable error (0
+	// on a first try).
 	Attempt uint32
 }
 
 // Result says what to do after a successful reconcile; the zero value means done.
 type Result struct {
-	// RequeueAfter, if positive, reconciles the key again after this long.
+	// RequeueAfter, if positive, reconciles the key again after this long (a periodic
+	// re-check; the key's backoff is reset). For a failure retried after a delay, return
+	// RequeueAfter(d, reason) as the error instead.
 	RequeueAfter time.Duration
 }
 
 // Key names an object of the for kind, for Map functions.
 type Key struct{ Namespace, Name string }
 
-type watch struct {
-	kind     Kind
-	selector string
+// EventFilter says which events of one use of a kind (the for kind, one owned kind, one watch)
+// trigger; it filters that use only, never what the cache holds. Adds and deletes always pass
+// the predicates; with predicates set, an update passes if any of them changed
+// (controller-runtime's GenerationChangedPredicate, LabelChangedPredicate,
+// AnnotationChangedPredicate). The zero value passes everything.
+type EventFilter struct {
+	// Namespace, if set, passes only objects in it.
+	Namespace string
+	// LabelSelector, if set, passes only objects whose labels match it (an update from
+	// matching to not matching still passes, so the controller sees the object leave).
+	LabelSelector      string
+	GenerationChanged  bool
+	LabelsChanged      bool
+	AnnotationsChanged bool
+}
+
+// predicateFlags is WIT `predicates`: one bit per flag, in declaration order.
+func (f EventFilter) predicateFlags() uint8 {
+	var b uint8
+	for i, set := range []bool{f.GenerationChanged, f.LabelsChanged, f.AnnotationsChanged} {
+		if set {
+			b |= 1 << i
+		}
+	}
+	return b
+}
+
+// use is one owned or watched kind with its event filter.
+type use struct {
+	kind   Kind
+	filter EventFilter
 }
 
 type index struct {
@@ -127,26 +181,43 @@ type index struct {
 
 // Registration is what the plugin reconciles, owns, watches, reads and writes.
 type Registration struct {
-	forKind             Kind
-	selector            string
-	owns, reads, writes []Kind
-	watches             []watch
-	indexes             []index
-	maxConcurrent       uint32
+	forKind       Kind
+	forFilter     EventFilter
+	owns, watches []use
+	reads, writes []Kind
+	indexes       []index
+	maxConcurrent uint32
 }
 
 // For starts a registration reconciling kind.
 func For(kind Kind) *Registration { return &Registration{forKind: kind} }
 
-// Selector reconciles only objects matching a label selector.
-func (r *Registration) Selector(s string) *Registration { r.selector = s; return r }
+// Selector triggers reconciles only for objects of the for kind matching a label selector (the
+// for filter's LabelSelector; the cache still holds every object of the kind).
+func (r *Registration) Selector(s string) *Registration { r.forFilter.LabelSelector = s; return r }
 
-// Owns declares a kind the plugin creates and controls.
-func (r *Registration) Owns(k Kind) *Registration { r.owns = append(r.owns, k); return r }
+// ForFilter sets which changes of the for kind trigger reconciles.
+func (r *Registration) ForFilter(f EventFilter) *Registration { r.forFilter = f; return r }
 
-// Watches declares a kind whose changes map to keys through the Reconciler's Map.
+// Owns declares a kind the plugin creates and controls: a change to one of its objects
+// reconciles its controller owner.
+func (r *Registration) Owns(k Kind) *Registration { return r.OwnsWith(k, EventFilter{}) }
+
+// OwnsWith is Owns with a filter on which changes of the owned objects trigger.
+func (r *Registration) OwnsWith(k Kind, f EventFilter) *Registration {
+	r.owns = append(r.owns, use{k, f})
+	return r
+}
+
+// Watches declares a kind whose changes map to keys through the Reconciler's Map; selector
+// ("" for all) filters which objects' changes are mapped.
 func (r *Registration) Watches(k Kind, selector string) *Registration {
-	r.watches = append(r.watches, watch{k, selector})
+	return r.WatchesWith(k, EventFilter{LabelSelector: selector})
+}
+
+// WatchesWith is Watches with a full event filter.
+func (r *Registration) WatchesWith(k Kind, f EventFilter) *Registration {
+	r.watches = append(r.watches, use{k, f})
 	return r
 }
 

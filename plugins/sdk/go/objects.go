@@ -1,6 +1,9 @@
-//go:build wasip1
-
 package kubewasm
+
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // Kubernetes object types, small: the fields every object has, shaped like k8s.io/api's
 // metav1.TypeMeta and metav1.ObjectMeta so a plugin's own types read the same. Every field is
@@ -59,6 +62,28 @@ type OwnerReference struct {
 type Object interface {
 	GroupVersionKind() Kind
 	GetObjectMeta() *ObjectMeta
+}
+
+// kindSetter is implemented by types embedding TypeMeta, and by Unstructured.
+type kindSetter interface{ setKind(Kind) }
+
+func decode[T any](kind Kind, raw []byte) (*T, error) {
+	v := new(T)
+	if err := json.Unmarshal(raw, v); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", kind.Kind, err)
+	}
+	if s, ok := any(v).(kindSetter); ok {
+		s.setKind(kind)
+	}
+	return v, nil
+}
+
+func remarshal(from, to any) error {
+	b, err := json.Marshal(from)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, to)
 }
 
 // Unstructured is an object as a JSON map, for kinds without a Go type.

@@ -31,7 +31,8 @@ Helpers: :mod:`kubewasm.finalizers` (cleanup before deletion, with preconditions
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional
+from datetime import timedelta
+from typing import Any, Callable, List, Optional, Union
 
 import wit_world
 from componentize_py_types import Err
@@ -157,9 +158,10 @@ class TerminalError(Exception):
 
 class RequeueAfterError(Exception):
     """Raised from ``reconcile``: it failed, try again after exactly ``seconds`` (not the key's
-    backoff, which does not advance), logging ``reason`` (e.g. ``waiting for Secret db``)."""
+    backoff, which does not advance), logging ``reason`` (e.g. ``waiting for Secret db``).
+    ``seconds`` is a number of seconds or a :class:`datetime.timedelta`."""
 
-    def __init__(self, seconds: float, reason: str):
+    def __init__(self, seconds: Union[float, timedelta], reason: str):
         super().__init__(reason)
         self.seconds = seconds
         self.reason = reason
@@ -276,10 +278,11 @@ class Done:
 
 @dataclass(frozen=True)
 class RequeueAfter:
-    """Succeeded; reconcile this key again after ``seconds`` (a periodic re-check; the key's
-    backoff is reset). For a failure retried after a delay, raise :class:`RequeueAfterError`."""
+    """Succeeded; reconcile this key again after ``seconds`` (a number of seconds or a
+    :class:`datetime.timedelta`; a periodic re-check; the key's backoff is reset). For a failure
+    retried after a delay, raise :class:`RequeueAfterError`."""
 
-    seconds: float
+    seconds: Union[float, timedelta]
 
 
 def reconciler(registration: Registration, map: Optional[Callable[[Kind, dict], List[tuple]]] = None):
@@ -302,7 +305,10 @@ def _kind(gvk: _types.Gvk) -> Kind:
     return Kind(f"{gvk.group}/{gvk.version}" if gvk.group else gvk.version, gvk.kind)
 
 
-def _millis(seconds: float) -> int:
+def _millis(seconds: Union[float, timedelta]) -> int:
+    """Whole milliseconds, the contract's unit, of a delay in seconds or a ``timedelta``."""
+    if isinstance(seconds, timedelta):
+        seconds = seconds.total_seconds()
     return max(0, int(round(seconds * 1000)))
 
 

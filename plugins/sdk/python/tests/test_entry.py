@@ -2,6 +2,7 @@
 
 import json
 import sys
+from datetime import timedelta
 
 import pytest
 import wit_world
@@ -44,6 +45,13 @@ def test_a_requeue_after_error_carries_its_delay_and_reason():
     def fn(_):
         raise RequeueAfterError(2.5, "waiting for Secret db")
     assert error_of(fn) == wit_world.ReconcileError_RequeueAfter(wit_world.Requeue(2500, "waiting for Secret db"))
+
+
+def test_delays_may_be_timedeltas_with_their_unit_explicit():
+    def fn(_):
+        raise RequeueAfterError(timedelta(minutes=1), "rate limited")
+    assert error_of(fn) == wit_world.ReconcileError_RequeueAfter(wit_world.Requeue(60000, "rate limited"))
+    assert run(lambda _: RequeueAfter(timedelta(milliseconds=250))) == wit_world.Action_RequeueAfter(250)
 
 
 def test_any_other_exception_is_retryable():

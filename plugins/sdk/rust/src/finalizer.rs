@@ -34,6 +34,12 @@ pub fn has(object: &Value, finalizer: &str) -> bool {
     finalizers(object).iter().any(|f| f == finalizer)
 }
 
+/// Whether `object` is being deleted (has a `deletionTimestamp`): Python's
+/// `finalizers.is_deleting`, JavaScript's `isDeleting`, Go's `IsDeleting`.
+pub fn is_deleting(object: &Value) -> bool {
+    object.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())
+}
+
 fn preconditions(object: &Value) -> Preconditions {
     client::as_read_json(object)
 }
@@ -80,8 +86,7 @@ pub fn finalize(
     finalizer: &str,
     reconcile: impl FnOnce(Event<'_>) -> Result<Action>,
 ) -> Result<Action> {
-    let deleting = object.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
-    match (deleting, has(object, finalizer)) {
+    match (is_deleting(object), has(object, finalizer)) {
         (false, true) => reconcile(Event::Apply(object)),
         (false, false) => {
             let stored = add(kind, object, finalizer)?;

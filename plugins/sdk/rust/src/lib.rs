@@ -47,6 +47,9 @@ pub mod conditions;
 mod error;
 pub mod events;
 pub mod finalizer;
+/// [`finalizer`] under the name Python's SDK uses (`kubewasm.finalizers`), so the helper is
+/// found by either name.
+pub use finalizer as finalizers;
 pub mod log;
 mod registration;
 
