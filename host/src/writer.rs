@@ -185,39 +185,27 @@ fn to_json<T: Serialize>(object: T) -> Result<Vec<u8>, CallError> {
 
 /// One method per call, each mapping it onto kube's typed API.
 impl KubeWriter {
+    /// A server-side apply of the object, or of its status (`status`: the status subresource,
+    /// with the body as the plugin sent it; the host's mark goes on the object only).
     async fn apply_object(
         &self,
         heard: &Heard,
         caller: &Caller,
         object: &TypedObject,
         force: bool,
+        status: bool,
     ) -> Result<Vec<u8>, CallError> {
         let api = self.api(caller, &object.target).await?;
         let mut params = PatchParams::apply(&caller.manager);
         params.force = force;
         params.dry_run = self.dry_run;
-        let body = object.sent_body();
-        let stored =
-            api.patch(&object.target.name, &params, &KubePatch::Apply(&*body)).await.map_err(|e| heard.error(e))?;
-        to_json(stored)
-    }
-
-    async fn apply_status_object(
-        &self,
-        heard: &Heard,
-        caller: &Caller,
-        object: &TypedObject,
-        force: bool,
-    ) -> Result<Vec<u8>, CallError> {
-        let api = self.api(caller, &object.target).await?;
-        let mut params = PatchParams::apply(&caller.manager);
-        params.force = force;
-        params.dry_run = self.dry_run;
-        let stored = api
-            .patch_status(&object.target.name, &params, &KubePatch::Apply(&object.body))
-            .await
-            .map_err(|e| heard.error(e))?;
-        to_json(stored)
+        let name = &object.target.name;
+        let stored = if status {
+            api.patch_status(name, &params, &KubePatch::Apply(&object.body)).await
+        } else {
+            api.patch(name, &params, &KubePatch::Apply(&*object.sent_body())).await
+        };
+        to_json(stored.map_err(|e| heard.error(e))?)
     }
 
     async fn patch_object(
@@ -338,10 +326,10 @@ impl KubeWriter {
     async fn send_call(&self, heard: &Heard, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
         match call {
             ApiCall::Apply { object, force } => {
-                self.apply_object(heard, caller, object, *force).await.map(ApiReply::Object)
+                self.apply_object(heard, caller, object, *force, false).await.map(ApiReply::Object)
             }
             ApiCall::ApplyStatus { object, force } => {
-                self.apply_status_object(heard, caller, object, *force).await.map(ApiReply::Object)
+                self.apply_object(heard, caller, object, *force, true).await.map(ApiReply::Object)
             }
             ApiCall::Patch { target, patch, options } => {
                 self.patch_object(heard, caller, target, patch, options).await.map(ApiReply::Object)

@@ -33,11 +33,7 @@ impl ObjectKey {
     /// make the key name another object, or none.
     pub fn parse(namespace: Option<&str>, name: &str) -> Result<Self, InvalidKey> {
         if name.is_empty() || name.contains('/') || namespace.is_some_and(|ns| ns.contains('/')) {
-            let shown = match namespace {
-                Some(ns) => format!("{ns}/{name}"),
-                None => name.to_owned(),
-            };
-            return Err(InvalidKey(shown));
+            return Err(InvalidKey(object_key(namespace, name)));
         }
         Ok(Self::new(namespace, name))
     }
