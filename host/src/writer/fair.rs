@@ -29,8 +29,10 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 pub use self::metrics::FairMetrics;
+use self::pacing::Pacing;
 
 pub mod metrics;
+mod pacing;
 
 /// Most seats (writes in flight) the host's plugins share, and the count it starts at. 32: twice
 /// the most workers one plugin may have (`--max-concurrent-cap` 16, each with one write in
@@ -129,6 +131,10 @@ struct State {
     /// Least smoothed latency, seconds, and when it was seen.
     baseline: Option<(f64, Instant)>,
     last_decrease: Option<Instant>,
+    /// Heavy plugins held to a rate while a light neighbour writes.
+    pacing: Pacing,
+    /// When a paced plugin's wake-up is set for, if one is.
+    wake_at: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -154,6 +160,8 @@ impl Scheduler {
             smoothed: None,
             baseline: None,
             last_decrease: None,
+            pacing: Pacing::default(),
+            wake_at: None,
         };
         Self(Arc::new(Inner { config, state: Mutex::new(state), metrics: OnceLock::new() }))
     }
@@ -184,10 +192,12 @@ impl Scheduler {
         {
             let mut state = self.0.state.lock();
             let state = &mut *state;
-            let flow = state.flows.entry(plugin.into()).or_default();
+            let plugin: Arc<str> = plugin.into();
+            state.pacing.asked(&plugin, asked);
+            let flow = state.flows.entry(plugin.clone()).or_default();
             flow.waiting.push_back(tx);
             if flow.waiting.len() == 1 {
-                state.ring.push_back(plugin.into());
+                state.ring.push_back(plugin);
             }
             self.dispatch(state);
         }
@@ -199,7 +209,8 @@ impl Scheduler {
         seat
     }
 
-    /// Hands free seats to waiting plugins, one each in turn, skipping paused ones.
+    /// Hands free seats to waiting plugins, one each in turn, skipping paused ones and heavy
+    /// ones whose pace does not allow a request yet.
     fn dispatch(&self, state: &mut State) {
         let budget = state.budget(&self.0.config);
         let now = Instant::now();
@@ -213,6 +224,13 @@ impl Scheduler {
                 continue;
             }
             flow.paused_until = None;
+            if let Err(at) = state.pacing.may_start(&plugin, now) {
+                state.ring.push_back(plugin);
+                skipped += 1;
+                self.wake(state, at);
+                continue;
+            }
+            let flow = state.flows.get_mut(&plugin).expect("a plugin in the ring has a flow");
             while let Some(tx) = flow.waiting.pop_front() {
                 let seat = Seat { scheduler: Some(self.clone()), plugin: plugin.clone(), granted: now };
                 match tx.send(seat) {
@@ -222,7 +240,10 @@ impl Scheduler {
                         break;
                     }
                     // The caller stopped waiting: the seat goes to the next waiter.
-                    Err(mut seat) => seat.scheduler = None,
+                    Err(mut seat) => {
+                        seat.scheduler = None;
+                        state.pacing.left(&plugin, now);
+                    }
                 }
             }
             if flow.waiting.is_empty() {
@@ -234,10 +255,34 @@ impl Scheduler {
         self.report(state);
     }
 
+    /// Serves whoever waits again at `at`, when a paced plugin may start (one wake-up at a time,
+    /// the earliest).
+    fn wake(&self, state: &mut State, at: Instant) {
+        if state.wake_at.is_some_and(|set| set <= at) {
+            return;
+        }
+        state.wake_at = Some(at);
+        let scheduler = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            let mut state = scheduler.0.state.lock();
+            if state.wake_at == Some(at) {
+                state.wake_at = None;
+            }
+            scheduler.dispatch(&mut state);
+        });
+    }
+
     fn release(&self, plugin: &str, answer: Option<(Answer, Duration)>) {
         let mut state = self.0.state.lock();
         state.in_flight -= 1;
         let now = Instant::now();
+        let (held, answered) = match answer {
+            Some((answer, held)) => (held, answer == Answer::Answered),
+            None => (Duration::ZERO, false),
+        };
+        state.pacing.done(plugin, held, answered, now);
+        state.pacing.settle(now);
         match answer {
             Some((Answer::Answered, latency)) => state.learn(&self.0.config, latency, now),
             Some((Answer::TooManyRequests(retry_after), _)) => {
@@ -277,6 +322,7 @@ impl Scheduler {
     fn report(&self, state: &State) {
         if let Some(metrics) = self.0.metrics.get() {
             metrics.seats(state.budget(&self.0.config), state.in_flight);
+            metrics.paced_rate(state.pacing.rate());
         }
     }
 }

@@ -138,6 +138,78 @@ async fn the_seats_never_fall_below_the_least() {
     assert_eq!(scheduler.seats(), 2);
 }
 
+/// A fake API server on one core: a request's latency is `PACE` times the requests in flight
+/// (processor sharing), so every request a neighbour keeps in flight slows it.
+#[derive(Clone, Default)]
+struct SharedServer(Arc<AtomicUsize>);
+
+impl SharedServer {
+    async fn write(&self, scheduler: &Scheduler, plugin: &str) -> Duration {
+        let seat = scheduler.seat(plugin).await;
+        let sent = Instant::now();
+        let in_flight = self.0.fetch_add(1, Ordering::SeqCst) + 1;
+        tokio::time::sleep(PACE * in_flight as u32).await;
+        self.0.fetch_sub(1, Ordering::SeqCst);
+        seat.done(Answer::Answered);
+        sent.elapsed()
+    }
+
+    /// `workers` tasks of `plugin` writing back to back until `until`; the count written.
+    fn greedy(&self, scheduler: &Scheduler, plugin: &'static str, workers: usize, until: Instant) -> Arc<AtomicUsize> {
+        let written = Arc::new(AtomicUsize::new(0));
+        for _ in 0..workers {
+            let (server, scheduler, written) = (self.clone(), scheduler.clone(), written.clone());
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    server.write(&scheduler, plugin).await;
+                    written.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        written
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_heavy_plugin_is_paced_while_a_light_neighbour_writes_and_freed_once_it_stops() {
+    let scheduler = Scheduler::new(Config::default().max_seats(16).min_seats(16));
+    let server = SharedServer::default();
+    let start = Instant::now();
+    let written = server.greedy(&scheduler, "greedy", 16, start + Duration::from_secs(20));
+    let rate_between = |from: u64, to: u64| {
+        let written = written.clone();
+        async move {
+            tokio::time::sleep_until(start + Duration::from_secs(from)).await;
+            let before = written.load(Ordering::Relaxed);
+            tokio::time::sleep_until(start + Duration::from_secs(to)).await;
+            (written.load(Ordering::Relaxed) - before) as f64 / (to - from) as f64
+        }
+    };
+
+    let alone = rate_between(1, 2).await;
+    assert!(alone >= 90.0, "alone, the greedy plugin fills the server: {alone}/s");
+    let greedy_beside = tokio::spawn(rate_between(4, 6));
+    let mut took = Vec::new();
+    while Instant::now() < start + Duration::from_secs(6) {
+        took.push(server.write(&scheduler, "neighbour").await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let beside = greedy_beside.await.unwrap();
+    assert!(beside < alone / 2.0, "paced beside the neighbour: {beside}/s against {alone}/s alone");
+    assert!(beside >= 10.0, "never starved: {beside}/s");
+    let settled = &took[took.len() / 2..];
+    let mean = settled.iter().sum::<Duration>() / settled.len() as u32;
+    // Unpaced, each of its writes would share the server with the greedy plugin's 16: 17 × PACE.
+    assert!(
+        mean <= PACE.mul_f64(1.5),
+        "the neighbour's latency stays near its unloaded {PACE:?}: mean {mean:?} (greedy {beside}/s)"
+    );
+
+    // Within two seconds: a neighbour gone quiet does not hold it at its least rate.
+    let again = rate_between(8, 9).await;
+    assert!(again > alone * 0.9, "back to full speed once the neighbour stopped: {again}/s against {alone}/s");
+}
+
 /// The value of gauge `name`, or the sum of histogram `name` over all its plugins, in `registry`.
 fn sample(registry: &prometheus::Registry, name: &str) -> f64 {
     let family = registry.gather().into_iter().find(|f| f.name() == name).expect("the metric is registered");
