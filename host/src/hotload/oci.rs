@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 
 pub mod args;
 mod cache;
+mod cosign_key;
 pub mod credentials;
 pub mod push;
 pub mod signature;

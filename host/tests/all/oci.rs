@@ -309,7 +309,7 @@ async fn signed_oci_modules_are_served_and_each_signature_failure_keeps_the_prev
     assert!(out.status.success(), "kubewasm generate-key: {}", String::from_utf8_lossy(&out.stderr));
     let key_file = keys.path().join("author.key");
     let public_pem = std::fs::read_to_string(keys.path().join("author.pub")).unwrap();
-    let key = SigningKey::from_pem(&std::fs::read_to_string(&key_file).unwrap()).unwrap();
+    let key = SigningKey::from_pem(&std::fs::read_to_string(&key_file).unwrap(), None).unwrap();
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cosign", "namespace": modules},
         "stringData": {"cosign.pub": public_pem},

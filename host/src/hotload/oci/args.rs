@@ -69,10 +69,10 @@ pub struct PushArgs {
     /// Push over plain HTTP (a registry on localhost).
     #[arg(long)]
     pub insecure: bool,
-    /// Sign the pushed manifest with this ECDSA P-256 private key (an unencrypted PKCS#8 or SEC1
-    /// PEM, as `kubewasm generate-key` writes) and push the signature as cosign does, to the
-    /// digest's `sha256-<hex>.sig` tag. For cosign's encrypted `cosign.key`, run
-    /// `cosign sign --key cosign.key` on the printed reference instead.
+    /// Sign the pushed manifest with this ECDSA P-256 private key and push the signature as
+    /// `cosign sign --key` does, to the digest's `sha256-<hex>.sig` tag: cosign's encrypted
+    /// `cosign.key` (its password in `COSIGN_PASSWORD`, as cosign reads it), or an unencrypted
+    /// PKCS#8 or SEC1 PEM (`kubewasm generate-key`, openssl).
     #[arg(long, env = "KUBEWASM_SIGN_KEY")]
     pub sign_key: Option<PathBuf>,
 }
@@ -103,7 +103,8 @@ pub async fn push(args: &PushArgs) -> anyhow::Result<String> {
     let key = match &args.sign_key {
         Some(path) => {
             let pem = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            Some(SigningKey::from_pem(&pem)?)
+            let password = std::env::var("COSIGN_PASSWORD").ok();
+            Some(SigningKey::from_pem(&pem, password.as_deref())?)
         }
         None => None,
     };

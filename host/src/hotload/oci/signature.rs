@@ -128,7 +128,7 @@ impl PublicKey {
     }
 }
 
-/// A private key that signs pushed modules (a PKCS#8 or SEC1 PEM, unencrypted).
+/// A private key that signs pushed modules.
 #[derive(Clone)]
 pub struct SigningKey(EcdsaSigningKey);
 
@@ -139,13 +139,16 @@ impl SigningKey {
         Self(EcdsaSigningKey::generate())
     }
 
-    /// The key of a `PRIVATE KEY` (PKCS#8, `openssl genpkey`) or `EC PRIVATE KEY` (SEC1,
-    /// `openssl ecparam -genkey`) PEM. Cosign's encrypted `cosign.key` is not read: sign with
-    /// `cosign sign --key cosign.key` instead (the signatures are the same layout).
-    pub fn from_pem(pem: &str) -> Result<Self> {
+    /// The key of a `PRIVATE KEY` (PKCS#8, `openssl genpkey`, `kubewasm generate-key`) or
+    /// `EC PRIVATE KEY` (SEC1, `openssl ecparam -genkey`) PEM, or of cosign's encrypted
+    /// `cosign.key` opened with `password` (cosign's `COSIGN_PASSWORD`).
+    pub fn from_pem(pem: &str, password: Option<&str>) -> Result<Self> {
         let invalid = |message: String| Error::KeyInvalid { what: "--sign-key".into(), message };
-        if pem.contains("ENCRYPTED") {
-            return Err(invalid("an encrypted key (cosign.key): sign with `cosign sign --key` instead".into()));
+        if super::cosign_key::is_cosign_key(pem) {
+            let password = password.ok_or_else(|| invalid("a cosign key: set COSIGN_PASSWORD".into()))?;
+            let der = super::cosign_key::decrypt(pem, password).map_err(|e| invalid(e.to_string()))?;
+            let key = EcdsaSigningKey::from_pkcs8_der(&der);
+            return key.map(Self).map_err(|e| invalid(format!("not an ECDSA P-256 key: {e}")));
         }
         let pem = pem.trim();
         EcdsaSigningKey::from_pkcs8_pem(pem)
@@ -339,7 +342,7 @@ impl super::Puller {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const DIGEST: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -373,15 +376,15 @@ mod tests {
     }
 
     #[test]
-    fn keys_round_trip_through_pem_and_an_encrypted_or_foreign_key_is_refused() {
+    fn keys_round_trip_through_pem_and_a_cosign_key_without_password_or_a_foreign_key_is_refused() {
         let key = SigningKey::generate();
-        let again = SigningKey::from_pem(&key.to_pem()).unwrap();
+        let again = SigningKey::from_pem(&key.to_pem(), None).unwrap();
         assert_eq!(again.public_key(), key.public_key());
         let public = PublicKey::from_pem(&key.public_key().to_pem(), "inline").unwrap();
         assert_eq!(public, key.public_key());
         let encrypted =
             "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\neyJ9\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----";
-        assert_eq!(SigningKey::from_pem(encrypted).unwrap_err().reason(), "SignatureKeyInvalid");
+        assert_eq!(SigningKey::from_pem(encrypted, None).unwrap_err().reason(), "SignatureKeyInvalid");
         assert_eq!(PublicKey::from_pem("hello", "inline").unwrap_err().reason(), "SignatureKeyInvalid");
     }
 
@@ -390,7 +393,7 @@ mod tests {
     /// `kubewasm push` put in a local distribution registry; its key from
     /// `cosign generate-key-pair`. Its manifest at the `.sig` tag had one layer of
     /// [`PAYLOAD_MEDIA_TYPE`] with the signature in [`SIGNATURE_ANNOTATION`].
-    const COSIGN_PUB: &str = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEM3nV/QTbpAlNaqgSrNvkJbFFEJsH\nPMx0UcfeLHVnlGmvthMGpJqCvE4rSuTfsL96b78DJnWcRbJ3yKPimNJicw==\n-----END PUBLIC KEY-----";
+    pub(crate) const COSIGN_PUB: &str = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEM3nV/QTbpAlNaqgSrNvkJbFFEJsH\nPMx0UcfeLHVnlGmvthMGpJqCvE4rSuTfsL96b78DJnWcRbJ3yKPimNJicw==\n-----END PUBLIC KEY-----";
     const COSIGN_REPOSITORY: &str = "127.0.0.1:15099/t/st";
     const COSIGN_DIGEST: &str = "sha256:07730e9a1b42eff22053a0dfeae938a413d4f28b11deb1b66c21236fbbc5e98a";
     const COSIGN_PAYLOAD: &str = r#"{"critical":{"identity":{"docker-reference":"127.0.0.1:15099/t/st"},"image":{"docker-manifest-digest":"sha256:07730e9a1b42eff22053a0dfeae938a413d4f28b11deb1b66c21236fbbc5e98a"},"type":"cosign container image signature"},"optional":null}"#;
