@@ -411,6 +411,25 @@ pub(crate) mod tests {
         assert_eq!(err.reason(), "SignatureInvalid");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn kept_signatures_verify_offline_and_only_with_the_key_they_verified_with() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = super::super::Options { cache_dir: Some(dir.path().to_owned()), ..Default::default() };
+        let puller = super::super::Puller::new(&options);
+        let (key, other_key) = (SigningKey::generate(), SigningKey::generate());
+        super::super::BlobCache::new(dir.path().to_owned())
+            .put_signatures(DIGEST, &[signed(&key, DIGEST)])
+            .await
+            .unwrap();
+        // Nothing listens on port 1: any registry request fails.
+        let reference = "127.0.0.1:1/team/p:v1";
+        puller.verify(reference, DIGEST, &RegistryAuth::Anonymous, &key.public_key()).await.unwrap();
+        let err = puller.verify(reference, DIGEST, &RegistryAuth::Anonymous, &other_key.public_key()).await;
+        assert_eq!(err.unwrap_err().reason(), "RegistryUnreachable", "another key asks the registry");
+        let err = puller.verify(reference, OTHER, &RegistryAuth::Anonymous, &key.public_key()).await;
+        assert_eq!(err.unwrap_err().reason(), "RegistryUnreachable", "another digest's are not kept");
+    }
+
     #[test]
     fn the_signature_tag_is_the_digest_with_a_dash_and_sig() {
         assert_eq!(tag(DIGEST).unwrap(), format!("sha256-{}.sig", "a".repeat(64)));
