@@ -45,6 +45,9 @@ pub enum Command {
     /// Push a component to an OCI registry as the standard wasm artifact and print its
     /// reference pinned by digest (what a WasmPlugin's `module.oci.ref` names).
     Push(crate::hotload::oci::args::PushArgs),
+    /// Write a new ECDSA P-256 key pair for `push --sign-key` (`<prefix>.key`) and a WasmPlugin's
+    /// `module.oci.signature` (`<prefix>.pub`); cosign verifies with the same public key.
+    GenerateKey(crate::hotload::oci::args::GenerateKeyArgs),
     /// Compile one component (stdin) into a compile cache: what the host runs in a child process.
     #[command(name = crate::plugin::compile_process::SUBCOMMAND, hide = true)]
     CompilePlugin(CompileArgs),

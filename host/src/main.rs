@@ -44,6 +44,11 @@ fn main() -> anyhow::Result<()> {
                 println!("{}", kubewasm::hotload::oci::args::push(&args).await?);
                 Ok(())
             }
+            Command::GenerateKey(args) => {
+                let (private, public) = kubewasm::hotload::oci::args::generate_key(&args)?;
+                println!("wrote {} (private) and {} (public)", private.display(), public.display());
+                Ok(())
+            }
             Command::Crd => {
                 print!("{}", kubewasm::hotload::crd_yaml());
                 Ok(())

@@ -16,8 +16,10 @@ use tokio::sync::Semaphore;
 
 pub mod args;
 mod cache;
+mod cosign_key;
 pub mod credentials;
 pub mod push;
+pub mod signature;
 
 pub use cache::BlobCache;
 
@@ -122,6 +124,9 @@ pub enum Error {
     /// The pull secret could not be read or used.
     #[error(transparent)]
     Credentials(#[from] credentials::Error),
+    /// The module's signature is missing or not accepted, or its key is.
+    #[error(transparent)]
+    Signature(#[from] signature::Error),
 }
 
 /// Result of this module.
@@ -140,11 +145,15 @@ impl Error {
             Error::TooLarge { .. } => "ModuleTooLarge",
             Error::Registry { .. } => "RegistryError",
             Error::Credentials(_) => "PullSecretInvalid",
+            Error::Signature(e) => e.reason(),
         }
     }
 
     /// Whether waiting may fix it (the registry comes back, the tag is pushed, the secret made).
     pub fn is_transient(&self) -> bool {
+        if let Error::Signature(e) = self {
+            return e.is_transient();
+        }
         matches!(
             self,
             Error::Unreachable { .. }
@@ -204,6 +213,8 @@ pub struct Options {
     pub insecure_registries: Vec<String>,
     /// Largest layer pulled; unset: [`MAX_LAYER_BYTES`].
     pub max_layer_bytes: Option<u64>,
+    /// Whether every module must be signed by the key its WasmPlugin names.
+    pub require_signature: bool,
 }
 
 /// A module pulled: the component and the manifest digest it came from.

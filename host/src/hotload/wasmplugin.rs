@@ -121,6 +121,30 @@ pub struct OciModule {
     /// registry; unset: anonymous pulls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_secret: Option<String>,
+    /// The public key the module must be signed with (cosign's keyed signatures, checked offline:
+    /// no transparency log or certificate authority). Unset: no signature is checked, unless the
+    /// host runs with `--oci-require-signature`, which then refuses the module.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<OciSignature>,
+}
+
+/// Where the public key of an OCI module's signatures is: exactly one of `publicKey` and
+/// `secret`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.publicKey) != has(self.secret)",
+    "message": "set exactly one of publicKey and secret"
+}]))]
+pub struct OciSignature {
+    /// The ECDSA P-256 public key in PEM (`-----BEGIN PUBLIC KEY-----`, as `cosign.pub` or
+    /// `kubewasm generate-key` writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
+    /// A Secret in the host's namespace whose `cosign.pub` key holds the PEM (as
+    /// `cosign generate-key-pair k8s://<namespace>/<name>` makes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
 }
 
 /// A component fetched over HTTP(S).

@@ -1,7 +1,8 @@
 //! WasmPlugins whose modules come from a real OCI registry (the CNCF distribution registry,
 //! TLS with a CA made here, htpasswd auth) against a real kube-apiserver + etcd: a tag is
 //! served and followed, a digest pins, each registry failure keeps the serving version with
-//! its reason, and a restarted host loads from its disk cache without the registry.
+//! its reason, and a restarted host loads from its disk cache without the registry. Signed
+//! modules (cosign's keyed layout) are served, and each signature failure is refused.
 
 use crate::common;
 
@@ -12,6 +13,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kubewasm::app::App;
 use kubewasm::hotload::WasmPlugin;
 use kubewasm::hotload::oci::push::{Artifact, digest};
+use kubewasm::hotload::oci::signature::{self, SigningKey};
 use kubewasm::hotload::oci::{LAYER_MEDIA_TYPE, Options, Puller};
 use kubewasm_testenv::{ControlPlane, REGISTRY_PASSWORD, REGISTRY_USER, Registry};
 use oci_client::secrets::RegistryAuth;
@@ -56,11 +58,24 @@ struct Host {
 
 /// A host serving the WasmPlugins labelled `test=<ns>` with modules and secrets in `modules`.
 fn host(client: &kube::Client, modules: &str, ns: &str, registry: &Registry, cache: &std::path::Path) -> Host {
+    host_with(client, modules, ns, registry, cache, false)
+}
+
+/// [`host`], requiring a signature for every module when `require_signature`.
+fn host_with(
+    client: &kube::Client,
+    modules: &str,
+    ns: &str,
+    registry: &Registry,
+    cache: &std::path::Path,
+    require_signature: bool,
+) -> Host {
     let app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
     let options = Options {
         cache_dir: Some(cache.to_owned()),
         ca_pem: Some(registry.ca_pem().as_bytes().to_vec()),
         max_layer_bytes: Some(LAYER_CAP),
+        require_signature,
         ..Default::default()
     };
     let source = app
@@ -167,6 +182,7 @@ async fn oci_modules_follow_tags_pin_digests_survive_registry_failures_and_resta
         config_media_type: "application/vnd.oci.image.config.v1+json".into(),
         layer: rust.to_vec(),
         layer_media_type: "application/vnd.oci.image.layer.v1.tar".into(),
+        layer_annotations: Default::default(),
     };
     pusher.push(&format!("{repo}:image"), &not_wasm, &auth()).await.unwrap();
     let oversize = vec![7u8; LAYER_CAP as usize + 1];
@@ -270,6 +286,171 @@ async fn oci_modules_follow_tags_pin_digests_survive_registry_failures_and_resta
     let second = host(&client, &modules, &ns, &registry, cache.path());
     status("the pinned module served again after a restart, from the cache".into(), serving(rust_sha.clone(), 1)).await;
     stamper_serves(1).await;
+    second.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_oci_modules_are_served_and_each_signature_failure_keeps_the_previous_version_serving() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let Some(mut registry) = Registry::start_or_skip().await else { return };
+    let client = cp.admin_client().await;
+    common::examples::install_wasm_plugin_crd(&client).await;
+    let ns = cp.namespace("oci-sig").await;
+    let modules = cp.namespace("oci-sig-modules").await;
+    let repo = format!("{}/plugins/signed", registry.host());
+    pull_secret(&client, &modules, "pull", &registry.host(), REGISTRY_PASSWORD).await;
+
+    // The author's key pair, made by `kubewasm generate-key`; the public key also in a Secret
+    // under `cosign.pub`, as `cosign generate-key-pair k8s://…` stores it.
+    let keys = tempfile::tempdir().unwrap();
+    let prefix = keys.path().join("author");
+    let kubewasm = || std::process::Command::new(env!("CARGO_BIN_EXE_kubewasm"));
+    let out = kubewasm().arg("generate-key").arg("--output-prefix").arg(&prefix).output().unwrap();
+    assert!(out.status.success(), "kubewasm generate-key: {}", String::from_utf8_lossy(&out.stderr));
+    let key_file = keys.path().join("author.key");
+    let public_pem = std::fs::read_to_string(keys.path().join("author.pub")).unwrap();
+    let key = SigningKey::from_pem(&std::fs::read_to_string(&key_file).unwrap(), None).unwrap();
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "cosign", "namespace": modules},
+        "stringData": {"cosign.pub": public_pem},
+    });
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &modules);
+    secrets.patch("cosign", &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&secret)).await.unwrap();
+
+    let pusher = Puller::new(&Options { ca_pem: Some(registry.ca_pem().as_bytes().to_vec()), ..Default::default() });
+    let rust = plugin_wasm("namespace_defaults.wasm");
+    let rust_digest = pusher.push(&format!("{repo}:v1"), &Artifact::wasm(&rust), &auth()).await.unwrap();
+    pusher.push_signature(&format!("{repo}:v1"), &rust_digest, &key, &auth()).await.unwrap();
+
+    let cache = tempfile::tempdir().unwrap();
+    let first = host_with(&client, &modules, &ns, &registry, cache.path(), true);
+    let name = format!("signed-{ns}");
+    let plugins: Api<WasmPlugin> = Api::all(client.clone());
+    let apply = |oci: serde_json::Value| {
+        let body = json!({
+            "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+            "metadata": {"name": name, "labels": {"test": ns}},
+            "spec": {
+                "module": {"oci": oci},
+                "limits": {"deadlineMs": 5000, "memoryBytes": 134217728},
+                "settings": {"optOutLabel": "kubewasm.dev/no-defaults", "quota": {"pods": "20"}},
+            },
+        });
+        let (plugins, name) = (plugins.clone(), name.clone());
+        async move {
+            plugins.patch(&name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&body)).await.unwrap()
+        }
+    };
+    let status = |what: String, check: Box<dyn Fn(&WasmPlugin) -> bool + Send + Sync>| {
+        let (plugins, name) = (plugins.clone(), name.clone());
+        async move { eventually(&what, CONVERGE, || async { plugins.get(&name).await.ok().filter(|wp| check(wp)) }).await }
+    };
+    let serving = |sha: String, revision: u64| {
+        Box::new(move |wp: &WasmPlugin| {
+            ready(wp)
+                && degraded(wp).is_none()
+                && wp
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.loaded_sha256.as_deref() == Some(&sha) && s.revision == Some(revision))
+        })
+    };
+
+    // Signed by the key in the Secret: served.
+    let by_secret = json!({"ref": format!("{repo}:v1"), "pullSecret": "pull", "signature": {"secret": "cosign"}});
+    apply(by_secret).await;
+    status("the signed Rust build served".into(), serving(kubewasm::plugin::sha256_hex(&rust), 1)).await;
+
+    // `kubewasm push --sign-key` signs what it pushes; the key inline in the WasmPlugin.
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca.path(), registry.ca_pem()).unwrap();
+    let out = kubewasm()
+        .args(["push", &common::plugin_dir().join("namespace_defaults_py.wasm").display().to_string()])
+        .arg(format!("{repo}:py"))
+        .arg("--ca-file")
+        .arg(ca.path())
+        .arg("--sign-key")
+        .arg(&key_file)
+        .env("KUBEWASM_REGISTRY_USER", REGISTRY_USER)
+        .env("KUBEWASM_REGISTRY_PASSWORD", REGISTRY_PASSWORD)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "kubewasm push --sign-key: {}", String::from_utf8_lossy(&out.stderr));
+    let python = plugin_wasm("namespace_defaults_py.wasm");
+    let python_sha = kubewasm::plugin::sha256_hex(&python);
+    let signed_python =
+        json!({"ref": format!("{repo}:py"), "pullSecret": "pull", "signature": {"publicKey": public_pem}});
+    apply(signed_python.clone()).await;
+    status("the signed Python build swapped in".into(), serving(python_sha.clone(), 2)).await;
+
+    // Modules that are not the Rust build's bytes (they are refused before any load).
+    let variant = |n: u8| {
+        let mut bytes = rust.to_vec();
+        bytes.push(n);
+        Artifact::wasm(&bytes)
+    };
+    pusher.push(&format!("{repo}:unsigned"), &variant(1), &auth()).await.unwrap();
+    let other_digest = pusher.push(&format!("{repo}:other-key"), &variant(2), &auth()).await.unwrap();
+    pusher.push_signature(&format!("{repo}:other-key"), &other_digest, &SigningKey::generate(), &auth()).await.unwrap();
+    // The key's genuine signature of the Rust build, copied to another digest's `.sig` tag.
+    let copied_digest = pusher.push(&format!("{repo}:copied"), &variant(3), &auth()).await.unwrap();
+    let payload = signature::payload(&repo, &rust_digest);
+    let copied = Artifact::signature(payload.clone(), key.sign(&payload));
+    let copied_tag = signature::tag(&copied_digest).unwrap();
+    pusher.push(&format!("{repo}:{copied_tag}"), &copied, &auth()).await.unwrap();
+
+    let inline = json!({"publicKey": public_pem});
+    let failures = [
+        (json!({"ref": format!("{repo}:unsigned"), "pullSecret": "pull", "signature": inline}), "SignatureMissing"),
+        (json!({"ref": format!("{repo}:other-key"), "pullSecret": "pull", "signature": inline}), "SignatureInvalid"),
+        (
+            json!({"ref": format!("{repo}:copied"), "pullSecret": "pull", "signature": inline}),
+            "SignatureForAnotherDigest",
+        ),
+        (json!({"ref": format!("{repo}:v1"), "pullSecret": "pull"}), "SignatureKeyMissing"),
+        (
+            json!({"ref": format!("{repo}:v1"), "pullSecret": "pull", "signature": {"secret": "no-such-secret"}}),
+            "SignatureKeyInvalid",
+        ),
+        (
+            json!({"ref": format!("{repo}:v1"), "pullSecret": "pull", "signature": {"publicKey": "not a key"}}),
+            "SignatureKeyInvalid",
+        ),
+    ];
+    for (oci, reason) in failures {
+        apply(oci).await;
+        let wp = status(
+            format!("Degraded {reason}, revision 2 serving"),
+            Box::new(move |wp: &WasmPlugin| {
+                degraded(wp).is_some_and(|(r, _)| r == reason)
+                    && wp.status.as_ref().and_then(|s| s.revision) == Some(2)
+                    && wp.status.as_ref().is_some_and(|s| s.observed_generation == wp.metadata.generation)
+            }),
+        )
+        .await;
+        assert!(ready(&wp), "{reason}: the previous version still serves");
+        let serving_sha = wp.status.as_ref().and_then(|s| s.loaded_sha256.clone());
+        assert_eq!(serving_sha.as_deref(), Some(python_sha.as_str()), "{reason}");
+    }
+
+    // A restarted host with the registry gone checks the signatures it kept, offline.
+    apply(signed_python).await;
+    status("the signed Python build serving again".into(), serving(python_sha.clone(), 2)).await;
+    first.shut_down().await;
+    registry.stop();
+    let second = host_with(&client, &modules, &ns, &registry, cache.path(), true);
+    // (Degraded RegistryUnreachable may follow: the tag's next resolution fails.)
+    status(
+        "the signed module served after a restart without the registry".into(),
+        Box::new(move |wp: &WasmPlugin| {
+            ready(wp)
+                && wp
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.loaded_sha256.as_deref() == Some(python_sha.as_str()) && s.revision == Some(1))
+        }),
+    )
+    .await;
     second.shut_down().await;
 }
 

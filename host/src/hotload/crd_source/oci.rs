@@ -7,8 +7,12 @@ use std::time::Duration;
 use oci_client::secrets::RegistryAuth;
 
 use super::{NotServing, WasmPluginSource};
+use crate::hotload::oci::signature::{self, PublicKey};
 use crate::hotload::oci::{self, Pulled, credentials};
 use crate::hotload::wasmplugin::{OciModule, OciStatus, WasmPlugin};
+
+/// The key of a signature Secret holding the public key PEM (the name cosign gives it).
+pub const SIGNATURE_SECRET_KEY: &str = "cosign.pub";
 
 /// How often an unpinned tag is resolved again unless the WasmPlugin or `--oci-refresh-seconds`
 /// says otherwise: 5 minutes (Flux's OCIRepository examples poll at 5m; a push is seen within
@@ -37,6 +41,41 @@ impl WasmPluginSource {
         let registry = oci::parse(&module.reference)?.resolve_registry().to_owned();
         let secret = credentials::read(&self.client, &self.module_namespace, secret).await?;
         Ok(credentials::auth_for(&secret, &registry)?)
+    }
+
+    /// The public key `module`'s signature must verify with: none when it names none and the
+    /// host does not require one. A Secret is read from the host's own namespace only.
+    async fn signature_key(&self, module: &OciModule) -> Result<Option<PublicKey>, oci::Error> {
+        let Some(named) = &module.signature else {
+            return if self.puller.requires_signature() { Err(signature::Error::KeyMissing.into()) } else { Ok(None) };
+        };
+        let name = match (&named.public_key, &named.secret) {
+            (Some(pem), _) => return Ok(Some(PublicKey::from_pem(pem, "publicKey")?)),
+            (None, Some(secret)) => secret,
+            (None, None) => {
+                let message = "names neither publicKey nor secret".to_owned();
+                return Err(signature::Error::KeyInvalid { what: "spec.module.oci.signature".into(), message }.into());
+            }
+        };
+        let what = format!("Secret {}/{name}", self.module_namespace);
+        let api: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(self.client.clone(), &self.module_namespace);
+        let secret = api
+            .get(name)
+            .await
+            .map_err(|e| signature::Error::KeyInvalid { what: what.clone(), message: e.to_string() })?;
+        let bytes = secret.data.as_ref().and_then(|d| d.get(SIGNATURE_SECRET_KEY)).ok_or_else(|| {
+            signature::Error::KeyInvalid { what: what.clone(), message: format!("no `{SIGNATURE_SECRET_KEY}` key") }
+        })?;
+        Ok(Some(PublicKey::from_pem(&String::from_utf8_lossy(&bytes.0), &what)?))
+    }
+
+    /// Checks `digest` of `module` is signed by the key it names, if it names one (or must).
+    async fn verify(&self, module: &OciModule, digest: &str, auth: &RegistryAuth) -> Result<(), oci::Error> {
+        match self.signature_key(module).await? {
+            Some(key) => self.puller.verify(&module.reference, digest, auth, &key).await,
+            None => Ok(()),
+        }
     }
 
     /// The manifest digest `module` names now (no request for a pinned one). A reference with a
@@ -95,11 +134,15 @@ impl WasmPluginSource {
                     _ => None,
                 };
                 let Some((status, wasm)) = fallback else { return Err(e) };
+                // The signatures kept on disk with the module are checked again, offline.
+                self.verify(module, &status.digest, &auth).await?;
                 tracing::info!(plugin = name, digest = %status.digest, error = %e, "registry not answering: loading the digest last resolved from the disk cache");
                 self.remember(name, status, &wasm);
                 return Ok(Some(wasm));
             }
         };
+        // Before the check for a version serving: a key added or changed applies to it too.
+        self.verify(module, &digest, &auth).await?;
         let status = OciStatus { reference: module.reference.clone(), digest: digest.clone(), resolved_at: now() };
         let known = self.resolved.lock().get(name).cloned();
         if let Some(known) = known.filter(|k| k.status.digest == digest && k.status.reference == module.reference)
@@ -119,6 +162,7 @@ impl WasmPluginSource {
         let pulled = async {
             let auth = self.auth(module).await?;
             let digest = self.resolve(module, &auth).await?;
+            self.verify(module, &digest, &auth).await?;
             self.puller.pull(&module.reference, &digest, &auth).await
         };
         pulled.await.map(|p| p.wasm).map_err(|e| NotServing {

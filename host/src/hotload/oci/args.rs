@@ -6,6 +6,7 @@ use clap::Args;
 use oci_client::secrets::RegistryAuth;
 
 use super::push::Artifact;
+use super::signature::SigningKey;
 use super::{Options, Puller};
 
 /// `kubewasm run`'s registry flags.
@@ -26,6 +27,11 @@ pub struct OciArgs {
     /// localhost in development); every other registry is HTTPS.
     #[arg(long, env = "KUBEWASM_OCI_INSECURE_REGISTRIES", value_delimiter = ',')]
     pub oci_insecure_registries: Vec<String>,
+    /// Require every OCI module to carry a cosign signature by the key its WasmPlugin names
+    /// (`spec.module.oci.signature`): a module without a key or a valid signature is refused and
+    /// the version serving keeps serving. Keyed and offline: no transparency log or CA.
+    #[arg(long, env = "KUBEWASM_OCI_REQUIRE_SIGNATURE")]
+    pub oci_require_signature: bool,
 }
 
 impl OciArgs {
@@ -38,6 +44,7 @@ impl OciArgs {
             ca_pem,
             insecure_registries: self.oci_insecure_registries.clone(),
             max_layer_bytes: None,
+            require_signature: self.oci_require_signature,
         })
     }
 }
@@ -62,6 +69,21 @@ pub struct PushArgs {
     /// Push over plain HTTP (a registry on localhost).
     #[arg(long)]
     pub insecure: bool,
+    /// Sign the pushed manifest with this ECDSA P-256 private key and push the signature as
+    /// `cosign sign --key` does, to the digest's `sha256-<hex>.sig` tag: cosign's encrypted
+    /// `cosign.key` (its password in `COSIGN_PASSWORD`, as cosign reads it), or an unencrypted
+    /// PKCS#8 or SEC1 PEM (`kubewasm generate-key`, openssl).
+    #[arg(long, env = "KUBEWASM_SIGN_KEY")]
+    pub sign_key: Option<PathBuf>,
+}
+
+/// `kubewasm generate-key`.
+#[derive(Debug, Args)]
+pub struct GenerateKeyArgs {
+    /// Where to write `<prefix>.key` (the private key, PKCS#8 PEM, mode 0600) and `<prefix>.pub`
+    /// (the public key a WasmPlugin names).
+    #[arg(long, default_value = "kubewasm")]
+    pub output_prefix: PathBuf,
 }
 
 /// Pushes the component as the wasm OCI artifact; returns the reference pinned by its digest.
@@ -78,6 +100,42 @@ pub async fn push(args: &PushArgs) -> anyhow::Result<String> {
         (Some(_), None) => anyhow::bail!("--user needs KUBEWASM_REGISTRY_PASSWORD"),
         _ => RegistryAuth::Anonymous,
     };
+    let key = match &args.sign_key {
+        Some(path) => {
+            let pem = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let password = std::env::var("COSIGN_PASSWORD").ok();
+            Some(SigningKey::from_pem(&pem, password.as_deref())?)
+        }
+        None => None,
+    };
     let digest = puller.push(&args.reference, &Artifact::wasm(&wasm), &auth).await?;
+    if let Some(key) = &key {
+        puller.push_signature(&args.reference, &digest, key, &auth).await?;
+    }
     Ok(format!("{}/{}@{digest}", parsed.registry(), parsed.repository()))
+}
+
+/// Writes a new key pair to `<prefix>.key` and `<prefix>.pub`; returns their paths. An existing
+/// file is not overwritten.
+pub fn generate_key(args: &GenerateKeyArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let key = SigningKey::generate();
+    let with = |ext: &str| {
+        let mut path = args.output_prefix.clone().into_os_string();
+        path.push(ext);
+        PathBuf::from(path)
+    };
+    let (private, public) = (with(".key"), with(".pub"));
+    let open = |path: &Path, mode: u32| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+    };
+    open(&private, 0o600)?.write_all(key.to_pem().as_bytes())?;
+    open(&public, 0o644)?.write_all(key.public_key().to_pem().as_bytes())?;
+    Ok((private, public))
 }

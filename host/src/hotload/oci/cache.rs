@@ -1,6 +1,7 @@
 //! Pulled wasm artifacts on disk by digest: a restarted host loads them without pulling again.
 //!
-//! `<dir>/manifests/sha256-<hex>` holds a manifest, `<dir>/blobs/sha256-<hex>` a layer; both are
+//! `<dir>/manifests/sha256-<hex>` holds a manifest, `<dir>/blobs/sha256-<hex>` a layer and
+//! `<dir>/signatures/sha256-<hex>` the cosign signatures that verified for it; the first two are
 //! written to a temporary file and renamed, and checked against their digest when read, so a
 //! torn or tampered file is a cache miss, never a wrong module.
 
@@ -36,6 +37,20 @@ impl BlobCache {
         let invalid = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a sha256 digest");
         write_atomically(&self.path("blobs", layer_digest).ok_or_else(invalid)?, wasm).await?;
         write_atomically(&self.path("manifests", digest).ok_or_else(invalid)?, manifest).await
+    }
+
+    /// The signatures kept for manifest `digest` (checked against a key by the caller, so a
+    /// tampered file is at worst signatures that do not verify).
+    pub async fn signatures(&self, digest: &str) -> Option<Vec<super::signature::Signed>> {
+        let bytes = tokio::fs::read(self.path("signatures", digest)?).await.ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Keeps `signatures` of manifest `digest` (after one verified).
+    pub async fn put_signatures(&self, digest: &str, signatures: &[super::signature::Signed]) -> std::io::Result<()> {
+        let invalid = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a sha256 digest");
+        let json = serde_json::to_vec(signatures).map_err(std::io::Error::other)?;
+        write_atomically(&self.path("signatures", digest).ok_or_else(invalid)?, &json).await
     }
 
     /// `<dir>/<kind>/sha256-<hex>` for a well-formed sha256 digest.

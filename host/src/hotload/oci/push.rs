@@ -1,11 +1,14 @@
 //! Pushing a component as the standard wasm OCI artifact: an OCI image manifest whose config is
 //! `application/vnd.wasm.config.v0+json` and whose one layer is the component (`application/wasm`).
 
+use std::collections::BTreeMap;
+
 use oci_client::RegistryOperation;
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use serde_json::json;
 
+use super::signature::{PAYLOAD_MEDIA_TYPE, SIGNATURE_ANNOTATION, SIGNATURE_CONFIG_MEDIA_TYPE};
 use super::{CONFIG_MEDIA_TYPE, Error, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, Puller, Result, parse};
 
 /// An artifact to push: its config and one layer, each with its media type.
@@ -19,6 +22,8 @@ pub struct Artifact {
     pub layer: Vec<u8>,
     /// The layer's media type.
     pub layer_media_type: String,
+    /// The layer's annotations (a signature's).
+    pub layer_annotations: BTreeMap<String, String>,
 }
 
 impl Artifact {
@@ -36,6 +41,23 @@ impl Artifact {
             config_media_type: CONFIG_MEDIA_TYPE.to_owned(),
             layer: component.to_vec(),
             layer_media_type: LAYER_MEDIA_TYPE.to_owned(),
+            layer_annotations: BTreeMap::new(),
+        }
+    }
+
+    /// A cosign signature artifact: the simple-signing `payload` as its one layer, `signature`
+    /// (base64) in the layer's annotation, and an image config naming the layer, as cosign writes.
+    pub fn signature(payload: Vec<u8>, signature: String) -> Self {
+        let config = json!({
+            "architecture": "", "os": "", "config": {},
+            "rootfs": {"type": "layers", "diff_ids": [digest(&payload)]},
+        });
+        Self {
+            config: serde_json::to_vec(&config).expect("JSON serializes"),
+            config_media_type: SIGNATURE_CONFIG_MEDIA_TYPE.to_owned(),
+            layer: payload,
+            layer_media_type: PAYLOAD_MEDIA_TYPE.to_owned(),
+            layer_annotations: [(SIGNATURE_ANNOTATION.to_owned(), signature)].into(),
         }
     }
 
@@ -51,7 +73,10 @@ impl Artifact {
             schema_version: 2,
             media_type: Some(MANIFEST_MEDIA_TYPE.to_owned()),
             config: descriptor(&self.config, &self.config_media_type),
-            layers: vec![descriptor(&self.layer, &self.layer_media_type)],
+            layers: vec![OciDescriptor {
+                annotations: (!self.layer_annotations.is_empty()).then(|| self.layer_annotations.clone()),
+                ..descriptor(&self.layer, &self.layer_media_type)
+            }],
             artifact_type: None,
             subject: None,
             annotations: None,
