@@ -203,13 +203,14 @@ bench-workqueue:
 # (`cargo bench -p kubewasm --bench peer_converge -- --help` lists them).
 ARGS ?=
 ## Converge beside controller-runtime: kubewasm (warm and cold compile cache) and the peer with
-## its FIFO and its default priority queue, interleaved rounds, a fresh control plane each.
+## its FIFO and its default priority queue, interleaved rounds, a fresh control plane each; then
+## each restarted over what it converged.
 bench-converge: rust-plugins control-plane bench-peer
-	KUBEWASM_BENCH_PEER=$(PEER_BIN) $(CARGO) bench -p kubewasm --bench peer_converge -- $(ARGS)
+	KUBEWASM_BENCH_PEER=$(PEER_BIN) $(CARGO) bench -p kubewasm --bench peer_converge -- --restart $(ARGS)
 ## Ten copies of namespace-defaults: one kubewasm host, ten controller-runtime processes, one
-## controller-runtime manager with ten controllers.
+## controller-runtime manager with ten controllers; then each restarted.
 bench-converge-ten: rust-plugins control-plane bench-peer
-	KUBEWASM_BENCH_PEER=$(PEER_BIN) $(CARGO) bench -p kubewasm --bench peer_converge -- --plugins 10 $(ARGS)
+	KUBEWASM_BENCH_PEER=$(PEER_BIN) $(CARGO) bench -p kubewasm --bench peer_converge -- --plugins 10 --restart $(ARGS)
 ## kubewasm's resident set with 1, 2, 5, 10 and 20 plugins: the cost of one more plugin.
 bench-plugin-rss: rust-plugins control-plane bench-peer
 	KUBEWASM_BENCH_PEER=$(PEER_BIN) $(CARGO) bench -p kubewasm --bench peer_converge -- --marginal 1,2,5,10,20 $(ARGS)

@@ -34,6 +34,11 @@ pub fn apiserver_args(policy_file: &Path, log: &Path) -> [String; 3] {
 /// Verbs that change state.
 const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
 
+/// Whether `verb` changes state.
+pub fn is_write(verb: &str) -> bool {
+    WRITES.contains(&verb)
+}
+
 /// The audit log from one offset on: requests counted since `since`.
 pub struct AuditTail {
     path: PathBuf,
@@ -98,7 +103,7 @@ impl AuditTail {
         *self.requests.entry(verb.to_owned()).or_default() += 1;
         let resource = event.pointer("/objectRef/resource").and_then(Value::as_str).unwrap_or("-");
         *self.by_resource.entry(format!("{verb} {resource}")).or_default() += 1;
-        if let (true, Ok(done)) = (WRITES.contains(&verb), field("stageTimestamp").parse::<Timestamp>()) {
+        if let (true, Ok(done)) = (is_write(verb), field("stageTimestamp").parse::<Timestamp>()) {
             self.last_write = self.last_write.max(Some(done));
             if verb == "patch" {
                 self.apply_seconds += done.duration_since(received).as_secs_f64();

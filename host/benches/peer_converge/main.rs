@@ -2,7 +2,8 @@
 //! on namespace-defaults, in interleaved rounds, each variant against its own fresh control plane
 //! (BENCHMARKS.md, "Converge beside controller-runtime").
 //!
-//! `make bench-converge` (one controller), `make bench-converge-ten` (`--plugins 10`) and
+//! `make bench-converge` (one controller), `make bench-converge-ten` (`--plugins 10`),
+//! `ARGS=--restart` (then kill and start again over the converged objects) and
 //! `make bench-plugin-rss` (`--marginal 1,2,5,10,20`); `ARGS="--namespaces 50 --rounds 1"`
 //! passes arguments. `make bench-latency` (`--latency`): event → reconcile latency instead. `cargo bench -p kubewasm --bench peer_converge -- --help` lists them.
 
@@ -14,6 +15,7 @@ mod children;
 mod latency;
 mod procs;
 mod report;
+mod restart;
 mod round;
 mod variant;
 
@@ -63,6 +65,10 @@ struct Args {
     /// Settled: no write by the controllers for this many seconds after converging.
     #[arg(long, env = "KUBEWASM_BENCH_QUIET_SECONDS", default_value_t = 5.0)]
     quiet_seconds: f64,
+    /// Once settled, kill the controllers and start them again over the converged objects:
+    /// their writes and time until idle (issue 30).
+    #[arg(long)]
+    restart: bool,
     /// Give up on a round after this many seconds.
     #[arg(long, env = "KUBEWASM_BENCH_TIMEOUT_SECONDS", default_value_t = 600)]
     timeout_seconds: u64,
@@ -161,6 +167,7 @@ fn main() {
         plugins,
         quiet: Duration::from_secs_f64(args.quiet_seconds),
         timeout: Duration::from_secs(args.timeout_seconds),
+        restart: args.restart,
     };
     if args
         .variants
@@ -181,6 +188,9 @@ fn main() {
             let dir = work.path().join(format!("round-{r}-{}-{plugins}", variant.name()));
             let outcome = round::run(variant, &spec(plugins), &setup, &dir);
             report::line(r, variant, plugins, &outcome);
+            if let Some(restart) = &outcome.restart {
+                restart::line(r, variant, restart);
+            }
             results.push((plugins, variant, outcome));
         }
     }
@@ -189,5 +199,6 @@ fn main() {
         report::marginal(&results);
     } else {
         report::summary(&results);
+        restart::summary(&results);
     }
 }

@@ -48,7 +48,7 @@ pub fn line(round: usize, variant: Variant, plugins: usize, o: &Outcome) {
     );
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     if n == 0 {

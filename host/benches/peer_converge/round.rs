@@ -17,6 +17,7 @@ use serde_json::json;
 use crate::audit::{self, AuditTail};
 use crate::children::Children;
 use crate::procs::{self, Procs};
+use crate::restart::{self, Restart};
 use crate::variant::{self, Setup, Variant};
 
 /// How often the bench looks at the counts and the audit log. Reading counts is free (the
@@ -33,6 +34,8 @@ pub struct Spec {
     pub quiet: Duration,
     /// Give up on converging (and on settling) after this long.
     pub timeout: Duration,
+    /// Once settled, kill the controllers and start them again (`Outcome::restart`).
+    pub restart: bool,
 }
 
 /// What a round measured.
@@ -63,6 +66,8 @@ pub struct Outcome {
     pub requests: BTreeMap<String, u64>,
     /// The same by verb and resource.
     pub by_resource: BTreeMap<String, u64>,
+    /// With `Spec::restart`: what the controllers did when started again.
+    pub restart: Option<Restart>,
 }
 
 /// Runs `variant` once. `work` is a scratch directory for this round.
@@ -123,7 +128,7 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
         std::thread::sleep(POLL);
     }
     let settle = audit.last_write.map_or(0.0, |t| t.duration_since(since).as_secs_f64());
-    let outcome = Outcome {
+    let mut outcome = Outcome {
         namespaces: want,
         converge,
         settle,
@@ -136,8 +141,13 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
         machine_busy,
         requests: audit.requests.clone(),
         by_resource: audit.by_resource.clone(),
+        restart: None,
     };
     drop(procs);
+    if spec.restart {
+        let commands = variant::commands(variant, setup, cp.kubeconfig_path(), &plugins_dir, spec.plugins);
+        outcome.restart = Some(restart::run(commands, &log, work, &variant.name(), spec.quiet, spec.timeout));
+    }
     drop(rt);
     drop(cp);
     outcome
