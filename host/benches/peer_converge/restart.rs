@@ -1,7 +1,7 @@
 //! The restart phase: once a round has settled, its controllers are killed and started again
 //! over the converged objects; what they send then, and how long until they are idle.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
@@ -17,14 +17,18 @@ use crate::variant::Variant;
 /// How often the phase samples the processes' CPU and the audit log.
 const POLL: Duration = Duration::from_millis(50);
 
-/// A sample in which the controllers used at least this share of one CPU counts as busy.
+/// The controllers are busy while they used at least [`BUSY_SHARE`] of one CPU over the last
+/// [`BUSY_WINDOW`]. A second, not one sample: Linux counts CPU time in 10 ms ticks, so one tick of
+/// an idle process's timers would make a 50 ms sample look 20% busy.
+const BUSY_WINDOW: Duration = Duration::from_secs(1);
 const BUSY_SHARE: f64 = 0.05;
 
 /// What a restart measured.
 #[derive(Clone, Debug)]
 pub struct Restart {
     /// Seconds from the start until the controllers were idle: the later of their last write and
-    /// their last busy sample (≥ 5% of a CPU over 50 ms), followed by the round's quiet time.
+    /// the last CPU they used while busy (≥ 5% of a CPU over a second), followed by the round's
+    /// quiet time.
     pub idle: f64,
     /// Writes (create, update, patch, delete) the restarted controllers sent.
     pub writes: u64,
@@ -48,17 +52,26 @@ pub fn run(
     let started = Instant::now();
     let mut procs = Procs::spawn(commands, work, &format!("{label}-restart"));
     let mut audit = AuditTail::new(log, since);
-    let (mut last_busy, mut sampled, mut cpu) = (started, started, 0.0);
+    let (mut last_busy, mut last_used, mut cpu) = (started, started, 0.0);
+    let mut window: VecDeque<(Instant, f64)> = VecDeque::from([(started, 0.0)]);
     loop {
         std::thread::sleep(POLL);
         procs.check_running();
         audit.poll();
         let now = Instant::now();
         let used = procs.cpu_seconds();
-        if used - cpu >= BUSY_SHARE * (now - sampled).as_secs_f64() {
-            last_busy = now;
+        if used > cpu {
+            last_used = now;
         }
-        (sampled, cpu) = (now, used);
+        cpu = used;
+        window.push_back((now, used));
+        while window.len() > 2 && now - window[1].0 >= BUSY_WINDOW {
+            window.pop_front();
+        }
+        let (since_at, since_cpu) = window[0];
+        if used - since_cpu >= BUSY_SHARE * (now - since_at).as_secs_f64().max(BUSY_WINDOW.as_secs_f64()) {
+            last_busy = last_used;
+        }
         let last_write = audit
             .last_write
             .map_or(started, |t| started + Duration::from_secs_f64(t.duration_since(since).as_secs_f64().max(0.0)));
