@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::core::GroupVersionKind;
-use kubewasm::plugin::host::CacheReader;
-use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
-use kubewasm::plugin::{Action, ObjectKey, PluginConfig, Runtime, RuntimeConfig};
+use kubewasm_host::plugin::host::CacheReader;
+use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::{Action, ObjectKey, PluginConfig, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
 
 const WARMUP: usize = 2_000;

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubewasm::controller::{self, ControllerMetrics};
-use kubewasm::hotload::{Applied, Desired, HotloadMetrics, LoadedPlugins, Options, Origin};
-use kubewasm::informer::SharedInformerFactory;
-use kubewasm::plugin::{PluginConfig, Runtime, RuntimeConfig};
-use kubewasm::queue::QueueMetrics;
-use kubewasm::writer::KubeWriter;
+use kubewasm_host::controller::{self, ControllerMetrics};
+use kubewasm_host::hotload::{Applied, Desired, HotloadMetrics, LoadedPlugins, Options, Origin};
+use kubewasm_host::informer::SharedInformerFactory;
+use kubewasm_host::plugin::{PluginConfig, Runtime, RuntimeConfig};
+use kubewasm_host::queue::QueueMetrics;
+use kubewasm_host::writer::KubeWriter;
 use kubewasm_testenv::ControlPlane;
 use prometheus::Registry;
 
@@ -37,7 +37,7 @@ fn plugins(client: kube::Client, runtime: Runtime) -> LoadedPlugins {
         max_retries: None,
         leader: Default::default(),
         shard: Default::default(),
-        breaker: kubewasm::breaker::Breaker::kube(client.clone(), Default::default(), None),
+        breaker: kubewasm_host::breaker::Breaker::kube(client.clone(), Default::default(), None),
     };
     LoadedPlugins::new(ctx, runtime, Arc::new(KubeWriter::new(client)), Options::default(), HotloadMetrics::default())
 }

@@ -14,7 +14,7 @@ use std::{
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, api::PostParams, core::GroupVersionKind};
-use kubewasm::informer::{InformerParams, SharedInformerFactory};
+use kubewasm_host::informer::{InformerParams, SharedInformerFactory};
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 
@@ -36,7 +36,7 @@ async fn measure_kubewasm(kubeconfig: &Path, namespace: &str) -> Value {
     let start = Instant::now();
     let mut factory = SharedInformerFactory::new(client, &prometheus::Registry::new()).unwrap();
     if std::env::var("KUBEWASM_BENCH_LIST").as_deref() == Ok("paginated") {
-        factory = factory.list_strategy(kubewasm::informer::ListStrategy::Paginated);
+        factory = factory.list_strategy(kubewasm_host::informer::ListStrategy::Paginated);
     }
     let t_discovery = Instant::now();
     let gvk = GroupVersionKind::gvk("", "v1", "ConfigMap");

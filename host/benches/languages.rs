@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::core::GroupVersionKind;
-use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
-use kubewasm::plugin::limits::Limits;
-use kubewasm::plugin::{Action, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
+use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::limits::Limits;
+use kubewasm_host::plugin::{Action, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
 use serde_json::json;
 
 const LANGUAGES: [(&str, &str); 4] = [

@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use kubewasm::controller::ObjectKey;
-use kubewasm::queue::{Config, Key, WorkQueue};
+use kubewasm_host::controller::ObjectKey;
+use kubewasm_host::queue::{Config, Key, WorkQueue};
 
 const KEYS: usize = 100_000;
 const ROUNDS: usize = 11;

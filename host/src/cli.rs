@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+pub mod oci;
+
 /// Runs Kubernetes controllers whose reconcile logic is a sandboxed WebAssembly component.
 #[derive(Debug, Parser)]
 #[command(name = "kubewasm", version, about)]
@@ -44,12 +46,12 @@ pub enum Command {
     New(NewArgs),
     /// Push a component to an OCI registry as the standard wasm artifact and print its
     /// reference pinned by digest (what a WasmPlugin's `module.oci.ref` names).
-    Push(crate::hotload::oci::args::PushArgs),
+    Push(crate::cli::oci::PushArgs),
     /// Write a new ECDSA P-256 key pair for `push --sign-key` (`<prefix>.key`) and a WasmPlugin's
     /// `module.oci.signature` (`<prefix>.pub`); cosign verifies with the same public key.
-    GenerateKey(crate::hotload::oci::args::GenerateKeyArgs),
+    GenerateKey(crate::cli::oci::GenerateKeyArgs),
     /// Compile one component (stdin) into a compile cache: what the host runs in a child process.
-    #[command(name = crate::plugin::compile_process::SUBCOMMAND, hide = true)]
+    #[command(name = kubewasm_host::plugin::compile_process::SUBCOMMAND, hide = true)]
     CompilePlugin(CompileArgs),
 }
 
@@ -77,7 +79,7 @@ pub struct RunArgs {
     pub module_namespace: String,
     /// Registries of OCI modules.
     #[command(flatten)]
-    pub oci: crate::hotload::oci::args::OciArgs,
+    pub oci: crate::cli::oci::OciArgs,
     /// Send each plugin's requests as its own ServiceAccount, `kubewasm-plugin-<name>` in the
     /// host's namespace (`Impersonate-User`), so RBAC bounds what it writes even where the host's
     /// checks would not (cached reads stay the host's); `kubewasm rbac` prints what each needs.
@@ -123,11 +125,11 @@ pub struct RunArgs {
     pub shutdown_grace_seconds: u64,
     /// Most concurrent reconciles any plugin gets; a plugin (or config) asking for more is
     /// clamped to it with a warning.
-    #[arg(long, env = "KUBEWASM_MAX_CONCURRENT_CAP", default_value_t = crate::plugin::engine::DEFAULT_MAX_CONCURRENT_CAP, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "KUBEWASM_MAX_CONCURRENT_CAP", default_value_t = kubewasm_host::plugin::engine::DEFAULT_MAX_CONCURRENT_CAP, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_cap: u32,
     /// Plugin instances alive at once, across all plugins: the wasm instance pool. Each plugin
     /// version reserves its concurrency's share at load; a version that does not fit is rejected.
-    #[arg(long, env = "KUBEWASM_POOL_INSTANCES", default_value_t = crate::plugin::engine::DEFAULT_POOL_INSTANCES, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "KUBEWASM_POOL_INSTANCES", default_value_t = kubewasm_host::plugin::engine::DEFAULT_POOL_INSTANCES, value_parser = clap::value_parser!(u32).range(1..))]
     pub pool_instances: u32,
     /// Bytes of linear memory all plugins may reserve together: each loaded version reserves
     /// its instances (maxConcurrent) × `limits.memoryBytes` per memory, and a version that does
@@ -138,20 +140,20 @@ pub struct RunArgs {
     /// Most plugin requests in flight at the API server at once, across all plugins: seats handed
     /// round the plugins with writes waiting, so one alone gets them all and busy ones split
     /// them; fewer while the API server's latency rises or it answers 429.
-    #[arg(long, env = "KUBEWASM_WRITE_SEATS", default_value_t = crate::writer::fair::DEFAULT_MAX_SEATS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "KUBEWASM_WRITE_SEATS", default_value_t = kubewasm_host::writer::fair::DEFAULT_MAX_SEATS as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub write_seats: u32,
     /// A hard cap on each plugin's writes per second (token bucket) unless its `limits.writeQps`
     /// says otherwise; 0 (the default): no cap, the fair write scheduler shares the API server.
-    #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_QPS", default_value_t = crate::plugin::throttle::DEFAULT_WRITE_QPS)]
+    #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_QPS", default_value_t = kubewasm_host::plugin::throttle::DEFAULT_WRITE_QPS)]
     pub plugin_write_qps: u32,
     /// Writes each capped plugin may make at once (the bucket's size) unless its
     /// `limits.writeBurst` says otherwise; 0 (the default): twice its cap.
-    #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_BURST", default_value_t = crate::plugin::throttle::DEFAULT_WRITE_BURST)]
+    #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_BURST", default_value_t = kubewasm_host::plugin::throttle::DEFAULT_WRITE_BURST)]
     pub plugin_write_burst: u32,
     /// Seconds a plugin's write may wait for the API server's answer before it fails as
     /// `unavailable` and opens the API-server breaker (a hung server shows as an outage). Keep it
     /// below the reconcile deadline (default 10 s).
-    #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_TIMEOUT_SECONDS", default_value_t = crate::plugin::limits::DEFAULT_WRITE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "KUBEWASM_PLUGIN_WRITE_TIMEOUT_SECONDS", default_value_t = kubewasm_host::plugin::limits::DEFAULT_WRITE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub plugin_write_timeout_seconds: u64,
     /// Drop a key after this many failed reconciles in a row; default: retry forever with backoff.
     #[arg(long, env = "KUBEWASM_MAX_RETRIES")]
@@ -196,13 +198,13 @@ pub enum Sharding {
 impl RunArgs {
     /// The namespace of the host's Leases: `--leader-election-namespace`, else the host's own.
     fn lease_namespace(&self) -> String {
-        self.leader_election_namespace.clone().unwrap_or_else(crate::leader::default_namespace)
+        self.leader_election_namespace.clone().unwrap_or_else(kubewasm_host::leader::default_namespace)
     }
 
     /// The leader election `--leader-elect` asks for; `None` without it.
-    pub fn leader_config(&self) -> Option<crate::leader::Config> {
+    pub fn leader_config(&self) -> Option<kubewasm_host::leader::Config> {
         self.leader_elect.then(|| {
-            crate::leader::Config::new(self.lease_namespace(), &self.leader_election_id).timings(
+            kubewasm_host::leader::Config::new(self.lease_namespace(), &self.leader_election_id).timings(
                 Duration::from_secs(self.leader_election_lease_duration_seconds),
                 Duration::from_secs(self.leader_election_renew_deadline_seconds),
                 Duration::from_secs(self.leader_election_retry_period_seconds),
@@ -211,9 +213,9 @@ impl RunArgs {
     }
 
     /// The shard membership `--sharding auto` asks for; `None` when sharding is off.
-    pub fn shard_config(&self) -> Option<crate::shard::Config> {
+    pub fn shard_config(&self) -> Option<kubewasm_host::shard::Config> {
         (self.sharding == Sharding::Auto).then(|| {
-            let mut config = crate::shard::Config::new(self.lease_namespace(), &self.leader_election_id);
+            let mut config = kubewasm_host::shard::Config::new(self.lease_namespace(), &self.leader_election_id);
             config.lease_duration = Duration::from_secs(self.leader_election_lease_duration_seconds);
             config.renew_deadline = Duration::from_secs(self.leader_election_renew_deadline_seconds);
             config.retry_period = Duration::from_secs(self.leader_election_retry_period_seconds);
@@ -223,7 +225,7 @@ impl RunArgs {
 }
 
 /// `kubewasm compile-plugin` (hidden): the engine settings of the host that runs it (the
-/// flags [`compile_process`](crate::plugin::compile_process) passes its child).
+/// flags [`compile_process`](kubewasm_host::plugin::compile_process) passes its child).
 #[derive(Debug, Args)]
 pub struct CompileArgs {
     /// The compile cache to fill.
@@ -243,7 +245,7 @@ pub struct CompileArgs {
     pub pagemap_scan: bool,
 }
 
-impl From<CompileArgs> for crate::plugin::compile_process::ChildSettings {
+impl From<CompileArgs> for kubewasm_host::plugin::compile_process::ChildSettings {
     fn from(a: CompileArgs) -> Self {
         Self {
             compile_cache: a.compile_cache,

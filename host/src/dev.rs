@@ -7,8 +7,9 @@ use std::path::Path;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
+use kubewasm_host::shutdown;
+
 use crate::cli::DevArgs;
-use crate::{app, shutdown};
 
 /// Starts the control plane, writes its kubeconfig, prints how to use it and runs the host on
 /// it until SIGINT/SIGTERM; then stops the host, the control plane and removes the kubeconfig.
@@ -51,7 +52,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     // makes here with the local control plane's admin credentials.
     run.impersonate_plugins = true;
     run.provision_plugin_rbac = true;
-    let result = if token.is_cancelled() { Ok(()) } else { app::run(run, token).await };
+    let result = if token.is_cancelled() { Ok(()) } else { crate::run::run(run, token).await };
     let _ = std::fs::remove_file(&kubeconfig_out);
     tokio::task::spawn_blocking(move || drop(control_plane)).await?;
     eprintln!("kubewasm dev: stopped");

@@ -1,35 +1,15 @@
-//! kubewasm: a Kubernetes controller host that runs each controller's reconcile logic as a
-//! sandboxed WebAssembly component.
+//! The `kubewasm` binary's library: command-line parsing and the commands that are not the host
+//! itself (offline test and record, scaffold, dev, telemetry).
 //!
-//! The host owns everything that talks to the API server — informers, caches, indexes and
-//! workqueues — and hands each dequeued key to a plugin through the `kubewasm:controller` WIT
-//! world (see `wit/`).
+//! The host library is the `kubewasm-host` crate (`crates/host`); this crate is the only one
+//! that knows clap or starts a local control plane (`kubewasm-testenv`, for `kubewasm dev`).
+//! It is a library beside `main.rs` so that the e2e tests can call the commands
+//! ([`offline`], [`scaffold`]). Start reading at `main.rs` (one arm per subcommand), then
+//! [`cli`] (every flag) and [`run`] (`kubewasm run`: flags to a running [`kubewasm_host::app::App`]).
 
-pub mod admin;
-pub mod app;
-pub mod breaker;
-pub mod canary;
 pub mod cli;
-pub mod controller;
 pub mod dev;
-pub mod event_sink;
-pub mod hotload;
-pub mod identity;
-#[cfg(test)]
-mod layering;
-pub mod leader;
 pub mod offline;
-pub mod rbac;
+pub mod run;
 pub mod scaffold;
-pub mod shard;
-pub mod shutdown;
 pub mod telemetry;
-pub mod writer;
-
-/// Shared informers and their caches, a crate of its own (`crates/informer`).
-pub use kubewasm_informer as informer;
-/// The work queue, a crate of its own (`crates/queue`): it knows nothing of the host.
-pub use kubewasm_queue as queue;
-/// The plugin runtime, a crate of its own (`crates/runtime`): it knows the informer cache and
-/// the queue's rate limiters, and nothing of controllers, hot load or the CLI.
-pub use kubewasm_runtime as plugin;

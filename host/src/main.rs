@@ -6,9 +6,10 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use kube::core::GroupVersionKind;
 use kubewasm::cli::{CheckArgs, Cli, Command};
-use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
-use kubewasm::plugin::{Runtime, RuntimeConfig};
-use kubewasm::{app, shutdown, telemetry};
+use kubewasm::{run, telemetry};
+use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::{Runtime, RuntimeConfig};
+use kubewasm_host::{app, shutdown};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> anyhow::Result<()> {
@@ -20,37 +21,37 @@ fn main() -> anyhow::Result<()> {
             Command::Run(args) => {
                 let token = CancellationToken::new();
                 shutdown::on_signal(token.clone());
-                app::run(*args, token).await
+                run::run(*args, token).await
             }
             Command::Check(args) => check(args).await,
             Command::Rbac(args) => {
                 let (name, plugin) = load(args.plugin).await?;
-                let identity = kubewasm::rbac::Identity {
+                let identity = kubewasm_host::rbac::Identity {
                     namespace: args.namespace,
                     host_service_account: args.host_service_account,
                 };
-                print!("{}", kubewasm::rbac::manifest(&name, plugin.grants(), &identity, &kubewasm::rbac::ResourceNames::guessed())?);
+                print!("{}", kubewasm_host::rbac::manifest(&name, plugin.grants(), &identity, &kubewasm_host::rbac::ResourceNames::guessed())?);
                 Ok(())
             }
             Command::CompilePlugin(args) => {
                 // One line on stderr, for the host to quote; no backtrace.
-                if let Err(e) = kubewasm::plugin::compile_process::child(args.into()) {
+                if let Err(e) = kubewasm_host::plugin::compile_process::child(args.into()) {
                     eprintln!("{e:#}");
                     std::process::exit(1);
                 }
                 Ok(())
             }
             Command::Push(args) => {
-                println!("{}", kubewasm::hotload::oci::args::push(&args).await?);
+                println!("{}", kubewasm::cli::oci::push(&args).await?);
                 Ok(())
             }
             Command::GenerateKey(args) => {
-                let (private, public) = kubewasm::hotload::oci::args::generate_key(&args)?;
+                let (private, public) = kubewasm::cli::oci::generate_key(&args)?;
                 println!("wrote {} (private) and {} (public)", private.display(), public.display());
                 Ok(())
             }
             Command::Crd => {
-                print!("{}", kubewasm::hotload::crd_yaml());
+                print!("{}", kubewasm_host::hotload::crd_yaml());
                 Ok(())
             }
             Command::Record(args) => kubewasm::offline::command::record(args).await,
@@ -71,7 +72,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Loads a plugin with no cluster behind it; returns its name (the file's) and the plugin.
-async fn load(args: CheckArgs) -> anyhow::Result<(String, kubewasm::plugin::Plugin)> {
+async fn load(args: CheckArgs) -> anyhow::Result<(String, kubewasm_host::plugin::Plugin)> {
     let mut name = args.wasm.file_stem().unwrap_or_default().to_string_lossy().into_owned();
     let config = args
         .config
@@ -115,7 +116,7 @@ async fn load(args: CheckArgs) -> anyhow::Result<(String, kubewasm::plugin::Plug
 
 /// The WasmPlugin `path` holds, if it is a WasmPlugin manifest rather than a plugin config
 /// file: its spec is then the config, and its name the plugin's.
-fn wasm_plugin_manifest(path: &std::path::Path) -> anyhow::Result<Option<kubewasm::hotload::WasmPlugin>> {
+fn wasm_plugin_manifest(path: &std::path::Path) -> anyhow::Result<Option<kubewasm_host::hotload::WasmPlugin>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let value: serde_yaml::Value =
         serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
@@ -132,7 +133,7 @@ async fn check(args: CheckArgs) -> anyhow::Result<()> {
     let (name, plugin) = load(args).await?;
     let reg = plugin.registration();
     println!("plugin:         {name} (sha256 {})", plugin.sha256());
-    let no_filter = kubewasm::plugin::registration::EventFilter::default();
+    let no_filter = kubewasm_host::plugin::registration::EventFilter::default();
     let owns = reg.owns.iter().enumerate().map(|(i, kind)| (kind, reg.owns_filters.get(i).unwrap_or(&no_filter)));
     println!("reconciles:     {}", filtered([(&reg.for_kind, &reg.for_filter)]));
     println!("owns:           {}", filtered(owns));
@@ -151,7 +152,7 @@ async fn check(args: CheckArgs) -> anyhow::Result<()> {
 /// Kinds as a manifest names them, `apiVersion kind` (`v1 Namespace`, `apps/v1 Deployment`),
 /// each with its event filter in parentheses if it has one, comma-separated; `-` for none.
 fn filtered<'a>(
-    kinds: impl IntoIterator<Item = (&'a GroupVersionKind, &'a kubewasm::plugin::registration::EventFilter)>,
+    kinds: impl IntoIterator<Item = (&'a GroupVersionKind, &'a kubewasm_host::plugin::registration::EventFilter)>,
 ) -> String {
     let names: Vec<String> = kinds
         .into_iter()

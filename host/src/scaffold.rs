@@ -215,7 +215,7 @@ pub fn new(language: Language, name: &str, dir: Option<&Path>, sdk: Option<&Path
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::PluginConfig;
+    use kubewasm_host::plugin::PluginConfig;
 
     #[test]
     fn a_plugin_name_must_be_a_dns_label() {

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
-use kubewasm::app::App;
-use kubewasm::hotload::{Desired, Origin};
-use kubewasm::plugin::PluginConfig;
+use kubewasm_host::app::App;
+use kubewasm_host::hotload::{Desired, Origin};
+use kubewasm_host::plugin::PluginConfig;
 use kubewasm_testenv::ControlPlane;
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
@@ -221,7 +221,7 @@ async fn a_hung_apiserver_times_writes_out_opens_the_breaker_and_loses_no_key_on
     // forever (kube's client has no response timeout) and nothing trips the breaker.
     cp.pause_apiserver().unwrap();
     let paused = Instant::now();
-    let open_within = kubewasm::plugin::limits::DEFAULT_WRITE_TIMEOUT * 4;
+    let open_within = kubewasm_host::plugin::limits::DEFAULT_WRITE_TIMEOUT * 4;
     let opened = tokio::time::timeout(open_within, async {
         while metric(&app, "kubewasm_apiserver_breaker_open") != 1.0 {
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -28,10 +28,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kubewasm::app::App;
-use kubewasm::controller::RECONCILE_TRACE_TARGET;
-use kubewasm::hotload::WasmPlugin;
-use kubewasm::shard::{self, HashRange, Membership, SERVING_ANNOTATION, ShardGate, fnv1a64};
+use kubewasm_host::app::App;
+use kubewasm_host::controller::RECONCILE_TRACE_TARGET;
+use kubewasm_host::hotload::WasmPlugin;
+use kubewasm_host::shard::{self, HashRange, Membership, SERVING_ANNOTATION, ShardGate, fnv1a64};
 use kubewasm_testenv::ControlPlane;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
@@ -74,7 +74,7 @@ fn replica(cp: &ControlPlane, lease_ns: &str, label: &str, name: &'static str, l
     // Longer than controller-runtime's 15/10/2 s: with those (and with 6/4/1 s) replicas could
     // not renew within the deadline, and exited, when a loaded 2-core machine starved them.
     command.args(["--leader-election-lease-duration-seconds", "30", "--leader-election-renew-deadline-seconds", "20"]);
-    let log = format!("warn,kubewasm::shard=info,{RECONCILE_TRACE_TARGET}=trace");
+    let log = format!("warn,kubewasm_host::shard=info,{RECONCILE_TRACE_TARGET}=trace");
     command.args(["--log", &log, "--log-format", "json"]);
     let log = logs.join(format!("{name}.log"));
     command.stderr(File::create(&log).unwrap());

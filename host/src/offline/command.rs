@@ -8,8 +8,8 @@ use anyhow::Context as _;
 use super::fixtures::{self, Recording};
 use super::{Harness, diff, parse_expected};
 use crate::cli::TestArgs;
-use crate::hotload::{PluginFile, read_config};
-use crate::plugin::{PluginConfig, Runtime, RuntimeConfig};
+use kubewasm_host::hotload::{PluginFile, read_config};
+use kubewasm_host::plugin::{PluginConfig, Runtime, RuntimeConfig};
 
 /// The plugin file for `wasm`: named after the file, configured by `config` or else by the
 /// `.yaml`/`.yml`/`.json` beside it.
@@ -113,11 +113,11 @@ fn compare(args: &TestArgs, recording: Option<Recording>, report: &super::Report
 }
 
 /// The writer of `--server-dry-run`: the kubeconfig's API server, storing nothing.
-async fn server(args: &TestArgs) -> anyhow::Result<Arc<dyn crate::plugin::host::ApiWriter>> {
-    let client = crate::app::client(args.kubeconfig.as_deref(), args.context.as_deref())
+async fn server(args: &TestArgs) -> anyhow::Result<Arc<dyn kubewasm_host::plugin::host::ApiWriter>> {
+    let client = kubewasm_host::app::client(args.kubeconfig.as_deref(), args.context.as_deref())
         .await
         .context("--server-dry-run needs an API server")?;
-    Ok(Arc::new(crate::writer::KubeWriter::new(client).dry_run(true)))
+    Ok(Arc::new(kubewasm_host::writer::KubeWriter::new(client).dry_run(true)))
 }
 
 /// Runs `kubewasm record`: one fixture file per key in `--out`; prints their paths.
@@ -125,7 +125,7 @@ pub async fn record(args: crate::cli::RecordArgs) -> anyhow::Result<()> {
     let file = plugin_file(&args.wasm, args.config.clone());
     let config = config_with_settings(&file, args.settings.as_deref())?;
     let wasm = std::fs::read(&args.wasm).with_context(|| format!("reading {}", args.wasm.display()))?;
-    let client = crate::app::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let client = kubewasm_host::app::client(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let runtime = runtime(args.compile_cache.as_deref())?;
     let keys: Vec<_> = args.keys.iter().map(|k| fixtures::parse_key(k)).collect();
     let files = super::record::record(&runtime, client, &file.name, Arc::<[u8]>::from(wasm), config, &keys).await?;

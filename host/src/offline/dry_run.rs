@@ -17,7 +17,9 @@ use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use parking_lot::Mutex;
 
-use crate::plugin::host::{ApiCall, ApiReply, ApiWriter, ApiWriterExt, CallError, Caller, ObjectRef, RecordingWriter};
+use kubewasm_host::plugin::host::{
+    ApiCall, ApiReply, ApiWriter, ApiWriterExt, CallError, Caller, ObjectRef, RecordingWriter,
+};
 
 /// What the dry run found about one write.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -66,7 +68,7 @@ pub struct DryRunWriter {
 
 impl DryRunWriter {
     /// Records into `recorder` and validates writes with `server`, which must not store them
-    /// ([`KubeWriter::dry_run`](crate::writer::KubeWriter::dry_run)).
+    /// ([`KubeWriter::dry_run`](kubewasm_host::writer::KubeWriter::dry_run)).
     pub fn new(recorder: Arc<RecordingWriter>, server: Arc<dyn ApiWriter>) -> Self {
         Self { recorder, server, findings: Mutex::default() }
     }
@@ -127,7 +129,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::plugin::host::{DeleteOptions, TypedObject};
+    use kubewasm_host::plugin::host::{DeleteOptions, TypedObject};
 
     /// A server that rejects applies as invalid, knows no object and only the namespace `a`.
     struct Server;

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Error, Result};
-use crate::plugin::ObjectKey;
+use kubewasm_host::plugin::ObjectKey;
 
 /// `apiVersion` of the recorded-reconcile header.
 pub const RECORDING_API_VERSION: &str = "kubewasm.dev/v1alpha1";
@@ -83,7 +83,7 @@ pub(crate) fn with_uid(mut object: Value) -> Value {
         (api_version.unwrap_or_default(), kind.unwrap_or_default(), name.unwrap_or_default());
     if text("/metadata/uid").is_none() {
         let namespace = text("/metadata/namespace").unwrap_or_default();
-        let digest = crate::plugin::sha256_hex(format!("{api_version}/{kind}/{namespace}/{name}").as_bytes());
+        let digest = kubewasm_host::plugin::sha256_hex(format!("{api_version}/{kind}/{namespace}/{name}").as_bytes());
         let uid = format!(
             "{}-{}-4{}-8{}-{}",
             &digest[..8],

@@ -24,12 +24,12 @@ use serde_json::{Value, json};
 
 use dry_run::{DryRunWriter, Finding};
 
-use crate::controller::{PluginCache, serve_reads, wanted_informers};
-use crate::informer::{CachedObject, Informer, parse_label_selector};
-use crate::plugin::grants::KindRef;
-use crate::plugin::host::{ApiCall, RecordingWriter};
-use crate::plugin::host::{ApiWriter, CacheReader};
-use crate::plugin::{Action, ObjectKey, Plugin, PluginConfig, Runtime};
+use kubewasm_host::controller::{PluginCache, serve_reads, wanted_informers};
+use kubewasm_host::informer::{CachedObject, Informer, parse_label_selector};
+use kubewasm_host::plugin::grants::KindRef;
+use kubewasm_host::plugin::host::{ApiCall, RecordingWriter};
+use kubewasm_host::plugin::host::{ApiWriter, CacheReader};
+use kubewasm_host::plugin::{Action, ObjectKey, Plugin, PluginConfig, Runtime};
 
 /// Why an offline run could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +39,7 @@ pub enum Error {
     Fixture(String),
     /// The plugin did not load.
     #[error(transparent)]
-    Load(Box<crate::plugin::LoadError>),
+    Load(Box<kubewasm_host::plugin::LoadError>),
     /// A cache did not sync in time (recording against a cluster).
     #[error("the cache of {kind} did not sync within {timeout:?}{}", .last_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
     NotSynced {
@@ -52,20 +52,20 @@ pub enum Error {
     },
     /// Its reads could not be wired (an index on a kind it does not read, …).
     #[error(transparent)]
-    Wiring(#[from] Box<crate::controller::Error>),
+    Wiring(#[from] Box<kubewasm_host::controller::Error>),
     /// A cache could not be built.
     #[error(transparent)]
-    Informer(Box<crate::informer::Error>),
+    Informer(Box<kubewasm_host::informer::Error>),
 }
 
-impl From<crate::plugin::LoadError> for Error {
-    fn from(e: crate::plugin::LoadError) -> Self {
+impl From<kubewasm_host::plugin::LoadError> for Error {
+    fn from(e: kubewasm_host::plugin::LoadError) -> Self {
         Error::Load(Box::new(e))
     }
 }
 
-impl From<crate::informer::Error> for Error {
-    fn from(e: crate::informer::Error) -> Self {
+impl From<kubewasm_host::informer::Error> for Error {
+    fn from(e: kubewasm_host::informer::Error) -> Self {
         Error::Informer(Box::new(e))
     }
 }

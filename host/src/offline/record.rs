@@ -14,10 +14,10 @@ use serde_json::Value;
 
 use super::fixtures::{RECORDING_API_VERSION, RECORDING_KIND, Recording};
 use super::{Harness, Report, Result};
-use crate::controller::PluginCache;
-use crate::informer::{InformerParams, SharedInformerFactory};
-use crate::plugin::host::{CacheReader, CallError, TypedObject};
-use crate::plugin::{ObjectKey, PluginConfig, Runtime};
+use kubewasm_host::controller::PluginCache;
+use kubewasm_host::informer::{InformerParams, SharedInformerFactory};
+use kubewasm_host::plugin::host::{CacheReader, CallError, TypedObject};
+use kubewasm_host::plugin::{ObjectKey, PluginConfig, Runtime};
 
 /// How long recording waits for the plugin's caches to sync.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);

@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::Harness;
-use crate::plugin::ObjectKey;
-use crate::plugin::host::{ApiCall, Caller, Patch};
+use kubewasm_host::plugin::ObjectKey;
+use kubewasm_host::plugin::host::{ApiCall, Caller, Patch};
 
 /// How long a value is shown in a change before it is cut.
 const SHOWN_VALUE: usize = 80;

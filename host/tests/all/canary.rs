@@ -11,9 +11,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kubewasm::app::App;
-use kubewasm::hotload::WasmPlugin;
-use kubewasm::hotload::wasmplugin::CanaryStatus;
+use kubewasm_host::app::App;
+use kubewasm_host::hotload::WasmPlugin;
+use kubewasm_host::hotload::wasmplugin::CanaryStatus;
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -220,13 +220,13 @@ async fn a_plugin_file_added_by_the_app_runs_its_canary_as_the_directory_source_
     let config = "grants: {write: [ConfigMap]}\nsettings: {version: v1, selector: \"kubewasm.test/none=none\"}\n\
                   canary: {wasm: .stamper.canary.wasm}\n";
     common::install_plugin(dir.path(), "stamper", "fixture_stamper.wasm", config);
-    let file = kubewasm::app::plugin_files(dir.path()).unwrap().into_iter().find(|f| f.name == "stamper").unwrap();
+    let file = kubewasm_host::app::plugin_files(dir.path()).unwrap().into_iter().find(|f| f.name == "stamper").unwrap();
 
     let mut app = App::new(client.clone(), None, None).unwrap();
     app.add_plugin(&file).await.unwrap();
     assert!(app.plugins().serving("stamper").await.is_some(), "the plugin serves");
     let (sha256, _) = app.plugins().canary("stamper").await.expect("the canary its config names runs");
     let trapper = std::fs::read(dir.path().join(".stamper.canary.wasm")).unwrap();
-    assert_eq!(sha256, kubewasm::plugin::sha256_hex(&trapper), "the candidate is the canary file");
+    assert_eq!(sha256, kubewasm_host::plugin::sha256_hex(&trapper), "the candidate is the canary file");
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }

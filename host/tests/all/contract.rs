@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kubewasm::app::{App, PluginFile};
+use kubewasm_host::app::{App, PluginFile};
 use kubewasm_testenv::ControlPlane;
 use serde_json::json;
 

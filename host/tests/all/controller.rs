@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kubewasm::app::{App, PluginFile};
+use kubewasm_host::app::{App, PluginFile};
 use kubewasm_testenv::ControlPlane;
 
 use common::{eventually, plugin_dir};
@@ -261,9 +261,9 @@ async fn readyz_is_503_while_a_cache_cannot_sync_and_200_once_it_has() {
     let admin = cp.admin_client().await;
     // The restricted user may discover kinds but not list them: the caches cannot sync.
     let mut app = App::new(cp.restricted_client().await, None, None).unwrap();
-    let router = kubewasm::admin::router(app.registry().clone(), app.readiness().clone());
+    let router = kubewasm_host::admin::router(app.registry().clone(), app.readiness().clone());
     let (addr, _server) =
-        kubewasm::admin::serve("127.0.0.1:0".parse().unwrap(), router, std::future::pending()).await.unwrap();
+        kubewasm_host::admin::serve("127.0.0.1:0".parse().unwrap(), router, std::future::pending()).await.unwrap();
     let readyz = || async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();

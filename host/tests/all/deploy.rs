@@ -133,7 +133,7 @@ async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_requ
 async fn the_mark_policy_lets_only_the_plugin_that_made_an_object_change_it_and_people_still_can() {
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{DeleteParams, Patch, PatchParams};
-    use kubewasm::identity::Identities;
+    use kubewasm_host::identity::Identities;
     let cp = ControlPlane::builder().start().expect("a control plane (needs `make control-plane`)");
     let admin = cp.admin_client().await;
     let mut apply = cp.kubectl();

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch as KubePatch, PatchParams};
 use kube::core::GroupVersionKind;
-use kubewasm::controller::PluginCache;
-use kubewasm::informer::{CachedObject, Informer, SharedInformerFactory};
-use kubewasm::plugin::host::{ApiWriterExt, CacheReader, CallError, Caller, FIELD_MANAGER_PREFIX, TypedObject};
-use kubewasm::plugin::metrics::PluginMetrics;
-use kubewasm::writer::KubeWriter;
-use kubewasm::writer::elide::{ElidingWriter, Elision};
+use kubewasm_host::controller::PluginCache;
+use kubewasm_host::informer::{CachedObject, Informer, SharedInformerFactory};
+use kubewasm_host::plugin::host::{ApiWriterExt, CacheReader, CallError, Caller, FIELD_MANAGER_PREFIX, TypedObject};
+use kubewasm_host::plugin::metrics::PluginMetrics;
+use kubewasm_host::writer::KubeWriter;
+use kubewasm_host::writer::elide::{ElidingWriter, Elision};
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 
@@ -289,7 +289,7 @@ async fn a_restart_with_a_cold_cache_elides_from_the_listed_managed_fields() {
 }
 
 /// namespace-defaults' applies and how they went: (sent, unchanged).
-fn nd_writes(app: &kubewasm::app::App) -> (f64, f64) {
+fn nd_writes(app: &kubewasm_host::app::App) -> (f64, f64) {
     let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
     let count = |outcome| {
         let labels = [("plugin", "namespace-defaults"), ("outcome", outcome)];
@@ -302,7 +302,7 @@ fn nd_writes(app: &kubewasm::app::App) -> (f64, f64) {
 async fn namespace_defaults_reapplying_its_unchanged_children_sends_nothing() {
     use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
     use k8s_openapi::api::networking::v1::NetworkPolicy;
-    use kubewasm::app::{App, PluginFile};
+    use kubewasm_host::app::{App, PluginFile};
 
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use kube::core::GroupVersionKind;
-use kubewasm::plugin::host::{ApiWriterExt, Caller, EventRecord, ObjectRef};
-use kubewasm::writer::KubeWriter;
+use kubewasm_host::plugin::host::{ApiWriterExt, Caller, EventRecord, ObjectRef};
+use kubewasm_host::writer::KubeWriter;
 use kubewasm_testenv::ControlPlane;
 
 use common::eventually;

@@ -8,11 +8,11 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
-use kubewasm::plugin::limits::{LimitHit, Limits};
-use kubewasm::plugin::metrics::PluginMetrics;
-use kubewasm::plugin::registration::MAX_INDEXES;
-use kubewasm::plugin::{Action, CallFailed, LoadError, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
+use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::limits::{LimitHit, Limits};
+use kubewasm_host::plugin::metrics::PluginMetrics;
+use kubewasm_host::plugin::registration::MAX_INDEXES;
+use kubewasm_host::plugin::{Action, CallFailed, LoadError, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
 
 use common::plugin_wasm;
@@ -152,7 +152,7 @@ async fn a_plugin_is_not_capped_by_default() {
 
 #[tokio::test]
 async fn the_hosts_write_rate_applies_to_plugins_whose_limits_set_none() {
-    let rate = kubewasm::plugin::throttle::WriteRate { qps: 1, burst: 1 };
+    let rate = kubewasm_host::plugin::throttle::WriteRate { qps: 1, burst: 1 };
     let h = Harness::new(RuntimeConfig::default().write_rate(rate));
     let limits = Limits::default().with_deadline(Duration::from_millis(500));
     let greedy = h.greedy("greedy", json!({"writes": 2}), limits).await.unwrap();

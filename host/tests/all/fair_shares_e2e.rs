@@ -12,10 +12,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kubewasm::app::{App, PluginFile};
-use kubewasm::hotload::Options;
-use kubewasm::plugin::RuntimeConfig;
-use kubewasm::rbac::Identity;
+use kubewasm_host::app::{App, PluginFile};
+use kubewasm_host::hotload::Options;
+use kubewasm_host::plugin::RuntimeConfig;
+use kubewasm_host::rbac::Identity;
 use kubewasm_testenv::ControlPlane;
 use serde_json::json;
 
@@ -123,8 +123,8 @@ async fn reject_flow_of(client: &kube::Client, name: &str, plugin: &str) {
             "distinguisherMethod": {"type": "ByUser"},
             "rules": [{
                 "subjects": [{"kind": "ServiceAccount", "serviceAccount": {
-                    "name": kubewasm::identity::service_account_name(plugin),
-                    "namespace": kubewasm::leader::default_namespace(),
+                    "name": kubewasm_host::identity::service_account_name(plugin),
+                    "namespace": kubewasm_host::leader::default_namespace(),
                 }}],
                 "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"], "clusterScope": true}],
             }],
@@ -174,9 +174,9 @@ async fn when_the_api_server_rejects_a_greedy_plugins_flow_the_host_pauses_it_sh
     // As `kubewasm run` sends plugins' requests: without kube's own retries, so the host sees
     // each 429.
     let identity =
-        Identity { namespace: kubewasm::leader::default_namespace(), host_service_account: "kubewasm".into() };
+        Identity { namespace: kubewasm_host::leader::default_namespace(), host_service_account: "kubewasm".into() };
     let options = Options { identity: Some(identity), provision_rbac: true, ..Options::default() };
-    let plugin_client = kubewasm::app::plugin_client(cp.admin_config()).unwrap();
+    let plugin_client = kubewasm_host::app::plugin_client(cp.admin_config()).unwrap();
     let runtime = RuntimeConfig::default();
     let mut app = App::with_plugin_client(client.clone(), plugin_client, runtime, None, options).unwrap();
     app.add_plugin(&greedy).await.unwrap();
@@ -196,7 +196,7 @@ async fn when_the_api_server_rejects_a_greedy_plugins_flow_the_host_pauses_it_sh
     })
     .await;
     eventually("the host's write seats shrinking", CONVERGE, || async {
-        (metric("kubewasm_write_seats", &[]) < kubewasm::writer::fair::DEFAULT_MAX_SEATS as f64).then_some(())
+        (metric("kubewasm_write_seats", &[]) < kubewasm_host::writer::fair::DEFAULT_MAX_SEATS as f64).then_some(())
     })
     .await;
 

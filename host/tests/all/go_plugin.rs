@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::core::GroupVersionKind;
-use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
-use kubewasm::plugin::host::{ApiCall, Patch, Propagation};
-use kubewasm::plugin::limits::Limits;
-use kubewasm::plugin::{Action, CallFailed, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
+use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::host::{ApiCall, Patch, Propagation};
+use kubewasm_host::plugin::limits::Limits;
+use kubewasm_host::plugin::{Action, CallFailed, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
 use serde_json::json;
 
 const GO: &str = "namespace_defaults_go.wasm";

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
-use kubewasm::app::App;
-use kubewasm::hotload::{Desired, Origin};
+use kubewasm_host::app::App;
+use kubewasm_host::hotload::{Desired, Origin};
 use kubewasm_testenv::ControlPlane;
 use tokio_util::sync::CancellationToken;
 
@@ -117,12 +117,12 @@ async fn a_bad_version_is_rejected_and_the_old_one_keeps_serving(
     let ns = cp.namespace("reject").await;
     let label = format!("kubewasm.test/reject={ns}");
     let app = App::new(client.clone(), None, None).unwrap();
-    let good = kubewasm::plugin::PluginConfig::from_yaml(&stamper_config("v1", &label, 1)).unwrap();
+    let good = kubewasm_host::plugin::PluginConfig::from_yaml(&stamper_config("v1", &label, 1)).unwrap();
     let desired = |wasm, config| Desired { name: "stamper".into(), origin: Origin::Directory, wasm, config };
     app.plugins().apply(desired(plugin_wasm("fixture_stamper.wasm"), good)).await.unwrap();
 
     let bad_wasm = if file == "garbage" { Arc::from(&b"this is not wasm"[..]) } else { plugin_wasm(file) };
-    let bad_config = kubewasm::plugin::PluginConfig::from_yaml(config.unwrap_or("")).unwrap();
+    let bad_config = kubewasm_host::plugin::PluginConfig::from_yaml(config.unwrap_or("")).unwrap();
     let err = app.plugins().apply(desired(bad_wasm, bad_config)).await.unwrap_err();
     assert!(format!("{err:#}").contains(message), "{err:#}");
     assert_eq!(app.plugins().serving("stamper").await.unwrap().revision, 1, "the old version still serves");
@@ -167,7 +167,7 @@ async fn informers_follow_registration_changes_and_the_last_unload_stops_the_wat
     eventually("b's Pod informer released", CONVERGE, || async { (factory.running().await == 1).then_some(()) }).await;
 
     // A WasmPlugin cannot take over a name the directory serves.
-    let config = kubewasm::plugin::PluginConfig::default();
+    let config = kubewasm_host::plugin::PluginConfig::default();
     let other =
         Desired { name: "a".into(), origin: Origin::WasmPlugin, wasm: plugin_wasm("fixture_getter.wasm"), config };
     let err = app.plugins().apply(other).await.unwrap_err();
@@ -209,7 +209,7 @@ async fn a_file_copied_in_piece_by_piece_is_loaded_once_complete() {
         }
     }
     let serving = eventually("the plugin serving", CONVERGE, || async { app.plugins().serving("stamper").await }).await;
-    assert_eq!(serving.sha256, kubewasm::plugin::sha256_hex(&wasm));
+    assert_eq!(serving.sha256, kubewasm_host::plugin::sha256_hex(&wasm));
     assert_eq!(serving.revision, 1, "no partial file was ever loaded");
     let metrics = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
     assert_eq!(metric_value(&metrics, "kubewasm_plugin_rejected_versions_total", &[("plugin", "stamper")]), None);
@@ -221,7 +221,7 @@ async fn a_file_copied_in_piece_by_piece_is_loaded_once_complete() {
 async fn a_version_that_failed_for_want_of_its_crd_loads_on_a_later_pass_without_a_file_change() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Patch, PatchParams};
-    use kubewasm::hotload::directory::Change;
+    use kubewasm_host::hotload::directory::Change;
 
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;

@@ -12,7 +12,7 @@ use kube::{
     api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
     core::GroupVersionKind,
 };
-use kubewasm::informer::{
+use kubewasm_host::informer::{
     CachedObject, Error, IndexFunc, Indexers, Informer, InformerParams, LABEL_INDEX, Notification,
     SharedInformerFactory,
 };
@@ -445,7 +445,7 @@ async fn install_crd(client: &Client, group: &str, kind: &str, plural: &str, ver
 }
 
 /// Asks `discovery` until it serves `gvk` (a new CRD is served a moment after it is created).
-async fn served(discovery: &kubewasm::informer::Discovery, gvk: &GroupVersionKind) {
+async fn served(discovery: &kubewasm_host::informer::Discovery, gvk: &GroupVersionKind) {
     tokio::time::timeout(DEADLINE, async {
         while discovery.resolve(gvk).await.is_err() {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -498,13 +498,13 @@ async fn rbac_names_a_crd_by_the_plural_the_api_server_serves_not_a_guess() {
     install_crd(&client, &group, "Octopus", "octopodes", &["v1"]).await;
     let factory = factory(client);
     served(factory.discovery(), &GroupVersionKind::gvk(&group, "v1", "Octopus")).await;
-    use kubewasm::plugin::grants::{GrantConfig, Grants, KindRef};
+    use kubewasm_host::plugin::grants::{GrantConfig, Grants, KindRef};
     // A plugin reconciling octopodes.
     let registration =
-        kubewasm::plugin::registration::Registration::new(GroupVersionKind::gvk(&group, "v1", "Octopus"));
+        kubewasm_host::plugin::registration::Registration::new(GroupVersionKind::gvk(&group, "v1", "Octopus"));
     let grants = Grants::resolve(&registration, &GrantConfig::default()).unwrap();
     let kind = KindRef { group: group.clone(), kind: "Octopus".into() };
-    assert_ne!(kubewasm::rbac::ResourceNames::guessed().plural(&kind), "octopodes", "kube would guess otherwise");
-    let names = kubewasm::rbac::ResourceNames::discovered(factory.discovery(), &grants).await;
+    assert_ne!(kubewasm_host::rbac::ResourceNames::guessed().plural(&kind), "octopodes", "kube would guess otherwise");
+    let names = kubewasm_host::rbac::ResourceNames::discovered(factory.discovery(), &grants).await;
     assert_eq!(names.plural(&kind), "octopodes");
 }

@@ -14,8 +14,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kubewasm::app::{App, PluginFile};
-use kubewasm::hotload::WasmPlugin;
+use kubewasm_host::app::{App, PluginFile};
+use kubewasm_host::hotload::WasmPlugin;
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -74,7 +74,7 @@ async fn a_plugin_cannot_overwrite_another_plugins_module_config_map_whatever_it
 
     // The victim: a WasmPlugin whose pinned module lives in the module namespace.
     let victim_wasm = plugin_wasm("fixture_stamper.wasm");
-    let digest = kubewasm::plugin::sha256_hex(&victim_wasm);
+    let digest = kubewasm_host::plugin::sha256_hex(&victim_wasm);
     let module_api: Api<ConfigMap> = Api::namespaced(client.clone(), &modules);
     let module = create_config_map(
         &module_api,
@@ -277,7 +277,7 @@ async fn a_confined_plugin_is_never_handed_a_key_outside_its_namespaces() {
     let (_leading, rx) = tokio::sync::watch::channel(false);
     let dir = tempfile::tempdir().unwrap();
     let mut app = App::new(client.clone(), None, None).unwrap();
-    app.set_leader_gate(kubewasm::leader::LeaderGate::new(rx));
+    app.set_leader_gate(kubewasm_host::leader::LeaderGate::new(rx));
     let grants = format!("grants: {{namespaces: {{names: [{inside}]}}}}\n");
     app.add_plugin(&intruder(dir.path(), "confined", &grants, attempts(&inside, json!([])))).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;

@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kubewasm::app::App;
+use kubewasm_host::app::App;
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 

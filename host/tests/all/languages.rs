@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kubewasm::app::{App, PluginFile};
+use kubewasm_host::app::{App, PluginFile};
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
-use kubewasm::app::App;
+use kubewasm_host::app::App;
 use kubewasm_testenv::ControlPlane;
 
 /// How long the served plugin may take to write its ConfigMap (a deadline, not a measurement).

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
-use kubewasm::app::App;
-use kubewasm::hotload::WasmPlugin;
-use kubewasm::hotload::oci::push::{Artifact, digest};
-use kubewasm::hotload::oci::signature::{self, SigningKey};
-use kubewasm::hotload::oci::{LAYER_MEDIA_TYPE, Options, Puller};
+use kubewasm_host::app::App;
+use kubewasm_host::hotload::WasmPlugin;
+use kubewasm_host::hotload::oci::push::{Artifact, digest};
+use kubewasm_host::hotload::oci::signature::{self, SigningKey};
+use kubewasm_host::hotload::oci::{LAYER_MEDIA_TYPE, Options, Puller};
 use kubewasm_testenv::{ControlPlane, REGISTRY_PASSWORD, REGISTRY_USER, Registry};
 use oci_client::secrets::RegistryAuth;
 use serde_json::json;
@@ -159,8 +159,8 @@ async fn oci_modules_follow_tags_pin_digests_survive_registry_failures_and_resta
                     .is_some_and(|s| s.loaded_sha256.as_deref() == Some(&sha) && s.revision == Some(revision))
         })
     };
-    let rust_sha = kubewasm::plugin::sha256_hex(&rust);
-    let python_sha = kubewasm::plugin::sha256_hex(&python);
+    let rust_sha = kubewasm_host::plugin::sha256_hex(&rust);
+    let python_sha = kubewasm_host::plugin::sha256_hex(&python);
 
     // By tag: resolved, pulled with the pull secret's credentials over TLS, served.
     apply(json!({"ref": format!("{repo}:v1"), "pullSecret": "pull"})).await;
@@ -244,7 +244,7 @@ async fn oci_modules_follow_tags_pin_digests_survive_registry_failures_and_resta
 
     // A second plugin by tag (the stamper fixture, which touches only ConfigMaps it is told to).
     let stamper = plugin_wasm("fixture_stamper.wasm");
-    let stamper_sha = kubewasm::plugin::sha256_hex(&stamper);
+    let stamper_sha = kubewasm_host::plugin::sha256_hex(&stamper);
     let stamper_repo = format!("{}/plugins/stamper", registry.host());
     pusher.push(&format!("{stamper_repo}:v1"), &Artifact::wasm(&stamper), &auth()).await.unwrap();
     let stamper_name = format!("stamper-{ns}");
@@ -359,7 +359,7 @@ async fn signed_oci_modules_are_served_and_each_signature_failure_keeps_the_prev
     // Signed by the key in the Secret: served.
     let by_secret = json!({"ref": format!("{repo}:v1"), "pullSecret": "pull", "signature": {"secret": "cosign"}});
     apply(by_secret).await;
-    status("the signed Rust build served".into(), serving(kubewasm::plugin::sha256_hex(&rust), 1)).await;
+    status("the signed Rust build served".into(), serving(kubewasm_host::plugin::sha256_hex(&rust), 1)).await;
 
     // `kubewasm push --sign-key` signs what it pushes; the key inline in the WasmPlugin.
     let ca = tempfile::NamedTempFile::new().unwrap();
@@ -377,7 +377,7 @@ async fn signed_oci_modules_are_served_and_each_signature_failure_keeps_the_prev
         .unwrap();
     assert!(out.status.success(), "kubewasm push --sign-key: {}", String::from_utf8_lossy(&out.stderr));
     let python = plugin_wasm("namespace_defaults_py.wasm");
-    let python_sha = kubewasm::plugin::sha256_hex(&python);
+    let python_sha = kubewasm_host::plugin::sha256_hex(&python);
     let signed_python =
         json!({"ref": format!("{repo}:py"), "pullSecret": "pull", "signature": {"publicKey": public_pem}});
     apply(signed_python.clone()).await;
@@ -460,8 +460,8 @@ async fn signed_oci_modules_are_served_and_each_signature_failure_keeps_the_prev
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement; see BENCHMARKS.md"]
 async fn python_pull_and_load_takes_at_most_1_2x_its_load_from_a_local_file() {
-    use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
-    use kubewasm::plugin::{PluginConfig, Runtime, RuntimeConfig};
+    use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+    use kubewasm_host::plugin::{PluginConfig, Runtime, RuntimeConfig};
     let Some(registry) = Registry::start_or_skip().await else { return };
     let path = common::plugin_dir().join("namespace_defaults_py.wasm");
     let pusher = Puller::new(&Options { ca_pem: Some(registry.ca_pem().as_bytes().to_vec()), ..Default::default() });

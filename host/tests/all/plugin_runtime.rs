@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::core::GroupVersionKind;
-use kubewasm::plugin::host::ApiCall;
-use kubewasm::plugin::host::testing::{MemoryCache, RecordingWriter};
-use kubewasm::plugin::host::{CallError, EventRecord, ObjectRef};
-use kubewasm::plugin::limits::{LimitHit, Limits};
-use kubewasm::plugin::protected::Protected;
-use kubewasm::plugin::{Action, CallFailed, LoadError, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
+use kubewasm_host::plugin::host::ApiCall;
+use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::host::{CallError, EventRecord, ObjectRef};
+use kubewasm_host::plugin::limits::{LimitHit, Limits};
+use kubewasm_host::plugin::protected::Protected;
+use kubewasm_host::plugin::{Action, CallFailed, LoadError, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
 use serde_json::json;
 
 use common::plugin_wasm;

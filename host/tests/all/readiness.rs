@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use kube::api::{Api, PostParams};
-use kubewasm::app::App;
+use kubewasm_host::app::App;
 use kubewasm_testenv::ControlPlane;
 
 use common::process::{HostProcess, kubewasm_run};
@@ -100,7 +100,7 @@ async fn a_config_file_with_an_unknown_field_counts_as_a_rejected_version() {
     let mut source = app.directory_source(dir.path());
     let changes = source.sync().await.unwrap();
     assert!(
-        matches!(&changes[..], [(_, kubewasm::hotload::directory::Change::Rejected(e))] if format!("{e:#}").contains("setings")),
+        matches!(&changes[..], [(_, kubewasm_host::hotload::directory::Change::Rejected(e))] if format!("{e:#}").contains("setings")),
         "{changes:?}"
     );
     let metrics = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
-use kubewasm::app::{App, PluginFile};
+use kubewasm_host::app::{App, PluginFile};
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 

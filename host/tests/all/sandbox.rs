@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
-use kubewasm::app::{App, PluginFile};
+use kubewasm_host::app::{App, PluginFile};
 use kubewasm_testenv::ControlPlane;
 
 use common::{eventually, install_plugin, metric_value};

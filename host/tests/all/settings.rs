@@ -7,8 +7,8 @@ use crate::common;
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kubewasm::app::App;
-use kubewasm::hotload::WasmPlugin;
+use kubewasm_host::app::App;
+use kubewasm_host::hotload::WasmPlugin;
 use kubewasm_testenv::ControlPlane;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

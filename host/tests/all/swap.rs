@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
 use kube::api::{Api, ListParams};
-use kubewasm::app::App;
-use kubewasm::hotload::{Applied, Desired, Origin};
-use kubewasm::plugin::PluginConfig;
+use kubewasm_host::app::App;
+use kubewasm_host::hotload::{Applied, Desired, Origin};
+use kubewasm_host::plugin::PluginConfig;
 use kubewasm_testenv::ControlPlane;
 
 use common::{eventually, plugin_wasm};

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kubewasm::app::App;
-use kubewasm::hotload::WasmPlugin;
-use kubewasm::hotload::wasmplugin::Condition;
+use kubewasm_host::app::App;
+use kubewasm_host::hotload::WasmPlugin;
+use kubewasm_host::hotload::wasmplugin::Condition;
 use kubewasm_testenv::ControlPlane;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -119,7 +119,7 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
     assert_eq!(wp.status.as_ref().unwrap().revision, Some(2));
     assert_eq!(
         wp.status.as_ref().unwrap().loaded_sha256.as_deref(),
-        Some(kubewasm::plugin::sha256_hex(&plugin_wasm("fixture_stamper.wasm")).as_str())
+        Some(kubewasm_host::plugin::sha256_hex(&plugin_wasm("fixture_stamper.wasm")).as_str())
     );
     let second: ConfigMap =
         serde_json::from_value(json!({ "metadata": { "name": "obj2", "labels": { "kubewasm.test/wp": ns } } }))
@@ -194,7 +194,7 @@ async fn a_url_module_is_downloaded_once_and_a_wrong_digest_is_refused() {
     };
 
     let good = format!("good-{ns}");
-    create(good.clone(), format!("{base}/moved"), kubewasm::plugin::sha256_hex(&wasm)).await;
+    create(good.clone(), format!("{base}/moved"), kubewasm_host::plugin::sha256_hex(&wasm)).await;
     let bad = format!("bad-{ns}");
     create(bad.clone(), format!("{base}/other.wasm"), "0".repeat(64)).await;
 
@@ -265,7 +265,7 @@ async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds
     Api::<ClusterRole>::all(admin.clone()).create(&PostParams::default(), &role).await.unwrap();
     Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &binding).await.unwrap();
 
-    let options = kubewasm::hotload::Options { sync_timeout: Duration::from_secs(5), ..Default::default() };
+    let options = kubewasm_host::hotload::Options { sync_timeout: Duration::from_secs(5), ..Default::default() };
     let app = App::with_options(cp.restricted_client().await, None, None, options).unwrap();
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
@@ -333,8 +333,8 @@ async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_for_it_and_its_canary_and_the_api_server_refuses_its_writes()
  {
-    use kubewasm::hotload::Options;
-    use kubewasm::rbac::{self, Identity};
+    use kubewasm_host::hotload::Options;
+    use kubewasm_host::rbac::{self, Identity};
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     common::examples::install_wasm_plugin_crd(&client).await;

@@ -12,11 +12,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use kubewasm::app::App;
-use kubewasm::hotload::{Desired, Options, Origin};
-use kubewasm::plugin::PluginConfig;
-use kubewasm::plugin::host::{ApiCall, ApiReply, ApiWriter, CallError, Caller};
-use kubewasm::writer::KubeWriter;
+use kubewasm_host::app::App;
+use kubewasm_host::hotload::{Desired, Options, Origin};
+use kubewasm_host::plugin::PluginConfig;
+use kubewasm_host::plugin::host::{ApiCall, ApiReply, ApiWriter, CallError, Caller};
+use kubewasm_host::writer::KubeWriter;
 use kubewasm_testenv::ControlPlane;
 
 use common::{eventually, metric_value, plugin_wasm};

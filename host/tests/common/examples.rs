@@ -38,7 +38,7 @@ pub fn install_examples(dir: &Path) {
 /// established.
 pub async fn install_wasm_plugin_crd(client: &Client) {
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    let crd = kubewasm::hotload::crd();
+    let crd = kubewasm_host::hotload::crd();
     crds.patch("wasmplugins.kubewasm.dev", &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(crd))
         .await
         .unwrap();

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
-use kubewasm::app::{App, PluginFile};
+use kubewasm_host::app::{App, PluginFile};
 use serde_json::{Value, json};
 
 use super::{install_plugin, metric_value};
@@ -80,10 +80,10 @@ pub async fn access_denied(client: &Client, ns: &str, plugin: &str) -> Option<St
     events.into_iter().find(|e| e.reason.as_deref() == Some("AccessDenied")).map(|e| e.note.unwrap_or_default())
 }
 
-/// The host's own namespace outside a pod (`kubewasm::leader::DEFAULT_NAMESPACE`), created if
+/// The host's own namespace outside a pod (`kubewasm_host::leader::DEFAULT_NAMESPACE`), created if
 /// missing: writes into it must be refused by the host, not by the API server for want of it.
 pub async fn host_namespace(client: &Client) -> &'static str {
-    let name = kubewasm::leader::DEFAULT_NAMESPACE;
+    let name = kubewasm_host::leader::DEFAULT_NAMESPACE;
     let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     match Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await {
         Ok(_) => {}

@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn the_committed_crd_yaml_matches_the_rust_types() {
-        let committed = include_str!("../../../deploy/crds/wasmplugin.yaml");
+        let committed = include_str!("../../../../deploy/crds/wasmplugin.yaml");
         assert!(
             committed == crd_yaml(),
             "deploy/crds/wasmplugin.yaml is stale: run `cargo run -p kubewasm -- crd > deploy/crds/wasmplugin.yaml`"

@@ -33,7 +33,7 @@ fn informer_err(kind: &GroupVersionKind) -> impl FnOnce(crate::informer::Error) 
 
 /// The informers one plugin version reads, by kind, with the label selector each is opened
 /// with.
-pub(crate) fn wanted_informers(plugin: &Plugin) -> BTreeMap<KindRef, (GroupVersionKind, Option<String>)> {
+pub fn wanted_informers(plugin: &Plugin) -> BTreeMap<KindRef, (GroupVersionKind, Option<String>)> {
     let namespace_labels = plugin.grants().namespaces().is_some_and(|s| s.selector.is_some());
     wanted_kinds(plugin.registration(), namespace_labels)
 }
@@ -68,7 +68,7 @@ fn wanted_kinds(reg: &Registration, namespace_labels: bool) -> BTreeMap<KindRef,
 
 /// Serves `plugin`'s reads from `informers` (those of [`wanted_informers`]) through `cache`:
 /// its custom indexes, and its confinement to namespaces (`grants.namespaces`).
-pub(crate) fn serve_reads(
+pub fn serve_reads(
     plugin: &Plugin,
     cache: &PluginCache,
     informers: &BTreeMap<KindRef, Informer>,

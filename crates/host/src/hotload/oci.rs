@@ -14,7 +14,6 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use tokio::sync::Semaphore;
 
-pub mod args;
 mod cache;
 mod cosign_key;
 pub mod credentials;

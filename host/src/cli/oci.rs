@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use oci_client::secrets::RegistryAuth;
 
-use super::push::Artifact;
-use super::signature::SigningKey;
-use super::{Options, Puller};
+use kubewasm_host::hotload::oci::push::Artifact;
+use kubewasm_host::hotload::oci::signature::SigningKey;
+use kubewasm_host::hotload::oci::{Options, Puller};
 
 /// `kubewasm run`'s registry flags.
 #[derive(Debug, Clone, Args)]
@@ -91,7 +91,7 @@ pub async fn push(args: &PushArgs) -> anyhow::Result<String> {
     use anyhow::Context as _;
     let wasm = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
     let ca_pem = args.ca_file.as_ref().map(std::fs::read).transpose().context("reading --ca-file")?;
-    let parsed = super::parse(&args.reference)?;
+    let parsed = kubewasm_host::hotload::oci::parse(&args.reference)?;
     let registry = parsed.resolve_registry().to_owned();
     let insecure_registries = if args.insecure { vec![registry] } else { Vec::new() };
     let puller = Puller::new(&Options { ca_pem, insecure_registries, ..Default::default() });

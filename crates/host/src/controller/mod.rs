@@ -35,7 +35,7 @@ use crate::shard::ShardGate;
 pub(crate) use filter::add_filtered;
 use triggers::for_trigger;
 use wiring::{Owner, Watched, Wiring};
-pub(crate) use wiring::{serve_reads, wanted_informers};
+pub use wiring::{serve_reads, wanted_informers};
 
 /// Why a controller could not be wired.
 #[derive(Debug, thiserror::Error)]

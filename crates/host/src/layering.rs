@@ -1,5 +1,5 @@
-//! The layering rule, checked until issue 29's crates by layer let Cargo enforce it: a low
-//! module imports only the modules below it. Read from the `crate::` paths in its sources.
+//! The layering rule inside the host library: a low module imports only the modules below it.
+//! Cargo enforces it between crates; this reads it from the `crate::` paths in the sources.
 
 use std::collections::BTreeSet;
 use std::path::Path;
