@@ -167,7 +167,7 @@ image: image-tools rust-plugins
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p kubewasm-queue -p kubewasm-informer -p kubewasm-runtime -p kubewasm -p kubewasm-testenv --no-deps
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p kubewasm-queue -p kubewasm-informer -p kubewasm-runtime -p kubewasm-host -p kubewasm -p kubewasm-testenv --no-deps
 
 ## Formatting, then every test of the native crates (the guest crates are exercised through
 ## the components `plugins` builds, the container image through the image test). Missing docs fail

@@ -32,7 +32,7 @@
 //!   return `Arc<CachedObject>`; [`CachedObject::json`] is the body exactly as cached.
 //!
 //! A crate of its own, below the plugin runtime and the host: it depends on no other kubewasm
-//! crate, and `kubewasm` re-exports it as `kubewasm::informer`. Start reading at
+//! crate, and `kubewasm-host` re-exports it as `kubewasm_host::informer`. Start reading at
 //! [`SharedInformerFactory`], then [`Informer`], the reflector (`reflector.rs`) and the
 //! [`Store`]; `shard/` holds the hash ranges a sharded replica caches and its shard gate.
 

@@ -9,7 +9,7 @@
 //!
 //! A crate of its own, above `kubewasm-informer` (the cache plugins read, [`host::CacheReader`])
 //! and `kubewasm-queue` (rate-limiter configs), below the host, which re-exports it as
-//! `kubewasm::plugin`: it knows nothing of controllers, hot load or the CLI. Start reading at
+//! `kubewasm_host::plugin`: it knows nothing of controllers, hot load or the CLI. Start reading at
 //! [`Runtime`] and [`Plugin`], then `dispatch.rs` (one call in one instance), the
 //! [`authorizer`] that decides every request, and [`host`], one file per WIT interface, whose
 //! writes are [`host::ApiCall`]s sent through a [`host::ApiWriter`].
