@@ -120,6 +120,11 @@ pub struct RunArgs {
     /// when the child exits, and a compiler crash fails only that plugin's load.
     #[arg(long, env = "KUBEWASM_COMPILE_IN_CHILD", default_value_t = true, action = ArgAction::Set)]
     pub compile_in_child: bool,
+    /// The code generator: `cranelift` (optimized code, a slow compile) or `winch` (wasmtime's
+    /// baseline compiler: compiles several times faster, runs slower); default `cranelift`, and
+    /// `winch` under `kubewasm dev`, where a saved plugin should be served in seconds.
+    #[arg(long, env = "KUBEWASM_COMPILER")]
+    pub compiler: Option<crate::plugin::Compiler>,
     /// Seconds to let in-flight reconciles finish after SIGTERM/SIGINT.
     #[arg(long, env = "KUBEWASM_SHUTDOWN_GRACE_SECONDS", default_value_t = 30)]
     pub shutdown_grace_seconds: u64,
@@ -243,6 +248,9 @@ pub struct CompileArgs {
     /// Whether the host uses the pagemap scan.
     #[arg(long, action = ArgAction::Set)]
     pub pagemap_scan: bool,
+    /// The host's code generator.
+    #[arg(long)]
+    pub compiler: crate::plugin::Compiler,
 }
 
 impl From<CompileArgs> for kubewasm_host::plugin::compile_process::ChildSettings {
@@ -253,6 +261,7 @@ impl From<CompileArgs> for kubewasm_host::plugin::compile_process::ChildSettings
             pool_instances: a.pool_instances,
             keep_resident: a.keep_resident,
             pagemap_scan: a.pagemap_scan,
+            compiler: a.compiler,
         }
     }
 }
@@ -269,6 +278,9 @@ pub struct CheckArgs {
     /// same component does not recompile it.
     #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
     pub compile_cache: Option<PathBuf>,
+    /// The code generator, as `run --compiler` (default `cranelift`).
+    #[arg(long, env = "KUBEWASM_COMPILER", default_value_t)]
+    pub compiler: crate::plugin::Compiler,
 }
 
 /// `kubewasm rbac`.

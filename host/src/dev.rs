@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use kubewasm_host::shutdown;
 
 use crate::cli::DevArgs;
+use kubewasm_host::plugin::Compiler;
 
 /// Starts the control plane, writes its kubeconfig, prints how to use it and runs the host on
 /// it until SIGINT/SIGTERM; then stops the host, the control plane and removes the kubeconfig.
@@ -52,6 +53,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     // makes here with the local control plane's admin credentials.
     run.impersonate_plugins = true;
     run.provision_plugin_rbac = true;
+    // A saved plugin is served in seconds: Winch compiles a Python or JavaScript component
+    // (an interpreter and the plugin) several times faster than Cranelift (BENCHMARKS.md
+    // "Edit → effect"); `--compiler cranelift` measures what a deployment runs.
+    run.compiler.get_or_insert(Compiler::Winch);
     let result = if token.is_cancelled() { Ok(()) } else { crate::run::run(run, token).await };
     let _ = std::fs::remove_file(&kubeconfig_out);
     tokio::task::spawn_blocking(move || drop(control_plane)).await?;

@@ -86,7 +86,7 @@ async fn load(args: CheckArgs) -> anyhow::Result<(String, kubewasm_host::plugin:
         None => app::read_config(&app::PluginFile { name: name.clone(), wasm: args.wasm.clone(), config })?,
     };
     let wasm = std::fs::read(&args.wasm).with_context(|| format!("reading {}", args.wasm.display()))?;
-    let mut runtime_config = RuntimeConfig::default();
+    let mut runtime_config = RuntimeConfig::default().compiler(args.compiler);
     if let Some(dir) = &args.compile_cache {
         runtime_config = runtime_config.cache_dir(dir);
     }

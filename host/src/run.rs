@@ -70,7 +70,8 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
         .memory_budget(args.plugin_memory_budget.or_else(container_memory_budget))
         .max_concurrent_cap(args.max_concurrent_cap)
         .write_rate(WriteRate { qps: args.plugin_write_qps, burst: args.plugin_write_burst })
-        .write_timeout(Duration::from_secs(args.plugin_write_timeout_seconds));
+        .write_timeout(Duration::from_secs(args.plugin_write_timeout_seconds))
+        .compiler(args.compiler.unwrap_or_default());
     if let Some(dir) = &args.compile_cache {
         runtime = runtime.cache_dir(dir);
         if let Some(exe) = args.compile_in_child.then(own_executable).flatten() {

@@ -118,6 +118,8 @@ pub struct ChildSettings {
     pub keep_resident: usize,
     /// Whether the host uses the pagemap scan.
     pub pagemap_scan: bool,
+    /// The host's code generator.
+    pub compiler: super::engine::Compiler,
 }
 
 /// The child: builds the engine `args` describe, compiles the component on stdin into the cache
@@ -128,7 +130,8 @@ pub fn child(args: ChildSettings) -> anyhow::Result<()> {
         .max_memory_bytes(args.max_memory_bytes)
         .pool_instances(args.pool_instances)
         .keep_resident(args.keep_resident)
-        .pagemap_scan(args.pagemap_scan);
+        .pagemap_scan(args.pagemap_scan)
+        .compiler(args.compiler);
     let runtime = Runtime::new(config)?;
     let mut wasm = Vec::new();
     std::io::stdin().read_to_end(&mut wasm)?;

@@ -8,7 +8,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy,
+};
 
 use super::bindings::{self, PluginPre};
 use super::compile_process::CompileProcess;
@@ -44,6 +46,57 @@ pub const DEFAULT_POOL_INSTANCES: u32 = 1000;
 /// and 16 workers keep a plugin whose reconciles wait on the API server busy.
 pub const DEFAULT_MAX_CONCURRENT_CAP: u32 = 16;
 
+/// The code generator that turns plugins into machine code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compiler {
+    /// Cranelift, wasmtime's optimizing compiler: the fastest plugins, the slowest compile (a
+    /// Python or JavaScript component, whose interpreter is in it, takes 10–12 s with a release
+    /// host). The default.
+    #[default]
+    Cranelift,
+    /// Winch, wasmtime's baseline compiler: one pass per function, no optimization, several
+    /// times faster to compile and slower to run (BENCHMARKS.md "Edit → effect"). `kubewasm
+    /// dev`'s default, where a save should be served in seconds.
+    Winch,
+}
+
+impl Compiler {
+    /// The name the `--compiler` flag takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cranelift => "cranelift",
+            Self::Winch => "winch",
+        }
+    }
+
+    /// Every compiler, for `--help`.
+    pub const ALL: [Self; 2] = [Self::Cranelift, Self::Winch];
+
+    fn strategy(self) -> Strategy {
+        match self {
+            Self::Cranelift => Strategy::Cranelift,
+            Self::Winch => Strategy::Winch,
+        }
+    }
+}
+
+impl std::str::FromStr for Compiler {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| format!("unknown compiler `{s}` (cranelift or winch)"))
+    }
+}
+
+impl std::fmt::Display for Compiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Errors building the engine.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -65,6 +118,7 @@ pub enum Error {
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
     cache_dir: Option<PathBuf>,
+    compiler: Compiler,
     compile_process: Option<PathBuf>,
     max_memory_bytes: u64,
     pool_instances: u32,
@@ -82,6 +136,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             cache_dir: None,
+            compiler: Compiler::default(),
             compile_process: None,
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             pool_instances: DEFAULT_POOL_INSTANCES,
@@ -118,9 +173,18 @@ impl RuntimeConfig {
         self
     }
 
+    /// The code generator (default [`Compiler::Cranelift`]). The compile cache keys entries by
+    /// it too, so a cache shared by both never hands one's code to the other.
+    #[must_use]
+    pub fn compiler(mut self, compiler: Compiler) -> Self {
+        self.compiler = compiler;
+        self
+    }
+
     /// The flags of `kubewasm compile-plugin` that give a child this configuration's engine.
-    pub(crate) fn engine_flags(&self) -> [(&'static str, String); 4] {
+    pub(crate) fn engine_flags(&self) -> [(&'static str, String); 5] {
         [
+            ("--compiler", self.compiler.as_str().to_owned()),
             ("--max-memory-bytes", self.max_memory_bytes.to_string()),
             ("--pool-instances", self.pool_instances.to_string()),
             ("--keep-resident", self.keep_resident.to_string()),
@@ -263,6 +327,7 @@ impl Runtime {
             .pagemap_scan(if config.pagemap_scan { Enabled::Auto } else { Enabled::No });
         let mut wasm = Config::new();
         wasm.wasm_component_model(true)
+            .strategy(config.compiler.strategy())
             .epoch_interruption(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let cache = match &config.cache_dir {
@@ -371,4 +436,41 @@ pub struct CacheStats {
     pub hits: usize,
     /// Components compiled (and stored).
     pub misses: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+
+    use super::*;
+
+    /// The hash wasmtime keys its compile cache and precompiled artefacts by.
+    fn compatibility_hash(compiler: Compiler) -> u64 {
+        let runtime = Runtime::new(RuntimeConfig::default().pool_instances(2).compiler(compiler)).unwrap();
+        let mut hasher = DefaultHasher::new();
+        runtime.engine.precompile_compatibility_hash().hash(&mut hasher);
+        hasher.finish()
+    }
+
+    #[test]
+    fn compiler_names_are_what_the_flag_parses() {
+        for compiler in Compiler::ALL {
+            assert_eq!(compiler.as_str().parse::<Compiler>(), Ok(compiler));
+            assert_eq!(compiler.to_string(), compiler.as_str());
+        }
+        assert!("llvm".parse::<Compiler>().unwrap_err().contains("cranelift or winch"));
+    }
+
+    #[test]
+    fn a_winch_engine_takes_the_hosts_settings_and_keeps_its_own_compile_cache_entries() {
+        // Winch accepts the pooling allocator, epoch interruption and the component model (or
+        // `Runtime::new` would fail), and its code is never served to a Cranelift host.
+        assert_ne!(compatibility_hash(Compiler::Winch), compatibility_hash(Compiler::Cranelift));
+    }
+
+    #[test]
+    fn a_compile_child_is_told_the_compiler() {
+        let config = RuntimeConfig::default().compiler(Compiler::Winch);
+        assert!(config.engine_flags().contains(&("--compiler", "winch".to_owned())));
+    }
 }

@@ -35,7 +35,7 @@ pub mod throttle;
 
 pub use config::{CanaryConfig, PluginConfig};
 pub use dispatch::{Action, CallFailed};
-pub use engine::{CacheStats, Runtime, RuntimeConfig};
+pub use engine::{CacheStats, Compiler, Runtime, RuntimeConfig};
 /// The key of an object the plugin reconciles: the cache's and the queues' key type.
 pub use kubewasm_informer::{InvalidKey, ObjectKey};
 pub use loader::{LoadError, WORLD};
