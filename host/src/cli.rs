@@ -124,7 +124,7 @@ pub struct RunArgs {
     /// baseline compiler: compiles several times faster, runs slower); default `cranelift`, and
     /// `winch` under `kubewasm dev`, where a saved plugin should be served in seconds.
     #[arg(long, env = "KUBEWASM_COMPILER")]
-    pub compiler: Option<crate::plugin::Compiler>,
+    pub compiler: Option<kubewasm_host::plugin::Compiler>,
     /// Seconds to let in-flight reconciles finish after SIGTERM/SIGINT.
     #[arg(long, env = "KUBEWASM_SHUTDOWN_GRACE_SECONDS", default_value_t = 30)]
     pub shutdown_grace_seconds: u64,
@@ -250,7 +250,7 @@ pub struct CompileArgs {
     pub pagemap_scan: bool,
     /// The host's code generator.
     #[arg(long)]
-    pub compiler: crate::plugin::Compiler,
+    pub compiler: kubewasm_host::plugin::Compiler,
 }
 
 impl From<CompileArgs> for kubewasm_host::plugin::compile_process::ChildSettings {
@@ -280,7 +280,7 @@ pub struct CheckArgs {
     pub compile_cache: Option<PathBuf>,
     /// The code generator, as `run --compiler` (default `cranelift`).
     #[arg(long, env = "KUBEWASM_COMPILER", default_value_t)]
-    pub compiler: crate::plugin::Compiler,
+    pub compiler: kubewasm_host::plugin::Compiler,
 }
 
 /// `kubewasm rbac`.
