@@ -9,6 +9,9 @@
 //! that loop). So a write is always judged on the object as it exists, never on its body alone.
 //!
 //! The rules, in order:
+//! 0. Hidden: no plugin reads, gets or is handed what the host hides from all (the Secrets of
+//!    its own and the module namespace, [`Protected::hides`]); the authorizer installs the same
+//!    rule on the plugin's cache view, so cached reads leave them out.
 //! 1. Kind grants: reads of readable kinds, writes of writable kinds, status writes of the for
 //!    kind (or of a kind granted `write`).
 //! 2. Address: a cluster-scoped kind names no namespace; the object's namespace (a Namespace's
@@ -154,6 +157,7 @@ pub struct Authorizer {
 impl Authorizer {
     /// The authorizer of plugin `plugin` (whose field manager is `kubewasm/<plugin>`).
     pub fn new(plugin: &str, grants: Grants, protected: Protected, cache: std::sync::Arc<dyn CacheReader>) -> Self {
+        cache.hide(&protected);
         Self { plugin: plugin.to_owned(), manager: format!("kubewasm/{plugin}"), grants, protected, cache }
     }
 
@@ -170,6 +174,9 @@ impl Authorizer {
     /// Whether the plugin may see an object at this address: namespaced objects in its
     /// namespaces, Namespaces by name, other cluster-scoped objects always.
     pub fn sees(&self, kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> bool {
+        if self.protected.hides(kind, namespace).is_some() {
+            return false;
+        }
         // Asked for every trigger event: an unconfined plugin (most) answers without a lock.
         if self.grants.namespaces().is_none() {
             return true;
@@ -215,6 +222,9 @@ impl Authorizer {
         let kind_ref = || KindRef::of(kind);
         if matches!(req.verb, Verb::Read | Verb::Get | Verb::Event) {
             self.may_read(kind)?;
+            if let Some(why) = self.protected.hides(kind, target.namespace.as_deref()) {
+                return Err(why);
+            }
         }
         if req.verb == Verb::Read {
             return Ok(Decision::Allow { mark: false });

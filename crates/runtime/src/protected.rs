@@ -5,7 +5,8 @@
 //! host from leading or serving. The host builds one [`Protected`] set (its own namespace, the
 //! module namespace and the Lease prefixes from its flags, WasmPlugins always); the authorizer
 //! (`plugin/authorizer.rs`) refuses every plugin write it matches and every Event in a protected
-//! namespace.
+//! namespace, and hides from every plugin read the Secrets of a protected namespace (the host's
+//! registry pull Secrets and signature keys), whatever its grants.
 
 use std::fmt;
 use std::sync::Arc;
@@ -143,6 +144,18 @@ impl Protected {
         self.0.read().iter().find(|r| r.matches(target)).map(|r| format!("{r} is protected: {}", r.why))
     }
 
+    /// Why no plugin may read an object of `kind` in `namespace`, if none may: Secrets of a
+    /// namespace protected as a whole hold the host's credentials (registry pull Secrets,
+    /// signature keys).
+    pub fn hides(&self, kind: &kube::core::GroupVersionKind, namespace: Option<&str>) -> Option<String> {
+        // Asked for every cached object a plugin reads: other kinds answer without a lock.
+        if !(kind.group.is_empty() && kind.kind == "Secret") {
+            return None;
+        }
+        let why = self.refuses_namespace(namespace?)?;
+        Some(format!("Secrets there hold the host's credentials ({why})"))
+    }
+
     /// Why `namespace` as a whole is protected, if it is (no plugin publishes Events there).
     pub fn refuses_namespace(&self, namespace: &str) -> Option<String> {
         let rules = self.0.read();
@@ -197,6 +210,18 @@ mod tests {
         assert!(!refused(target("", "Secret", Some("elect"), "kubewasm")));
         assert!(seen_by_runtime.refuses_namespace("modules").is_some());
         assert!(seen_by_runtime.refuses_namespace("elect").is_none(), "only its Leases");
+    }
+
+    #[test]
+    fn secrets_of_a_protected_namespace_are_hidden_and_no_other_object() {
+        let p = Protected::default();
+        p.namespace("kubewasm-system", "is the host's own namespace");
+        p.leases("elect", "kubewasm");
+        let secret = GroupVersionKind::gvk("", "v1", "Secret");
+        assert!(p.hides(&secret, Some("kubewasm-system")).is_some());
+        assert!(p.hides(&secret, Some("team-a")).is_none());
+        assert!(p.hides(&secret, Some("elect")).is_none(), "only its Leases are protected");
+        assert!(p.hides(&GroupVersionKind::gvk("", "v1", "ConfigMap"), Some("kubewasm-system")).is_none());
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! ConfigMaps can neither rewrite another plugin's module ConfigMap (protected, whatever its
 //! grants) nor write ConfigMaps it does not control; the ones it controls it writes as before.
 //! Each refusal is an `AccessDenied` Event and a `forbidden` host-call metric. A plugin confined
-//! to namespaces neither sees, writes nor is handed keys outside them.
+//! to namespaces neither sees, writes nor is handed keys outside them. No plugin reads the
+//! Secrets of the host's own namespace (its registry credentials and signature keys), whatever
+//! its grants.
 
 use crate::common;
 
@@ -11,7 +13,7 @@ use std::time::Duration;
 use futures::FutureExt as _;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kubewasm_host::app::{App, PluginFile};
@@ -309,5 +311,47 @@ async fn a_confined_plugin_is_never_handed_a_key_outside_its_namespaces() {
     })
     .await;
     assert!(keys.iter().all(|k| k.starts_with(&format!("{inside}/"))), "keys outside the scope: {keys:?}");
+    assert!(app.shut_down(Duration::from_secs(15)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_granted_every_secret_reads_none_in_the_hosts_namespace() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let host = cp.namespace("iso-host").await;
+    let team = cp.namespace("iso-team").await;
+    for (ns, name) in [(&host, "pull-secret"), (&team, "team-secret")] {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+        let body = json!({"metadata": {"name": name}, "stringData": {"token": "s3cret"}});
+        secrets.create(&PostParams::default(), &serde_json::from_value(body).unwrap()).await.unwrap();
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = App::new(client.clone(), None, None).unwrap();
+    // As App::new protects the namespace it runs in (POD_NAMESPACE), shared by every test here.
+    app.protected().namespace(&host, "is the host's own namespace");
+    let mut settings = attempts(&team, json!([]));
+    settings["report"] = json!("secrets-report");
+    settings["secrets"] = json!([format!("{host}/pull-secret"), format!("{team}/team-secret")]);
+    app.add_plugin(&intruder(dir.path(), "secret-reader", "grants: {read: [Secret]}\n", settings)).await.unwrap();
+    eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
+    let team_api: Api<ConfigMap> = Api::namespaced(client.clone(), &team);
+    create_config_map(&team_api, json!({"metadata": {"name": "trigger", "labels": {"kubewasm.test/intruder": team}}}))
+        .await;
+
+    let report =
+        eventually("secret-reader reported", CONVERGE, || async { team_api.get_opt("secrets-report").await.unwrap() })
+            .await;
+    let data = report.data.unwrap_or_default();
+    let at = |key: String| data.get(&key).cloned().unwrap_or_default();
+    assert_eq!(at(format!("cache.{team}.team-secret")), "found", "{data:?}");
+    assert_eq!(at(format!("get.{team}.team-secret")), "found", "{data:?}");
+    assert_eq!(at(format!("list.{team}")), "1", "{data:?}");
+    assert_eq!(at(format!("cache.{host}.pull-secret")), "absent", "the cache hides it: {data:?}");
+    assert_eq!(at(format!("list.{host}")), "0", "the cache lists none: {data:?}");
+    assert!(at(format!("get.{host}.pull-secret")).starts_with("Forbidden"), "the uncached get: {data:?}");
+    assert!(forbidden_calls(&app, "secret-reader", "client.get") >= 1.0);
+    let note = access_denied(&client, &team, "secret-reader").await;
+    assert!(note.contains("host's own namespace"), "{note}");
     assert!(app.shut_down(Duration::from_secs(15)).await);
 }

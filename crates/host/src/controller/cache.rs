@@ -46,6 +46,8 @@ pub struct PluginCache {
     indexes: Mutex<Vec<(Informer, String)>>,
     /// The namespaces the plugin is confined to (`grants.namespaces`); `None`: all.
     scope: RwLock<Option<Scope>>,
+    /// What no plugin reads (the host's Secrets), installed by the authorizer.
+    hidden: std::sync::OnceLock<crate::plugin::protected::Protected>,
 }
 
 /// A confined plugin's namespaces, and the Namespace informer its selector is matched on.
@@ -73,6 +75,7 @@ impl PluginCache {
             informers: RwLock::default(),
             indexes: Mutex::default(),
             scope: RwLock::default(),
+            hidden: std::sync::OnceLock::new(),
         }
     }
 
@@ -86,6 +89,9 @@ impl PluginCache {
     /// Whether the plugin may see `object` of `kind`: namespaced objects in its scope, and of
     /// Namespaces those in its scope.
     fn visible(&self, kind: &GroupVersionKind, object: &CachedObject) -> bool {
+        if self.hidden.get().is_some_and(|p| p.hides(kind, object.namespace()).is_some()) {
+            return false;
+        }
         let scope = self.scope.read();
         let Some(scope) = scope.as_ref() else { return true };
         match object.namespace() {
@@ -198,6 +204,10 @@ impl CacheReader for PluginCache {
             .by_index(&name, value)
             .map(|objects| self.visible_only(kind, objects))
             .map_err(|_| CallError::Invalid(format!("no index `{index}` on {}", KindRef::of(kind))))
+    }
+
+    fn hide(&self, protected: &crate::plugin::protected::Protected) {
+        let _ = self.hidden.set(protected.clone());
     }
 
     fn in_scope(&self, namespace: &str) -> bool {
