@@ -35,6 +35,10 @@ pub const TARGET: f64 = 1.2;
 /// it falls to: never starved.
 const MIN_RATE: f64 = 10.0;
 
+/// The most a paced rate grows to (requests a second): past any API server's, so growing in
+/// quiet never overflows into a rate a decrease cannot bring back.
+const MAX_RATE: f64 = 10_000.0;
+
 /// Rate added for each neighbour answer within target.
 const RATE_STEP: f64 = 1.0;
 
@@ -152,8 +156,13 @@ impl Pacing {
         match u.next_start {
             Some(at) if at > now => Err(at),
             _ => {
-                let start = u.next_start.map_or(now, |at| at.max(now - Duration::from_secs_f64(1.0 / rate)));
-                u.next_start = Some(start + Duration::from_secs_f64(1.0 / rate));
+                // At most one interval of credit for a pause in its asking.
+                let interval = Duration::from_secs_f64(1.0 / rate);
+                let start = match (u.next_start, now.checked_sub(interval)) {
+                    (Some(at), Some(earliest)) => at.max(earliest),
+                    _ => now,
+                };
+                u.next_start = Some(start + interval);
                 Ok(())
             }
         }
@@ -183,7 +192,7 @@ impl Pacing {
         let Some(rate) = self.rate.as_mut() else { return };
         if heavy {
             if self.last_light_answer.is_some_and(|at| now - at >= QUIET_NEIGHBOUR) {
-                *rate *= QUIET_GROWTH;
+                *rate = (*rate * QUIET_GROWTH).min(MAX_RATE);
             }
             return;
         }
@@ -196,7 +205,7 @@ impl Pacing {
         } else if !falling {
             // Not while the neighbour's latency still falls to a new least: that least is not
             // known yet, and rising then would settle on a loaded one.
-            *rate += RATE_STEP;
+            *rate = (*rate + RATE_STEP).min(MAX_RATE);
         }
     }
 
