@@ -57,6 +57,33 @@ struct Host {
 }
 
 /// A host serving the WasmPlugins labelled `test=<ns>` with modules and secrets in `modules`.
+/// A test's condition on a WasmPlugin.
+type Check = Box<dyn Fn(&WasmPlugin) -> bool + Send + Sync>;
+
+/// Applies namespace-defaults as WasmPlugin `name` (labelled `test: ns`) with the OCI module `oci`.
+async fn apply_namespace_defaults(
+    plugins: &Api<WasmPlugin>,
+    name: &str,
+    ns: &str,
+    oci: serde_json::Value,
+) -> WasmPlugin {
+    let body = json!({
+        "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+        "metadata": {"name": name, "labels": {"test": ns}},
+        "spec": {
+            "module": {"oci": oci},
+            "limits": {"deadlineMs": 5000, "memoryBytes": 134217728},
+            "settings": {"optOutLabel": "kubewasm.dev/no-defaults", "quota": {"pods": "20"}},
+        },
+    });
+    plugins.patch(name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&body)).await.unwrap()
+}
+
+/// Waits until WasmPlugin `name` passes `check`; `what` names the wait in a timeout.
+async fn wait_until(plugins: &Api<WasmPlugin>, name: &str, what: String, check: Check) -> WasmPlugin {
+    eventually(&what, CONVERGE, || async { plugins.get(name).await.ok().filter(|wp| check(wp)) }).await
+}
+
 fn host(client: &kube::Client, modules: &str, ns: &str, registry: &Registry, cache: &std::path::Path) -> Host {
     host_with(client, modules, ns, registry, cache, false)
 }
@@ -131,25 +158,8 @@ async fn oci_modules_follow_tags_pin_digests_survive_registry_failures_and_resta
     let first = host(&client, &modules, &ns, &registry, cache.path());
     let name = format!("nd-{ns}");
     let plugins: Api<WasmPlugin> = Api::all(client.clone());
-    let apply = |oci: serde_json::Value| {
-        let body = json!({
-            "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
-            "metadata": {"name": name, "labels": {"test": ns}},
-            "spec": {
-                "module": {"oci": oci},
-                "limits": {"deadlineMs": 5000, "memoryBytes": 134217728},
-                "settings": {"optOutLabel": "kubewasm.dev/no-defaults", "quota": {"pods": "20"}},
-            },
-        });
-        let (plugins, name) = (plugins.clone(), name.clone());
-        async move {
-            plugins.patch(&name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&body)).await.unwrap()
-        }
-    };
-    let status = |what: String, check: Box<dyn Fn(&WasmPlugin) -> bool + Send + Sync>| {
-        let (plugins, name) = (plugins.clone(), name.clone());
-        async move { eventually(&what, CONVERGE, || async { plugins.get(&name).await.ok().filter(|wp| check(wp)) }).await }
-    };
+    let apply = |oci: serde_json::Value| apply_namespace_defaults(&plugins, &name, &ns, oci);
+    let status = |what: String, check: Check| wait_until(&plugins, &name, what, check);
     let serving = |sha: String, revision: u64| {
         Box::new(move |wp: &WasmPlugin| {
             ready(wp)
@@ -326,25 +336,8 @@ async fn signed_oci_modules_are_served_and_each_signature_failure_keeps_the_prev
     let first = host_with(&client, &modules, &ns, &registry, cache.path(), true);
     let name = format!("signed-{ns}");
     let plugins: Api<WasmPlugin> = Api::all(client.clone());
-    let apply = |oci: serde_json::Value| {
-        let body = json!({
-            "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
-            "metadata": {"name": name, "labels": {"test": ns}},
-            "spec": {
-                "module": {"oci": oci},
-                "limits": {"deadlineMs": 5000, "memoryBytes": 134217728},
-                "settings": {"optOutLabel": "kubewasm.dev/no-defaults", "quota": {"pods": "20"}},
-            },
-        });
-        let (plugins, name) = (plugins.clone(), name.clone());
-        async move {
-            plugins.patch(&name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&body)).await.unwrap()
-        }
-    };
-    let status = |what: String, check: Box<dyn Fn(&WasmPlugin) -> bool + Send + Sync>| {
-        let (plugins, name) = (plugins.clone(), name.clone());
-        async move { eventually(&what, CONVERGE, || async { plugins.get(&name).await.ok().filter(|wp| check(wp)) }).await }
-    };
+    let apply = |oci: serde_json::Value| apply_namespace_defaults(&plugins, &name, &ns, oci);
+    let status = |what: String, check: Check| wait_until(&plugins, &name, what, check);
     let serving = |sha: String, revision: u64| {
         Box::new(move |wp: &WasmPlugin| {
             ready(wp)
