@@ -3,7 +3,16 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cli::Language;
+/// The languages `kubewasm new` writes projects in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Language {
+    /// Rust, with the kubewasm Rust SDK.
+    Rust,
+    /// Python, with the kubewasm Python SDK, built by componentize-py.
+    Python,
+    /// JavaScript, with the kubewasm JavaScript SDK, bundled by rolldown and built by componentize-js.
+    Js,
+}
 
 mod vendor;
 

@@ -4,7 +4,7 @@ use std::io::IsTerminal as _;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{LogArgs, LogFormat};
+use clap::{Args, ValueEnum};
 
 /// Directives appended to the user's filter so compiler internals stay quiet unless asked for.
 /// kube's HTTP trace layer logs an ERROR for every failed request, which during an API-server
@@ -42,4 +42,24 @@ fn colour(args: &LogArgs) -> bool {
     args.log_format == LogFormat::Text
         && std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Log output.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info,kubewasm=debug`.
+    #[arg(long = "log", env = "KUBEWASM_LOG", default_value = "info", global = true)]
+    pub filter: String,
+    /// Log format.
+    #[arg(long, env = "KUBEWASM_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+}
+
+/// Log formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }

@@ -7,13 +7,14 @@
 //! kind's objects and what `map` returned, or the keys asked for — and reports the writes and
 //! Events each call would have made.
 
-pub mod command;
 pub mod dry_run;
 pub mod fixtures;
+mod load;
 pub mod record;
 mod report;
 pub mod settle;
 
+pub use load::{config_with_settings, plugin_file, runtime};
 pub use report::{Diff, Report, diff, parse_expected};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};

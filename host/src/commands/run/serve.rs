@@ -1,4 +1,4 @@
-//! `kubewasm run`: the host library's [`App`] and its sources, leader election, shard membership
+//! `kubewasm run`'s host: the host library's [`App`] and its sources, leader election, shard membership
 //! and admin server, started from `run`'s flags and served until shutdown.
 
 use std::time::Duration;
@@ -15,7 +15,7 @@ use kubewasm_host::rbac::Identity;
 use kubewasm_host::shard::{self, ShardGate};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::RunArgs;
+use super::RunArgs;
 
 /// This process's binary, for child processes (what `/proc/self/exe` points to); `None`, logged,
 /// when it cannot be found, e.g. without a mounted /proc.
@@ -48,7 +48,7 @@ fn budget_within(limit: u64) -> Option<u64> {
 }
 
 /// `kubewasm run`: serve until `shutdown` is cancelled.
-pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn serve(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let config = config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let client = Client::try_from(config.clone())?;
     let plugin_client = plugin_client(config)?;

@@ -1,0 +1,120 @@
+//! `kubewasm check`: one plugin loaded with no cluster, its registration and effective grants printed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+use kube::core::GroupVersionKind;
+use kubewasm_host::hotload::read_config;
+use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::{Runtime, RuntimeConfig};
+
+/// `kubewasm check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The plugin component.
+    pub wasm: PathBuf,
+    /// Its config file; default: `<wasm without .wasm>.yaml` if present.
+    #[arg(long, env = "KUBEWASM_CHECK_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory for compiled plugins (the same as `run --compile-cache`): a second check of the
+    /// same component does not recompile it.
+    #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
+    pub compile_cache: Option<PathBuf>,
+    /// The code generator, as `run --compiler` (default `cranelift`).
+    #[arg(long, env = "KUBEWASM_COMPILER", default_value_t)]
+    pub compiler: kubewasm_host::plugin::Compiler,
+}
+
+impl CheckArgs {
+    /// Loads the plugin with no cluster behind it; returns its name (the file's) and the plugin.
+    pub async fn load(self) -> anyhow::Result<(String, kubewasm_host::plugin::Plugin)> {
+        let file = crate::offline::plugin_file(&self.wasm, self.config.clone());
+        let (name, config) = match file.config.as_deref().map(wasm_plugin_manifest).transpose()?.flatten() {
+            Some(manifest) => (kube::ResourceExt::name_any(&manifest), manifest.spec.plugin_config()),
+            None => (file.name.clone(), read_config(&file)?),
+        };
+        let config_path = file.config;
+        let wasm = std::fs::read(&self.wasm).with_context(|| format!("reading {}", self.wasm.display()))?;
+        let mut runtime_config = RuntimeConfig::default().compiler(self.compiler);
+        if let Some(dir) = &self.compile_cache {
+            runtime_config = runtime_config.cache_dir(dir);
+        }
+        let runtime = Runtime::new(runtime_config)?;
+        let loaded = runtime.load(
+            &name,
+            wasm.into(),
+            config,
+            Arc::new(MemoryCache::default()),
+            Arc::new(RecordingWriter::default()),
+        );
+        // A rejection names the file to fix: the config for its grants, limits or settings.
+        let plugin = loaded.await.map_err(|e| {
+            let blamed = match (config_path, e.blames_config()) {
+                (Some(config), true) => config.display().to_string(),
+                (None, true) => format!(
+                    "{} (absent: create it beside {})",
+                    self.wasm.with_extension("yaml").display(),
+                    self.wasm.display()
+                ),
+                (_, false) => self.wasm.display().to_string(),
+            };
+            anyhow::Error::new(e).context(blamed)
+        })?;
+        Ok((name, plugin))
+    }
+
+    /// Loads the plugin with no cluster behind it and prints what it registers and may access.
+    pub async fn execute(self) -> anyhow::Result<()> {
+        let (name, plugin) = self.load().await?;
+        let reg = plugin.registration();
+        println!("plugin:         {name} (sha256 {})", plugin.sha256());
+        let no_filter = kubewasm_host::plugin::registration::EventFilter::default();
+        let owns = reg.owns.iter().enumerate().map(|(i, kind)| (kind, reg.owns_filters.get(i).unwrap_or(&no_filter)));
+        println!("reconciles:     {}", filtered([(&reg.for_kind, &reg.for_filter)]));
+        println!("owns:           {}", filtered(owns));
+        println!("watches:        {}", filtered(reg.watches.iter().map(|w| (&w.kind, &w.filter))));
+        println!(
+            "reads:          {}",
+            plugin.grants().readable().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        );
+        let join = |kinds: Vec<String>| kinds.join(", ");
+        println!("writes:         {}", join(plugin.grants().writable().map(ToString::to_string).collect()));
+        println!(
+            "writes where it controls the object: {}",
+            join(plugin.grants().writable_controlled().map(ToString::to_string).collect())
+        );
+        println!("max-concurrent: {}", plugin.max_concurrent());
+        Ok(())
+    }
+}
+
+/// The WasmPlugin `path` holds, if it is a WasmPlugin manifest rather than a plugin config
+/// file: its spec is then the config, and its name the plugin's.
+fn wasm_plugin_manifest(path: &std::path::Path) -> anyhow::Result<Option<kubewasm_host::hotload::WasmPlugin>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let value: serde_yaml::Value =
+        serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    if value.get("kind").and_then(serde_yaml::Value::as_str) != Some("WasmPlugin") {
+        return Ok(None);
+    }
+    let manifest =
+        serde_yaml::from_value(value).with_context(|| format!("{}: not a valid WasmPlugin", path.display()))?;
+    Ok(Some(manifest))
+}
+
+/// Kinds as a manifest names them, `apiVersion kind` (`v1 Namespace`, `apps/v1 Deployment`),
+/// each with its event filter in parentheses if it has one, comma-separated; `-` for none.
+fn filtered<'a>(
+    kinds: impl IntoIterator<Item = (&'a GroupVersionKind, &'a kubewasm_host::plugin::registration::EventFilter)>,
+) -> String {
+    let names: Vec<String> = kinds
+        .into_iter()
+        .map(|(g, filter)| match filter.is_empty() {
+            true => format!("{} {}", g.api_version(), g.kind),
+            false => format!("{} {} ({filter})", g.api_version(), g.kind),
+        })
+        .collect();
+    if names.is_empty() { "-".to_owned() } else { names.join(", ") }
+}

@@ -1,0 +1,62 @@
+//! `kubewasm record`: chosen keys reconciled once against a cluster, sending nothing, each written as a fixture `kubewasm test` replays.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::offline::{self, config_with_settings, fixtures, plugin_file, runtime};
+
+/// `kubewasm record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The plugin component.
+    pub wasm: PathBuf,
+    /// Key to record (`namespace/name`, or `name` for a cluster-scoped kind); repeatable.
+    #[arg(long = "key", required = true, env = "KUBEWASM_RECORD_KEY", value_delimiter = ',')]
+    pub keys: Vec<String>,
+    /// Directory for the fixture files, one per key: `<namespace>_<name>.yaml` or `<name>.yaml`.
+    #[arg(long, env = "KUBEWASM_RECORD_OUT", default_value = ".")]
+    pub out: PathBuf,
+    /// Kubeconfig file; default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account.
+    #[arg(long, env = "KUBEWASM_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use; default: the current context.
+    #[arg(long, env = "KUBEWASM_CONTEXT")]
+    pub context: Option<String>,
+    /// Settings (YAML or JSON) to use instead of those of the config file.
+    #[arg(long, env = "KUBEWASM_RECORD_SETTINGS")]
+    pub settings: Option<PathBuf>,
+    /// Its config file; default: `<wasm without .wasm>.yaml` if present.
+    #[arg(long, env = "KUBEWASM_RECORD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory for compiled plugins (the same as `run --compile-cache`).
+    #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
+    pub compile_cache: Option<PathBuf>,
+}
+
+impl RecordArgs {
+    /// Writes one fixture file per key in `--out`; prints their paths.
+    pub async fn execute(self) -> anyhow::Result<()> {
+        let file = plugin_file(&self.wasm, self.config.clone());
+        let config = config_with_settings(&file, self.settings.as_deref())?;
+        let wasm = std::fs::read(&self.wasm).with_context(|| format!("reading {}", self.wasm.display()))?;
+        let client = kubewasm_host::app::client(self.kubeconfig.as_deref(), self.context.as_deref()).await?;
+        let runtime = runtime(self.compile_cache.as_deref())?;
+        let keys: Vec<_> = self.keys.iter().map(|k| fixtures::parse_key(k)).collect();
+        let files =
+            offline::record::record(&runtime, client, &file.name, Arc::<[u8]>::from(wasm), config, &keys).await?;
+        std::fs::create_dir_all(&self.out).with_context(|| format!("creating {}", self.out.display()))?;
+        for (key, text) in files {
+            let name = match key.namespace() {
+                Some(ns) => format!("{ns}_{}.yaml", key.name()),
+                None => format!("{}.yaml", key.name()),
+            };
+            let path = self.out.join(name);
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+            println!("{}", path.display());
+        }
+        Ok(())
+    }
+}
