@@ -8,8 +8,9 @@ use std::process::Command;
 use super::run_ok;
 
 /// `kubewasm` as an author has it after `make install`: this build's binary copied into a `bin/`
-/// outside the checkout, first on `$PATH`. Commands get no `$KUBEWASM`, so a project's test
-/// runner finds the binary on the PATH or not at all.
+/// outside the checkout, first on `$PATH`. Commands get no `$KUBEWASM` and no variable naming
+/// the checkout (cargo gives this test `CARGO_MANIFEST_DIR` and the like), so a project's test
+/// runner finds the binary on the PATH or not at all, and a build cannot reach the checkout.
 pub struct Installed {
     bin: tempfile::TempDir,
     path: OsString,
@@ -21,13 +22,9 @@ impl Installed {
         outside_the_checkout(bin.path());
         std::fs::copy(env!("CARGO_BIN_EXE_kubewasm"), bin.path().join("kubewasm")).unwrap();
         let rest = std::env::var_os("PATH").unwrap_or_default();
-        let dirs = std::iter::once(bin.path().to_owned()).chain(std::env::split_paths(&rest));
+        let outside = std::env::split_paths(&rest).filter(|dir| !dir.starts_with(checkout()));
+        let dirs = std::iter::once(bin.path().to_owned()).chain(outside);
         Self { path: std::env::join_paths(dirs).unwrap(), bin }
-    }
-
-    /// The installed binary.
-    pub fn binary(&self) -> PathBuf {
-        self.bin.path().join("kubewasm")
     }
 
     /// `program` as the author runs it: from `cwd`, with this `kubewasm` on the PATH (a bare
@@ -36,6 +33,12 @@ impl Installed {
         outside_the_checkout(cwd);
         let mut command = Command::new(program);
         command.current_dir(cwd).env("PATH", &self.path).env_remove("KUBEWASM");
+        let checkout = checkout().display().to_string();
+        for (name, value) in std::env::vars_os() {
+            if name != "PATH" && value.to_string_lossy().contains(&checkout) {
+                command.env_remove(name);
+            }
+        }
         command
     }
 }
