@@ -1,9 +1,11 @@
 //! `kubewasm dev`: a local control plane and the host on a plugin directory, stopped by Ctrl-C
-//! (SIGINT) or SIGTERM; with `--with-gc`, owned objects are garbage-collected.
+//! (SIGINT) or SIGTERM; with `--with-gc`, owned objects are garbage-collected; on an author's
+//! project, an edit rebuilt with its `build.sh` reaches the API server with no restart.
 
 use crate::common;
+use crate::common::project::{self, Installed};
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -33,13 +35,25 @@ impl Dev {
         let plugins = work.path().join("plugins");
         std::fs::create_dir(&plugins).unwrap();
         common::install_plugin(&plugins, "namespace-defaults", "namespace_defaults.wasm", "");
+        Self::spawn(work, &plugins, extra, path)
+    }
+
+    /// `kubewasm dev` on the plugin directory `plugins` (an author's project), with `--with-gc`
+    /// or other `extra` flags.
+    fn start_on(plugins: &Path, extra: &[&str]) -> Self {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        Self::spawn(tempfile::tempdir().unwrap(), plugins, extra, &path)
+    }
+
+    /// Runs `kubewasm dev` on `plugins`, its kubeconfig, compile cache and output in `work`.
+    fn spawn(work: tempfile::TempDir, plugins: &Path, extra: &[&str], path: &std::ffi::OsStr) -> Self {
         let kubeconfig = work.path().join("kube/config");
         let stdout = std::fs::File::create(work.path().join("stdout")).unwrap();
         let stderr = std::fs::File::create(work.path().join("stderr")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
             .arg("dev")
             .arg("--plugins")
-            .arg(&plugins)
+            .arg(plugins)
             .arg("--kubeconfig-out")
             .arg(&kubeconfig)
             .args(["--admin-addr", "127.0.0.1:0", "--wasm-plugins=false", "--compile-cache"])
@@ -103,7 +117,7 @@ impl Drop for Dev {
 
 /// `$PATH` with every directory holding `tool` replaced by `shadow`, which gets a link to each
 /// of their other files: the same tools (the control plane needs `sh`, `kill`…) but that one.
-fn path_without(tool: &str, shadow: &std::path::Path) -> std::ffi::OsString {
+fn path_without(tool: &str, shadow: &Path) -> std::ffi::OsString {
     let dirs = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect::<Vec<_>>();
     let mut kept = vec![shadow.to_owned()];
     for dir in dirs {
@@ -177,4 +191,39 @@ async fn dev_with_gc_deletes_the_dependents_of_a_deleted_owner_and_sigterm_stops
     })
     .await;
     dev.stop_with("-TERM", client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_serves_an_edit_rebuilt_with_the_projects_build_script_without_a_restart() {
+    let kubewasm = Installed::new();
+    let (_clone, project) = project::scaffold(&kubewasm, "rust", "edit-ns");
+    project::build(&kubewasm, &project, "edit-ns");
+    let mut dev = Dev::start_on(&project, &[]);
+    let client = dev.client().await;
+    create_namespace(&client, "edit-demo").await;
+    let welcome: Api<ConfigMap> = Api::namespaced(client.clone(), "edit-demo");
+    let greeting = || async { welcome.get_opt("welcome").await.ok().flatten()?.data?.remove("greeting") };
+    let first = common::eventually("the first version's greeting", START, || async {
+        greeting().await.filter(|g| g == "hello, edit-demo")
+    })
+    .await;
+
+    // The author edits the string the plugin writes and rebuilds; `kubewasm dev` keeps running.
+    let lib = project.join("src/lib.rs");
+    let source = std::fs::read_to_string(&lib).unwrap();
+    let edited = source.replace(r#"format!("{}, {name}""#, r#"format!("{}, {name}, edited""#);
+    assert_ne!(edited, source, "the scaffold's format string changed; update this test");
+    std::fs::write(&lib, edited).unwrap();
+    let edit = Instant::now();
+    project::build(&kubewasm, &project, "edit-ns");
+    let built = edit.elapsed();
+    // The swap queues every Namespace again, so the existing ConfigMap gets the new string.
+    let second = common::eventually("the edited version's greeting", START, || async {
+        greeting().await.filter(|g| g != &first)
+    })
+    .await;
+    assert_eq!(second, "hello, edit-demo, edited");
+    eprintln!("edit → effect: {:?} (build.sh {built:?}, then swap and reconcile)", edit.elapsed());
+    assert!(dev.child.try_wait().unwrap().is_none(), "kubewasm dev was not restarted: {}", dev.logs());
+    dev.stop_with("-INT", client).await;
 }

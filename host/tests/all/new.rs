@@ -1,6 +1,9 @@
-//! `kubewasm new rust|python|js`: a project outside the repository, with the SDK vendored and no
-//! path to the checkout in it, is scaffolded, built with its own build script, passes its offline test through `kubewasm test` (cargo's, pytest, node
-//! --test), and reconciles on a real kube-apiserver + etcd when its directory is served by the host.
+//! `kubewasm new rust|python|js`, as an author who ran `make install` has it: the installed
+//! binary on `$PATH` (no `$KUBEWASM`), every command run from outside the checkout. The project
+//! is made in a temporary directory, names no path to the checkout, and is built from a copy
+//! elsewhere with its own build script; it passes its offline test (`kubewasm test`, pytest,
+//! node --test, each finding `kubewasm` on the PATH) and reconciles on a real kube-apiserver +
+//! etcd when its directory is served by the host.
 //!
 //! The Python and JavaScript builds use the toolchains `make test` installed (`make py-plugins
 //! sdk-test js-plugins`, in `$KUBEWASM_TOOLS`, default ~/.cache/kubewasm/tools); without them
@@ -9,6 +12,7 @@
 //! fills the compile cache the host then loads from); the JavaScript one ~15 s and ~25 s.
 
 use crate::common;
+use crate::common::project::{self, Installed};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -62,36 +66,18 @@ fn js_toolchain() -> PathBuf {
     dir
 }
 
-fn kubewasm(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubewasm"));
-    command.args(args);
-    command
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_rust_project_builds_passes_its_offline_test_and_reconciles_on_the_apiserver() {
-    let work = tempfile::tempdir().unwrap();
-    let project = work.path().join("hello-ns");
-    let dir = project.display().to_string();
-    let created = common::run_ok(kubewasm(&["new", "rust", "hello-ns", "--dir", &dir]));
-    assert!(created.contains("build.sh"), "{created}");
-    names_no_checkout(&project);
-    let again = kubewasm(&["new", "rust", "hello-ns", "--dir", &dir]).output().unwrap();
-    assert!(!again.status.success(), "a project is never written over");
+    let kubewasm = Installed::new();
+    let (_clone, project) = project::scaffold(&kubewasm, "rust", "hello-ns");
+    project::build(&kubewasm, &project, "hello-ns");
+    // Its tests/offline.rs runs the installed `kubewasm test` on what build.sh built.
+    let mut cargo = kubewasm.command("cargo", &project);
+    cargo.args(["test", "--offline"]).env("CARGO_TARGET_DIR", project::rust_target_dir());
+    let (out, cache) = offline_test(cargo, &project);
+    assert!(out.contains("test result: ok. 1 passed"), "{out}");
 
-    let mut build = Command::new(project.join("build.sh"));
-    build.arg("--offline").env("CARGO_TARGET_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("new-e2e-target"));
-    common::run_ok(build);
-    let wasm = project.join("hello-ns.wasm").display().to_string();
-    let (fixtures, expected) = (format!("{dir}/tests/fixtures.yaml"), format!("{dir}/tests/expected.yaml"));
-    let cache = common::test_compile_cache().display().to_string();
-    let args =
-        ["test", &wasm, "--objects", &fixtures, "--expect", &expected, "--compile-cache", &cache, "--until-settled"];
-    let mut offline = kubewasm(&args);
-    offline.env("KUBECONFIG", "/nonexistent");
-    common::run_ok(offline);
-
-    serves_and_reconciles(&project, "hello-ns", None).await;
+    serves_and_reconciles(&project, "hello-ns", Some(&cache)).await;
 }
 
 /// Serves `project` (a plugin directory: `<name>.wasm` beside `<name>.yaml`) from a host on the
@@ -117,41 +103,12 @@ async fn serves_and_reconciles(project: &Path, name: &str, compile_cache: Option
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }
 
-/// Asserts that no file of the freshly made `project` names the checkout: it builds from the
-/// SDK copy in its `vendor/`, so it can be committed and built anywhere.
-fn names_no_checkout(project: &Path) {
-    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().display().to_string();
-    for file in source_files(project) {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        assert!(!text.contains(&checkout), "{} names the checkout {checkout}", file.display());
-    }
-    assert!(project.join("vendor/kubewasm-sdk").is_dir(), "the SDK is vendored");
-}
-
-/// Scaffolds a `language` project named `name` in a temporary directory and runs its build
-/// script; returns the directory (kept alive by the guard).
-fn scaffold_and_build(language: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
-    let work = tempfile::tempdir().unwrap();
-    let project = work.path().join(name);
-    let dir = project.display().to_string();
-    let created = common::run_ok(kubewasm(&["new", language, name, "--dir", &dir]));
-    assert!(created.contains("build.sh"), "{created}");
-    names_no_checkout(&project);
-    common::run_ok(Command::new(project.join("build.sh")));
-    assert!(project.join(format!("{name}.wasm")).is_file(), "build.sh wrote {name}.wasm");
-    (work, project)
-}
-
-/// Runs a project's own offline test command with `kubewasm` being this build's binary, as an
-/// author runs it (no `$KUBEWASM_COMPILE_CACHE`): the test keeps the compiled component in the
-/// project's `.kubewasm/compile-cache`, which the host below loads it from without compiling
-/// it again. Returns the runner's output and that cache.
+/// Runs a project's own offline test command as an author runs it: from the project, with the
+/// installed `kubewasm` on the PATH and neither `$KUBEWASM` nor `$KUBEWASM_COMPILE_CACHE`. The
+/// test keeps the compiled component in the project's `.kubewasm/compile-cache`, which the host
+/// below loads it from without compiling it again. Returns the runner's output and that cache.
 fn offline_test(mut runner: Command, project: &Path) -> (String, PathBuf) {
-    runner
-        .current_dir(project)
-        .env("KUBEWASM", env!("CARGO_BIN_EXE_kubewasm"))
-        .env_remove("KUBEWASM_COMPILE_CACHE")
-        .env("KUBECONFIG", "/nonexistent");
+    runner.env_remove("KUBEWASM_COMPILE_CACHE").env("KUBECONFIG", "/nonexistent");
     let out = common::run_ok(runner);
     let cache = project.join(".kubewasm/compile-cache");
     assert!(
@@ -165,11 +122,13 @@ fn offline_test(mut runner: Command, project: &Path) -> (String, PathBuf) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_python_project_builds_passes_its_pytest_and_reconciles_on_the_apiserver() {
     let venv = python_toolchain();
-    let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk/python");
-    let before = source_files(&sdk);
-    let (_work, project) = scaffold_and_build("python", "hello-py");
-    assert_eq!(source_files(&sdk), before, "the build wrote nothing into the SDK's sources");
-    let mut pytest = Command::new(venv.join("bin/pytest"));
+    let sdk = project::checkout().join("plugins/sdk/python");
+    let before = project::files_under(&sdk);
+    let kubewasm = Installed::new();
+    let (_clone, project) = project::scaffold(&kubewasm, "python", "hello-py");
+    project::build(&kubewasm, &project, "hello-py");
+    assert_eq!(project::files_under(&sdk), before, "the build wrote nothing into the SDK's sources");
+    let mut pytest = kubewasm.command(venv.join("bin/pytest"), &project);
     pytest.args(["-q", "-p", "no:cacheprovider"]);
     let (out, cache) = offline_test(pytest, &project);
     assert!(out.contains("1 passed"), "{out}");
@@ -179,24 +138,12 @@ async fn a_new_python_project_builds_passes_its_pytest_and_reconciles_on_the_api
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_js_project_builds_passes_its_node_test_and_reconciles_on_the_apiserver() {
     js_toolchain();
-    let (_work, project) = scaffold_and_build("js", "hello-js");
-    let mut node = Command::new("node");
+    let kubewasm = Installed::new();
+    let (_clone, project) = project::scaffold(&kubewasm, "js", "hello-js");
+    project::build(&kubewasm, &project, "hello-js");
+    let mut node = kubewasm.command("node", &project);
     node.arg("--test");
     let (out, cache) = offline_test(node, &project);
     assert!(out.contains("# pass 1") && out.contains("# fail 0"), "{out}");
     serves_and_reconciles(&project, "hello-js", Some(&cache)).await;
-}
-
-/// Every file under `dir`, recursively (to see that a build wrote nothing there).
-fn source_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut dirs = vec![dir.to_owned()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() { dirs.push(path) } else { files.push(path) }
-        }
-    }
-    files.sort();
-    files
 }

@@ -6,6 +6,7 @@ pub mod examples;
 pub mod hostile;
 pub mod image;
 pub mod process;
+pub mod project;
 
 use std::path::PathBuf;
 use std::sync::Arc;

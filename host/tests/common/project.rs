@@ -1,0 +1,122 @@
+//! An author's project: `kubewasm` installed as `make install` leaves it, and a project it made
+//! outside the checkout, built with the project's own `build.sh`.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::run_ok;
+
+/// `kubewasm` as an author has it after `make install`: this build's binary copied into a `bin/`
+/// outside the checkout, first on `$PATH`. Commands get no `$KUBEWASM` and no variable naming
+/// the checkout (cargo gives this test `CARGO_MANIFEST_DIR` and the like), so a project's test
+/// runner finds the binary on the PATH or not at all, and a build cannot reach the checkout.
+pub struct Installed {
+    bin: tempfile::TempDir,
+    path: OsString,
+}
+
+impl Installed {
+    pub fn new() -> Self {
+        let bin = tempfile::tempdir().unwrap();
+        outside_the_checkout(bin.path());
+        std::fs::copy(env!("CARGO_BIN_EXE_kubewasm"), bin.path().join("kubewasm")).unwrap();
+        let rest = std::env::var_os("PATH").unwrap_or_default();
+        let outside = std::env::split_paths(&rest).filter(|dir| !dir.starts_with(checkout()));
+        let dirs = std::iter::once(bin.path().to_owned()).chain(outside);
+        Self { path: std::env::join_paths(dirs).unwrap(), bin }
+    }
+
+    /// `program` as the author runs it: from `cwd`, with this `kubewasm` on the PATH (a bare
+    /// `program` is looked up on that PATH too) and no `$KUBEWASM`.
+    pub fn command(&self, program: impl AsRef<OsStr>, cwd: &Path) -> Command {
+        outside_the_checkout(cwd);
+        let mut command = Command::new(program);
+        command.current_dir(cwd).env("PATH", &self.path).env_remove("KUBEWASM");
+        let checkout = checkout().display().to_string();
+        for (name, value) in std::env::vars_os() {
+            if name != "PATH" && value.to_string_lossy().contains(&checkout) {
+                command.env_remove(name);
+            }
+        }
+        command
+    }
+}
+
+/// The checkout this test binary was built from.
+pub fn checkout() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+fn outside_the_checkout(dir: &Path) {
+    let dir = dir.canonicalize().unwrap();
+    assert!(!dir.starts_with(checkout().canonicalize().unwrap()), "{} is inside the checkout", dir.display());
+}
+
+/// Where the Rust projects of these tests build (`$CARGO_TARGET_DIR` for their `build.sh`): one
+/// dir, so the SDK and k8s-openapi compile for wasm32-wasip2 once (minutes cold on 2 cores).
+pub fn rust_target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("new-e2e-target")
+}
+
+/// A `language` project named `name`, as an author has it: made by the installed `kubewasm new`
+/// in one temporary directory, then copied into another (as a clone elsewhere would be) and the
+/// original removed, so nothing in it can lean on where it was made. Returns the copy (kept
+/// alive by the guard).
+pub fn scaffold(kubewasm: &Installed, language: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
+    let made = tempfile::tempdir().unwrap();
+    let project = made.path().join(name);
+    let dir = project.display().to_string();
+    let new = || {
+        let mut new = kubewasm.command("kubewasm", made.path());
+        new.args(["new", language, name, "--dir", &dir]);
+        new
+    };
+    let created = run_ok(new());
+    assert!(created.contains("build.sh"), "{created}");
+    names_no_checkout(&project);
+    assert!(!new().output().unwrap().status.success(), "a project is never written over");
+    let clone = tempfile::tempdir().unwrap();
+    let mut cp = Command::new("cp");
+    cp.arg("-R").arg(&project).arg(clone.path());
+    run_ok(cp);
+    drop(made);
+    let project = clone.path().join(name);
+    (clone, project)
+}
+
+/// Runs `project`'s `build.sh` from the project as its author does; a Rust project builds
+/// offline into [`rust_target_dir`]. Asserts that it wrote `<name>.wasm`.
+pub fn build(kubewasm: &Installed, project: &Path, name: &str) {
+    let mut build = kubewasm.command(project.join("build.sh"), project);
+    if project.join("Cargo.toml").is_file() {
+        build.arg("--offline").env("CARGO_TARGET_DIR", rust_target_dir());
+    }
+    run_ok(build);
+    assert!(project.join(format!("{name}.wasm")).is_file(), "build.sh wrote {name}.wasm");
+}
+
+/// Asserts that no file of the freshly made `project` names the checkout: it builds from the
+/// SDK copy in its `vendor/`, so it can be committed and built anywhere.
+pub fn names_no_checkout(project: &Path) {
+    let checkout = checkout().display().to_string();
+    for file in files_under(project) {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        assert!(!text.contains(&checkout), "{} names the checkout {checkout}", file.display());
+    }
+    assert!(project.join("vendor/kubewasm-sdk").is_dir(), "the SDK is vendored");
+}
+
+/// Every file under `dir`, recursively, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() { dirs.push(path) } else { files.push(path) }
+        }
+    }
+    files.sort();
+    files
+}
