@@ -37,10 +37,14 @@ MUSL_TARGET := $(shell uname -m)-unknown-linux-musl
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 IMAGE := kubewasm:$(VERSION)
 export KUBEWASM_IMAGE_DIR ?= $(TARGET_DIR)/image
+# The image's binary builds in a target dir of its own, so that `make test` can build it beside
+# the test binaries: cargo locks a target dir for one build at a time, and the image's fat LTO
+# spends most of its time in one codegen unit, on one CPU, leaving the other to the tests.
+IMAGE_TARGET_DIR := $(TARGET_DIR)/image-build
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy fixture-hostile fixture-hostile-legacy
 
-.PHONY: install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools
+.PHONY: install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary test-binaries
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -159,9 +163,8 @@ image-tools: toolchain
 ## The host's container image without a Docker engine or base-image pull: a static (musl)
 ## release binary and the example plugins, as the Dockerfile's final stage lays them out
 ## (deploy/image/build.sh). Prints the image's name; README "Deploy" says how to push it.
-image: image-tools rust-plugins
-	CC_$(subst -,_,$(MUSL_TARGET))=musl-gcc $(CARGO) build --profile image --locked --target $(MUSL_TARGET) -p kubewasm
-	bash deploy/image/build.sh $(KUBEWASM_IMAGE_DIR) $(TARGET_DIR)/$(MUSL_TARGET)/image/kubewasm \
+image: image-tools rust-plugins image-binary
+	bash deploy/image/build.sh $(KUBEWASM_IMAGE_DIR) $(IMAGE_TARGET_DIR)/$(MUSL_TARGET)/image/kubewasm \
 		$(TARGET_DIR)/wasm32-wasip2/plugin
 
 lint:
@@ -169,11 +172,22 @@ lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p kubewasm-queue -p kubewasm-informer -p kubewasm-runtime -p kubewasm-host -p kubewasm -p kubewasm-testenv --no-deps
 
+## The image's static binary alone (what takes long in `make image`).
+image-binary: image-tools
+	CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) CC_$(subst -,_,$(MUSL_TARGET))=musl-gcc \
+		$(CARGO) build --profile image --locked --target $(MUSL_TARGET) -p kubewasm
+
+## The test binaries, built and not run.
+test-binaries: toolchain
+	$(CARGO) test --no-run --locked
+
 ## Formatting, then every test of the native crates (the guest crates are exercised through
 ## the components `plugins` builds, the container image through the image test). Missing docs fail
 ## the build itself (workspace lints).
-test: toolchain plugins control-plane registry image sdk-test sdk-packages
+test: toolchain plugins control-plane registry image-tools sdk-test sdk-packages
 	$(CARGO) fmt --all -- --check
+	$(MAKE) --no-print-directory -j2 image-binary test-binaries
+	$(MAKE) --no-print-directory image
 	$(CARGO) test --no-fail-fast
 	$(CARGO) test --no-fail-fast -p kubewasm-go-component
 

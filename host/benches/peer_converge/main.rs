@@ -77,7 +77,7 @@ struct Args {
     #[arg(long, env = "KUBEWASM_BENCH_PEER")]
     peer: Option<PathBuf>,
     /// The host binary; default: this build's release `kubewasm`. The image runs the static
-    /// musl build (`make image`: `<target>/x86_64-unknown-linux-musl/image/kubewasm`).
+    /// musl build (`make image`: `<target>/image-build/x86_64-unknown-linux-musl/image/kubewasm`).
     #[arg(long, env = "KUBEWASM_BENCH_KUBEWASM")]
     kubewasm: Option<PathBuf>,
     /// Set by `cargo bench`; without it (`cargo test --benches`) nothing runs.
