@@ -1,4 +1,4 @@
-//! Command line: the subcommands and their dispatch; each one's flags and work are in [`crate::commands`], and every flag also reads a `KUBEWASM_*` variable.
+//! Command line: the subcommands and their dispatch (each one's flags and work: [`crate::commands`]).
 
 use clap::{Parser, Subcommand};
 

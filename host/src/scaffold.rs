@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+mod vendor;
+
 /// The languages `kubewasm new` writes projects in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Language {
@@ -13,8 +15,6 @@ pub enum Language {
     /// JavaScript, with the kubewasm JavaScript SDK, bundled by rolldown and built by componentize-js.
     Js,
 }
-
-mod vendor;
 
 /// The contract version the templates are written for (the SDKs' world, `wit/` of a Python or
 /// JavaScript project).
