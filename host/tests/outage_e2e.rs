@@ -21,7 +21,7 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::prelude::*;
 
-use common::{eventually, metric_value, plugin_wasm};
+use common::{eventually, metric_value, plugin_module};
 use hotload_support::{stamp_of, stamper_config};
 
 /// ConfigMaps in each backlog.
@@ -88,7 +88,7 @@ async fn stamped(client: &kube::Client, ns: &str) -> usize {
 async fn start(host_client: &kube::Client, label: &str) -> App {
     let app = App::new(host_client.clone(), None, None).unwrap();
     let config = PluginConfig::from_yaml(&stamper_config("v1", label, 4)).unwrap();
-    let wasm = plugin_wasm("fixture_stamper.wasm");
+    let wasm = plugin_module("fixture_stamper.wasm");
     app.plugins().apply(Desired { name: "stamper".into(), origin: Origin::Directory, wasm, config }).await.unwrap();
     app
 }

@@ -15,11 +15,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 use kubewasm_host::app::App;
-use kubewasm_host::hotload::{Desired, Origin};
+use kubewasm_host::hotload::{Desired, Module, Origin};
 use kubewasm_testenv::ControlPlane;
 use tokio_util::sync::CancellationToken;
 
-use common::{eventually, install_plugin, metric_value, plugin_wasm};
+use common::{eventually, install_plugin, metric_value, plugin_module, plugin_wasm};
 use hotload_support::{Spans, create_config_maps, stamp_of, stamper_config};
 
 const CONVERGE: Duration = Duration::from_secs(180);
@@ -118,7 +118,12 @@ async fn a_bad_version_is_rejected_and_the_old_one_keeps_serving(
     let label = format!("kubewasm.test/reject={ns}");
     let app = App::new(client.clone(), None, None).unwrap();
     let good = kubewasm_host::plugin::PluginConfig::from_yaml(&stamper_config("v1", &label, 1)).unwrap();
-    let desired = |wasm, config| Desired { name: "stamper".into(), origin: Origin::Directory, wasm, config };
+    let desired = |wasm, config| Desired {
+        name: "stamper".into(),
+        origin: Origin::Directory,
+        wasm: Module::hash_blocking(wasm),
+        config,
+    };
     app.plugins().apply(desired(plugin_wasm("fixture_stamper.wasm"), good)).await.unwrap();
 
     let bad_wasm = if file == "garbage" { Arc::from(&b"this is not wasm"[..]) } else { plugin_wasm(file) };
@@ -169,7 +174,7 @@ async fn informers_follow_registration_changes_and_the_last_unload_stops_the_wat
     // A WasmPlugin cannot take over a name the directory serves.
     let config = kubewasm_host::plugin::PluginConfig::default();
     let other =
-        Desired { name: "a".into(), origin: Origin::WasmPlugin, wasm: plugin_wasm("fixture_getter.wasm"), config };
+        Desired { name: "a".into(), origin: Origin::WasmPlugin, wasm: plugin_module("fixture_getter.wasm"), config };
     let err = app.plugins().apply(other).await.unwrap_err();
     assert!(err.to_string().contains("already loaded from the plugin directory"), "{err}");
 

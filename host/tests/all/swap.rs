@@ -15,7 +15,7 @@ use kubewasm_host::hotload::{Applied, Desired, Origin};
 use kubewasm_host::plugin::PluginConfig;
 use kubewasm_testenv::ControlPlane;
 
-use common::{eventually, plugin_wasm};
+use common::{eventually, plugin_module};
 use hotload_support::{Run, Spans, create_config_maps, stamp_of, stamper_config};
 
 const CONVERGE: Duration = Duration::from_secs(180);
@@ -30,7 +30,7 @@ fn stamper(version: &str, label: &str, max_concurrent: u32) -> Desired {
     Desired {
         name: "stamper".into(),
         origin: Origin::Directory,
-        wasm: plugin_wasm("fixture_stamper.wasm"),
+        wasm: plugin_module("fixture_stamper.wasm"),
         config: PluginConfig::from_yaml(&stamper_config(version, label, max_concurrent)).unwrap(),
     }
 }
@@ -91,7 +91,7 @@ fn defaults(file: &str) -> Desired {
     Desired {
         name: "defaults".into(),
         origin: Origin::Directory,
-        wasm: plugin_wasm(file),
+        wasm: plugin_module(file),
         config: PluginConfig::from_yaml(DEFAULTS_CONFIG).unwrap(),
     }
 }

@@ -19,7 +19,7 @@ use kubewasm_host::plugin::host::{ApiCall, ApiReply, ApiWriter, CallError, Calle
 use kubewasm_host::writer::KubeWriter;
 use kubewasm_testenv::ControlPlane;
 
-use common::{eventually, metric_value, plugin_wasm};
+use common::{eventually, metric_value, plugin_module};
 use hotload_support::{stamp_of, stamper_config};
 
 const CONVERGE: Duration = Duration::from_secs(60);
@@ -69,7 +69,7 @@ async fn a_host_panic_during_a_reconcile_retries_the_key_and_keeps_the_only_work
     });
     let app = App::with_writer(client.clone(), None, None, Options::default(), writer.clone()).unwrap();
     let config = PluginConfig::from_yaml(&stamper_config("v1", &label, 1)).unwrap();
-    let wasm = plugin_wasm("fixture_stamper.wasm");
+    let wasm = plugin_module("fixture_stamper.wasm");
     let desired = Desired { name: "stamper".into(), origin: Origin::Directory, wasm, config };
     app.plugins().apply(desired).await.unwrap();
 
@@ -95,7 +95,7 @@ async fn start_mapper(client: &kube::Client, selector: &str) -> App {
     let app = App::new(client.clone(), None, None).unwrap();
     let config = format!("grants:\n  write: [ConfigMap]\nsettings:\n  selector: \"{selector}\"\n");
     let config = PluginConfig::from_yaml(&config).unwrap();
-    let wasm = plugin_wasm("fixture_mapper.wasm");
+    let wasm = plugin_module("fixture_mapper.wasm");
     app.plugins().apply(Desired { name: "mapper".into(), origin: Origin::Directory, wasm, config }).await.unwrap();
     app
 }

@@ -36,6 +36,11 @@ pub fn plugin_wasm(file: &str) -> Arc<[u8]> {
     }
 }
 
+/// [`plugin_wasm`] as the sources hand a component to the host: with its hash.
+pub fn plugin_module(file: &str) -> kubewasm_host::hotload::Module {
+    kubewasm_host::hotload::Module::hash_blocking(plugin_wasm(file))
+}
+
 /// Polls `check` until it returns `Some`, or panics with `what` after `timeout`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: std::time::Duration, mut check: F) -> T
 where

@@ -20,6 +20,7 @@ pub use canary::{CANARY_DIFFERS, CANARY_FAILED, CANARY_REPORT_INTERVAL};
 pub use oci::DEFAULT_REFRESH as DEFAULT_OCI_REFRESH;
 
 use super::loaded::{Desired, LoadedPlugins, Origin};
+use super::module::Module;
 use super::wasmplugin::{Condition, ConfigMapModule, ModuleSource, WasmPlugin, WasmPluginStatus};
 use crate::informer::{CachedObject, Enqueue, HandlerRegistration, Informer, InformerParams};
 use crate::plugin::registration::{EventFilter, Predicates};
@@ -340,12 +341,7 @@ impl WasmPluginSource {
     }
 
     /// The module's bytes. A URL module already serving with this spec is not downloaded again.
-    async fn module(
-        &self,
-        name: &str,
-        plugin: &WasmPlugin,
-        modules: &Informer,
-    ) -> Result<Option<Arc<[u8]>>, NotServing> {
+    async fn module(&self, name: &str, plugin: &WasmPlugin, modules: &Informer) -> Result<Option<Module>, NotServing> {
         let module = &plugin.spec.module;
         if let Some(oci) = &module.oci {
             return self.oci_module(name, plugin, oci).await;
@@ -360,13 +356,14 @@ impl WasmPluginSource {
 
     /// The bytes of `module`, from its ConfigMap, URL or registry (a canary's: not remembered
     /// for the status).
-    async fn module_bytes(&self, module: &ModuleSource, modules: &Informer) -> Result<Arc<[u8]>, NotServing> {
+    async fn module_bytes(&self, module: &ModuleSource, modules: &Informer) -> Result<Module, NotServing> {
         match (&module.config_map, &module.url, &module.oci) {
             (None, None, Some(oci)) => self.oci_bytes(oci).await,
-            (Some(source), None, None) => self.config_map_module(source, modules),
+            (Some(source), None, None) => self.config_map_module(source, modules).await,
             (None, Some(url), None) => {
                 match super::fetch::fetch(&url.url, &url.sha256, FETCH_TIMEOUT).await {
-                    Ok(bytes) => Ok(Arc::from(bytes)),
+                    // Checked against the pin: the pin is its hash.
+                    Ok(bytes) => Ok(Module::digested(bytes, &url.sha256)),
                     Err(e) => {
                         let reason = match e {
                             super::fetch::FetchError::DigestMismatch { .. } => "DigestMismatch",
@@ -385,7 +382,7 @@ impl WasmPluginSource {
         }
     }
 
-    fn config_map_module(&self, source: &ConfigMapModule, modules: &Informer) -> Result<Arc<[u8]>, NotServing> {
+    async fn config_map_module(&self, source: &ConfigMapModule, modules: &Informer) -> Result<Module, NotServing> {
         let missing = |what: String| NotServing { reason: "ModuleNotFound", message: what, retry: true };
         let obj = modules
             .store()
@@ -398,8 +395,9 @@ impl WasmPluginSource {
                 self.module_namespace, source.name, source.key
             ))
         })?;
+        let module = Module::hash(bytes.0).await;
         if let Some(pinned) = &source.sha256 {
-            let got = crate::plugin::sha256_hex(&bytes.0);
+            let got = module.sha256();
             if got != pinned.to_ascii_lowercase() {
                 // Not retried: a change to the ConfigMap or the WasmPlugin queues it again.
                 return Err(NotServing {
@@ -412,7 +410,7 @@ impl WasmPluginSource {
                 });
             }
         }
-        Ok(Arc::from(bytes.0))
+        Ok(module)
     }
 
     /// Writes the status for `result`; says what to do next.

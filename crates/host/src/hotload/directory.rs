@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -13,6 +12,7 @@ use notify::RecursiveMode;
 use tokio_util::sync::CancellationToken;
 
 use super::loaded::{Applied, ApplyError, Candidate, Desired, LoadedPlugins, Origin};
+use super::module::Module;
 use crate::plugin::PluginConfig;
 
 /// A plugin file found in the plugin directory.
@@ -59,10 +59,14 @@ pub fn read_config(file: &PluginFile) -> anyhow::Result<PluginConfig> {
 /// the file.
 pub async fn load_file(plugins: &LoadedPlugins, file: &PluginFile) -> anyhow::Result<Applied> {
     let config = read_config(file)?;
-    let wasm = std::fs::read(&file.wasm).with_context(|| format!("reading {}", file.wasm.display()))?;
+    let wasm =
+        Module::hash(std::fs::read(&file.wasm).with_context(|| format!("reading {}", file.wasm.display()))?).await;
     let dir = file.wasm.parent().unwrap_or(Path::new("."));
     let canary_wasm = match canary_path(dir, file.config.as_ref().map(std::fs::read).transpose()?.as_deref()) {
-        Some(path) => Some(Some(std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?)),
+        Some(path) => {
+            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            Some(Some(Module::hash(bytes).await))
+        }
         None => None,
     };
     let applied = apply_version(plugins, &file.name, wasm, canary_wasm, config).await;
@@ -75,15 +79,14 @@ pub async fn load_file(plugins: &LoadedPlugins, file: &PluginFile) -> anyhow::Re
 async fn apply_version(
     plugins: &LoadedPlugins,
     name: &str,
-    wasm: Vec<u8>,
-    canary_wasm: Option<Option<Vec<u8>>>,
+    wasm: Module,
+    canary_wasm: Option<Option<Module>>,
     mut config: PluginConfig,
 ) -> Result<Applied, ApplyError> {
     let canary = config.canary.take();
-    let wasm: Arc<[u8]> = Arc::from(wasm);
     let candidate = canary.map(|c| {
         let wasm = match canary_wasm {
-            Some(bytes) => bytes.map(Arc::from).unwrap_or_else(|| Arc::from(Vec::new())),
+            Some(module) => module.unwrap_or_else(|| Module::hash_blocking(Vec::new())),
             None => wasm.clone(),
         };
         let settings = c.settings.or_else(|| config.settings.clone());
@@ -133,9 +136,9 @@ pub const RESCAN_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A plugin file's bytes as one pass read them.
 struct Read {
-    wasm: Vec<u8>,
+    wasm: Module,
     /// The canary's component file named by the config, if any (`None` inside when unreadable).
-    canary_wasm: Option<Option<Vec<u8>>>,
+    canary_wasm: Option<Option<Module>>,
     fingerprint: Fingerprint,
 }
 
@@ -150,16 +153,16 @@ fn canary_path(dir: &Path, config: Option<&[u8]>) -> Option<PathBuf> {
 /// vanished or could not be read.
 async fn read_version(file: PluginFile) -> Option<Read> {
     tokio::task::spawn_blocking(move || {
-        let wasm = std::fs::read(&file.wasm).ok()?;
+        // Hashed here, once: the fingerprint and the load share the hash.
+        let wasm = Module::hash_blocking(std::fs::read(&file.wasm).ok()?);
         let config = match &file.config {
             Some(path) => Some(std::fs::read(path).ok()?),
             None => None,
         };
         let dir = file.wasm.parent().unwrap_or(Path::new("."));
-        let canary_wasm = canary_path(dir, config.as_deref()).map(|p| std::fs::read(p).ok());
-        let canary_sha256 =
-            canary_wasm.as_ref().map(|w| w.as_deref().map(crate::plugin::sha256_hex).unwrap_or_default());
-        let fingerprint = Fingerprint { wasm_sha256: crate::plugin::sha256_hex(&wasm), config, canary_sha256 };
+        let canary_wasm = canary_path(dir, config.as_deref()).map(|p| std::fs::read(p).ok().map(Module::hash_blocking));
+        let canary_sha256 = canary_wasm.as_ref().map(|w| w.as_ref().map(|m| m.sha256().to_owned()).unwrap_or_default());
+        let fingerprint = Fingerprint { wasm_sha256: wasm.sha256().to_owned(), config, canary_sha256 };
         Some(Read { wasm, canary_wasm, fingerprint })
     })
     .await
@@ -277,6 +280,8 @@ impl DirectorySource {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[tokio::test]
@@ -288,7 +293,8 @@ mod tests {
         std::fs::write(dir.path().join(".p.canary.wasm"), b"one").unwrap();
         let file = PluginFile { name: "p".into(), wasm, config: Some(config) };
         let first = read_version(file.clone()).await.unwrap();
-        assert_eq!(first.canary_wasm, Some(Some(b"one".to_vec())));
+        let canary = first.canary_wasm.as_ref().map(|m| m.as_ref().map(|m| m.bytes().to_vec()));
+        assert_eq!(canary, Some(Some(b"one".to_vec())));
         std::fs::write(dir.path().join(".p.canary.wasm"), b"two").unwrap();
         let second = read_version(file).await.unwrap();
         assert!(first.fingerprint != second.fingerprint, "a new candidate is a new version to apply");
@@ -315,9 +321,10 @@ mod tests {
         let read = read_version(file).await.expect("the file is there");
         let during = ticks.load(std::sync::atomic::Ordering::Relaxed) - before;
         ticker.abort();
-        assert_eq!(read.wasm.len(), 64 << 20);
-        assert_eq!(read.fingerprint.wasm_sha256, crate::plugin::sha256_hex(&read.wasm));
-        assert_eq!(read.canary_wasm, None, "no config names a canary");
+        assert_eq!(read.wasm.bytes().len(), 64 << 20);
+        assert_eq!(read.fingerprint.wasm_sha256, crate::plugin::sha256_hex(read.wasm.bytes()));
+        assert_eq!(read.wasm.sha256(), read.fingerprint.wasm_sha256, "the load takes the fingerprint's hash");
+        assert!(read.canary_wasm.is_none(), "no config names a canary");
         assert!(during > 0, "the only runtime thread ran nothing else while 64 MiB were read and hashed");
     }
 }

@@ -12,6 +12,7 @@ mod canary;
 mod rbac;
 
 use super::metrics::HotloadMetrics;
+use super::module::Module;
 use crate::canary::{Canary, TapWriter};
 use crate::controller::{self, Controller, PluginCache};
 use crate::plugin::grants::KindRef;
@@ -134,7 +135,7 @@ pub struct Desired {
     /// Its source.
     pub origin: Origin,
     /// The component.
-    pub wasm: Arc<[u8]>,
+    pub wasm: Module,
     /// Operator configuration.
     pub config: PluginConfig,
 }
@@ -143,7 +144,7 @@ pub struct Desired {
 #[derive(Clone)]
 pub struct Candidate {
     /// The component.
-    pub wasm: Arc<[u8]>,
+    pub wasm: Module,
     /// Its configuration (grants and limits usually the serving version's).
     pub config: PluginConfig,
 }
@@ -324,19 +325,17 @@ impl LoadedPlugins {
         {
             return Err(ApplyError::NameTaken { name, owner: current.origin.clone() });
         }
-        // Components are 10-20 MB: hash them off the async workers.
-        let sha256 = {
-            let wasm = wasm.clone();
-            tokio::task::spawn_blocking(move || crate::plugin::sha256_hex(&wasm)).await.expect("hashing does not panic")
-        };
+        let sha256 = wasm.sha256().to_owned();
         if slot.as_ref().is_some_and(|s| s.sha256 == sha256 && s.config == config) {
             return Ok(Applied::Unchanged);
         }
         let revision = slot.as_ref().map_or(1, |s| s.revision + 1);
         let cache = Arc::new(PluginCache::new(&name));
         let writer = self.version_writer(&cache, &config);
-        let plugin =
-            self.runtime.load_digested(&name, wasm, sha256.clone(), config.clone(), cache.clone(), writer).await?;
+        let plugin = self
+            .runtime
+            .load_digested(&name, wasm.bytes().clone(), sha256.clone(), config.clone(), cache.clone(), writer)
+            .await?;
         let plugin = Arc::new(plugin.with_revision(revision));
         let rbac_missing = self.review_rbac(&name, &plugin).await;
         // Only plugin files gate readiness on their caches: the operator deployed them with the

@@ -10,6 +10,7 @@ pub mod directory;
 pub mod fetch;
 pub mod loaded;
 pub mod metrics;
+pub mod module;
 pub mod oci;
 pub mod wasmplugin;
 
@@ -17,4 +18,5 @@ pub use crd_source::WasmPluginSource;
 pub use directory::{DirectorySource, PluginFile, load_file, plugin_files, read_config};
 pub use loaded::{Applied, ApplyError, Candidate, Desired, LoadedPlugins, Options, Origin, Serving};
 pub use metrics::HotloadMetrics;
+pub use module::Module;
 pub use wasmplugin::{WasmPlugin, WasmPluginSpec, WasmPluginStatus, crd, crd_yaml};

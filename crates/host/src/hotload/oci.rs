@@ -14,6 +14,8 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use tokio::sync::Semaphore;
 
+use super::module::Module;
+
 mod cache;
 mod cosign_key;
 pub mod credentials;
@@ -221,8 +223,8 @@ pub struct Options {
 pub struct Pulled {
     /// The manifest's digest (`sha256:…`).
     pub digest: String,
-    /// The component.
-    pub wasm: Arc<[u8]>,
+    /// The component, with its layer's digest as its hash.
+    pub module: Module,
     /// Whether it came from the disk cache rather than the registry.
     pub cached: bool,
 }
@@ -302,8 +304,8 @@ impl Puller {
     /// The component of `reference` at manifest `digest`: from the cache when it holds it,
     /// else pulled (manifest, then its one `application/wasm` layer) and cached.
     pub async fn pull(&self, reference: &str, digest: &str, auth: &RegistryAuth) -> Result<Pulled> {
-        if let Some(wasm) = self.cached(digest).await {
-            return Ok(Pulled { digest: digest.to_owned(), wasm, cached: true });
+        if let Some(module) = self.cached(digest).await {
+            return Ok(Pulled { digest: digest.to_owned(), module, cached: true });
         }
         let parsed = parse(reference)?.clone_with_digest(digest.to_owned());
         let _permit = self.permit(parsed.resolve_registry()).await;
@@ -317,12 +319,13 @@ impl Puller {
                 tracing::warn!(%reference, error = %e, "cannot keep the pulled module on disk");
             }
         }
-        Ok(Pulled { digest: digest.to_owned(), wasm, cached: false })
+        Ok(Pulled { digest: digest.to_owned(), module: layer_module(wasm, &layer.digest), cached: false })
     }
 
     /// The component cached for manifest `digest`, if any (checked against its digests).
-    pub async fn cached(&self, digest: &str) -> Option<Arc<[u8]>> {
-        self.cache.as_ref()?.get(digest).await
+    pub async fn cached(&self, digest: &str) -> Option<Module> {
+        let (wasm, layer_digest) = self.cache.as_ref()?.get(digest).await?;
+        Some(layer_module(wasm, &layer_digest))
     }
 
     async fn permit(&self, registry: &str) -> tokio::sync::OwnedSemaphorePermit {
@@ -389,6 +392,12 @@ async fn pull_layer(
         return Err(Error::DigestMismatch { reference: reference.to_owned(), expected, got });
     }
     Ok(Arc::from(bytes))
+}
+
+/// The component of a layer whose bytes were checked against `layer_digest` (`sha256:<hex>`):
+/// that digest is the component's hash, so it is not hashed again.
+fn layer_module(wasm: Arc<[u8]>, layer_digest: &str) -> Module {
+    Module::digested(wasm, layer_digest.strip_prefix("sha256:").unwrap_or(layer_digest))
 }
 
 /// Parses `reference` (`registry/repository:tag` or `…@sha256:…`).

@@ -1,12 +1,12 @@
 //! A WasmPlugin's OCI module: its tag resolved (or its pinned digest taken), the artifact
 //! pulled or read from the disk cache, and what it resolved to kept for the status.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use oci_client::secrets::RegistryAuth;
 
 use super::{NotServing, WasmPluginSource};
+use crate::hotload::Module;
 use crate::hotload::oci::signature::{self, PublicKey};
 use crate::hotload::oci::{self, Pulled, credentials};
 use crate::hotload::wasmplugin::{OciModule, OciStatus, WasmPlugin};
@@ -106,7 +106,7 @@ impl WasmPluginSource {
         name: &str,
         plugin: &WasmPlugin,
         module: &OciModule,
-    ) -> Result<Option<Arc<[u8]>>, NotServing> {
+    ) -> Result<Option<Module>, NotServing> {
         let result = self.oci_pull(name, plugin, module).await;
         if let Err(e) = &result {
             self.plugins.rejected(name, e.reason());
@@ -120,7 +120,7 @@ impl WasmPluginSource {
         name: &str,
         plugin: &WasmPlugin,
         module: &OciModule,
-    ) -> Result<Option<Arc<[u8]>>, oci::Error> {
+    ) -> Result<Option<Module>, oci::Error> {
         let auth = self.auth(module).await?;
         let digest = match self.resolve(module, &auth).await {
             Ok(digest) => digest,
@@ -151,29 +151,29 @@ impl WasmPluginSource {
             self.resolved.lock().insert(name.to_owned(), Resolved { status, sha256: known.sha256 });
             return Ok(None);
         }
-        let Pulled { wasm, cached, .. } = self.puller.pull(&module.reference, &digest, &auth).await?;
-        tracing::info!(plugin = name, reference = %module.reference, %digest, cached, bytes = wasm.len(), "OCI module ready");
+        let Pulled { module: wasm, cached, .. } = self.puller.pull(&module.reference, &digest, &auth).await?;
+        tracing::info!(plugin = name, reference = %module.reference, %digest, cached, bytes = wasm.bytes().len(), "OCI module ready");
         self.remember(name, status, &wasm);
         Ok(Some(wasm))
     }
 
     /// The bytes of a canary's OCI module (resolved and pulled, nothing remembered).
-    pub(super) async fn oci_bytes(&self, module: &OciModule) -> Result<Arc<[u8]>, NotServing> {
+    pub(super) async fn oci_bytes(&self, module: &OciModule) -> Result<Module, NotServing> {
         let pulled = async {
             let auth = self.auth(module).await?;
             let digest = self.resolve(module, &auth).await?;
             self.verify(module, &digest, &auth).await?;
             self.puller.pull(&module.reference, &digest, &auth).await
         };
-        pulled.await.map(|p| p.wasm).map_err(|e| NotServing {
+        pulled.await.map(|p| p.module).map_err(|e| NotServing {
             reason: e.reason(),
             message: e.to_string(),
             retry: e.is_transient(),
         })
     }
 
-    fn remember(&self, name: &str, status: OciStatus, wasm: &[u8]) {
-        let sha256 = crate::plugin::sha256_hex(wasm);
+    fn remember(&self, name: &str, status: OciStatus, wasm: &Module) {
+        let sha256 = wasm.sha256().to_owned();
         self.resolved.lock().insert(name.to_owned(), Resolved { status, sha256 });
     }
 

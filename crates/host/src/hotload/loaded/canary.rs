@@ -40,10 +40,7 @@ impl LoadedPlugins {
             }
             return Ok(stopped);
         };
-        let sha256 = {
-            let wasm = wasm.clone();
-            tokio::task::spawn_blocking(move || crate::plugin::sha256_hex(&wasm)).await.expect("hashing does not panic")
-        };
+        let sha256 = wasm.sha256().to_owned();
         if current.canary.as_ref().is_some_and(|c| c.sha256 == sha256 && c.config == config) {
             return Ok(false);
         }
@@ -53,7 +50,7 @@ impl LoadedPlugins {
             return Err(ApplyError::CanaryRejected { reason, message: message.clone() });
         }
         let serving = KindRef::of(&current.controller.workers().plugin().registration().for_kind);
-        let result = self.load_canary(name, wasm, sha256.clone(), config.clone(), &serving).await;
+        let result = self.load_canary(name, wasm.bytes().clone(), sha256.clone(), config.clone(), &serving).await;
         let (canary, rbac_missing) = match result {
             Ok(loaded) => loaded,
             Err(err) => {

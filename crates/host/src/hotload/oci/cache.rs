@@ -22,12 +22,14 @@ impl BlobCache {
         Self { dir }
     }
 
-    /// The component of manifest `digest`, if both the manifest and its layer are here intact.
-    pub async fn get(&self, digest: &str) -> Option<Arc<[u8]>> {
+    /// The component of manifest `digest` and its layer's digest, if both the manifest and its
+    /// layer are here intact.
+    pub async fn get(&self, digest: &str) -> Option<(Arc<[u8]>, String)> {
         let raw = read_checked(&self.path("manifests", digest)?, digest).await?;
         let manifest: OciImageManifest = serde_json::from_slice(&raw).ok()?;
         let layer = manifest.layers.first()?;
-        read_checked(&self.path("blobs", &layer.digest)?, &layer.digest).await.map(Arc::from)
+        let wasm = read_checked(&self.path("blobs", &layer.digest)?, &layer.digest).await?;
+        Some((Arc::from(wasm), layer.digest.clone()))
     }
 
     /// Keeps the raw manifest `manifest` (of digest `digest`, checked by the caller) and its
@@ -105,7 +107,8 @@ mod tests {
         let manifest_digest = digest(&manifest);
         assert!(cache.get(&manifest_digest).await.is_none(), "empty at first");
         cache.put(&manifest_digest, &manifest, &digest(wasm), wasm).await.unwrap();
-        assert_eq!(cache.get(&manifest_digest).await.as_deref(), Some(&wasm[..]));
+        let (got, layer_digest) = cache.get(&manifest_digest).await.expect("kept");
+        assert_eq!((&got[..], layer_digest), (&wasm[..], digest(wasm)));
         let blob = cache.path("blobs", &digest(wasm)).unwrap();
         std::fs::write(&blob, b"tampered").unwrap();
         assert!(cache.get(&manifest_digest).await.is_none(), "a blob that fails its digest is a miss");
