@@ -47,7 +47,7 @@ async fn a_swap_under_load_loses_no_key_overlaps_no_key_and_ends_on_the_new_vers
     let mut source = app.directory_source(dir.path());
     source.sync().await.unwrap();
     let stop = CancellationToken::new();
-    let watch = tokio::spawn(source.watch(Duration::from_millis(200), stop.clone()));
+    let watch = tokio::spawn(source.start_watch(Duration::from_millis(200)).unwrap().run(stop.clone()));
 
     // Half-way through the 1,000 queued keys, a new config (a new version) is written.
     eventually("500 keys reconciled by revision 1", CONVERGE, || async {
@@ -199,8 +199,8 @@ async fn a_file_copied_in_piece_by_piece_is_loaded_once_complete() {
     let app = App::new(client.clone(), None, None).unwrap();
     let source = app.directory_source(dir.path());
     let stop = CancellationToken::new();
-    let watch = tokio::spawn(source.watch(Duration::from_secs(1), stop.clone()));
-    tokio::time::sleep(Duration::from_millis(200)).await; // let the watcher start
+    // The watch is in place once `start_watch` returns: every piece written below is seen.
+    let watch = tokio::spawn(source.start_watch(Duration::from_secs(1)).unwrap().run(stop.clone()));
 
     std::fs::write(dir.path().join("stamper.yaml"), stamper_config("v1", &label, 1)).unwrap();
     let wasm = plugin_wasm("fixture_stamper.wasm");

@@ -246,10 +246,10 @@ impl DirectorySource {
         Ok(changes)
     }
 
-    /// Watches the directory until `shutdown`, running a pass after each burst of changes has
-    /// been quiet for `debounce`. Call [`sync`](Self::sync) first for the initial state.
-    pub async fn watch(mut self, debounce: Duration, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    /// Starts watching the directory: when this returns the watch is in place, so a file
+    /// written from here on is seen. [`DirectoryWatch::run`] then applies the changes.
+    pub fn start_watch(self, debounce: Duration) -> anyhow::Result<DirectoryWatch> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut debouncer = notify_debouncer_full::new_debouncer(debounce, None, move |result| {
             let _ = tx.send(result);
         })
@@ -258,20 +258,41 @@ impl DirectorySource {
             .watch(&self.dir, RecursiveMode::NonRecursive)
             .with_context(|| format!("watching {}", self.dir.display()))?;
         tracing::info!(dir = %self.dir.display(), ?debounce, "watching the plugin directory");
+        Ok(DirectoryWatch { source: self, _debouncer: debouncer, events: rx })
+    }
+
+    /// Watches the directory until `shutdown`, running a pass after each burst of changes has
+    /// been quiet for `debounce`. Call [`sync`](Self::sync) first for the initial state.
+    pub async fn watch(self, debounce: Duration, shutdown: CancellationToken) -> anyhow::Result<()> {
+        self.start_watch(debounce)?.run(shutdown).await
+    }
+}
+
+/// A watch on the plugin directory, in place since [`DirectorySource::start_watch`] returned.
+pub struct DirectoryWatch {
+    source: DirectorySource,
+    /// Kept alive: dropping it stops the watch.
+    _debouncer: notify_debouncer_full::Debouncer<notify::RecommendedWatcher, notify_debouncer_full::RecommendedCache>,
+    events: tokio::sync::mpsc::UnboundedReceiver<notify_debouncer_full::DebounceEventResult>,
+}
+
+impl DirectoryWatch {
+    /// Applies the directory's changes as they come (and on a periodic rescan) until `shutdown`.
+    pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let mut rescan = tokio::time::interval_at(tokio::time::Instant::now() + RESCAN_INTERVAL, RESCAN_INTERVAL);
         loop {
             let events = tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
                 _ = rescan.tick() => Some(Ok(Vec::new())),
-                events = rx.recv() => events,
+                events = self.events.recv() => events,
             };
             match events {
                 None => return Ok(()),
                 Some(Err(errors)) => tracing::warn!(?errors, "plugin directory watch errors; rescanning"),
                 Some(Ok(_)) => {}
             }
-            while rx.try_recv().is_ok() {}
-            if let Err(e) = self.sync().await {
+            while self.events.try_recv().is_ok() {}
+            if let Err(e) = self.source.sync().await {
                 tracing::error!(error = format!("{e:#}"), "plugin directory pass failed");
             }
         }

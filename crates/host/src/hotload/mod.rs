@@ -15,7 +15,7 @@ pub mod oci;
 pub mod wasmplugin;
 
 pub use crd_source::WasmPluginSource;
-pub use directory::{DirectorySource, PluginFile, load_file, plugin_files, read_config};
+pub use directory::{DirectorySource, DirectoryWatch, PluginFile, load_file, plugin_files, read_config};
 pub use loaded::{Applied, ApplyError, Candidate, Desired, LoadedPlugins, Options, Origin, Serving};
 pub use metrics::HotloadMetrics;
 pub use module::Module;
