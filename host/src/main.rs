@@ -83,7 +83,7 @@ async fn load(args: CheckArgs) -> anyhow::Result<(String, kubewasm_host::plugin:
             name = kube::ResourceExt::name_any(&manifest);
             manifest.spec.plugin_config()
         }
-        None => app::read_config(&app::PluginFile { name: name.clone(), wasm: args.wasm.clone(), config })?,
+        None => app::read_config(&app::PluginFile { name: name.clone(), wasm: Some(args.wasm.clone()), config })?,
     };
     let wasm = std::fs::read(&args.wasm).with_context(|| format!("reading {}", args.wasm.display()))?;
     let mut runtime_config = RuntimeConfig::default().compiler(args.compiler);

@@ -8,6 +8,7 @@ use kube::Client;
 use kubewasm_host::admin;
 use kubewasm_host::app::{App, config, plugin_client};
 use kubewasm_host::hotload::Options;
+use kubewasm_host::hotload::oci::{Modules, Puller};
 use kubewasm_host::leader;
 use kubewasm_host::plugin::RuntimeConfig;
 use kubewasm_host::plugin::throttle::WriteRate;
@@ -110,7 +111,10 @@ pub async fn run(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<(
             None => source,
         }
     });
-    let directory = args.plugins.as_ref().map(|dir| (dir, app.directory_source(dir)));
+    let directory = args.plugins.as_ref().map(|dir| {
+        let modules = Modules::new(Puller::new(&oci), app.client().clone(), args.module_namespace.clone());
+        (dir, app.directory_source(dir).oci(modules, oci_refresh))
+    });
     let mut sources = Vec::new();
     if let Some(source) = wasm_source {
         let stop = shutdown.clone();
