@@ -590,3 +590,52 @@ async fn a_plugin_file_naming_an_oci_module_follows_its_tag_and_keeps_serving_th
     stop.cancel();
     watcher.await.unwrap().unwrap();
 }
+
+/// What verifying a signature costs per new digest, measured against the real registry (TLS,
+/// htpasswd): the `.sig` manifest request, its ~250-byte payload blob and one P-256 verify,
+/// beside one tag resolution (a manifest HEAD) from the same connection, and the offline
+/// re-check from the disk cache. Ignored by `make test`; run:
+/// `cargo test -p kubewasm --release --test all -- --ignored --nocapture oci::signature_verification`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement; see BENCHMARKS.md"]
+async fn signature_verification_costs_per_new_digest() {
+    let Some(registry) = Registry::start_or_skip().await else { return };
+    let ca_pem = Some(registry.ca_pem().as_bytes().to_vec());
+    let pusher = Puller::new(&Options { ca_pem: ca_pem.clone(), ..Default::default() });
+    let reference = format!("{}/bench/signed:v1", registry.host());
+    let wasm = plugin_wasm("namespace_defaults.wasm");
+    let digest = pusher.push(&reference, &Artifact::wasm(&wasm), &auth()).await.unwrap();
+    let key = SigningKey::generate();
+    pusher.push_signature(&reference, &digest, &key, &auth()).await.unwrap();
+    let public = key.public_key();
+    const RUNS: usize = 50;
+    let median = |mut times: Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2]
+    };
+    // No disk cache: every verify asks the registry.
+    let online = Puller::new(&Options { ca_pem: ca_pem.clone(), ..Default::default() });
+    online.resolve(&reference, &auth()).await.unwrap();
+    let (mut resolve, mut verify) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let start = std::time::Instant::now();
+        online.resolve(&reference, &auth()).await.unwrap();
+        resolve.push(start.elapsed());
+        let start = std::time::Instant::now();
+        online.verify(&reference, &digest, &auth(), &public).await.unwrap();
+        verify.push(start.elapsed());
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let cached = Puller::new(&Options { ca_pem, cache_dir: Some(cache.path().to_owned()), ..Default::default() });
+    cached.verify(&reference, &digest, &auth(), &public).await.unwrap();
+    let mut offline = Vec::new();
+    for _ in 0..RUNS {
+        let start = std::time::Instant::now();
+        cached.verify(&reference, &digest, &auth(), &public).await.unwrap();
+        offline.push(start.elapsed());
+    }
+    let (resolve, verify, offline) = (median(resolve), median(verify), median(offline));
+    println!(
+        "signature verification, median of {RUNS}: online {verify:.2?} (tag resolution {resolve:.2?}), offline re-check from the cache {offline:.2?}"
+    );
+}
