@@ -176,6 +176,14 @@ impl WasmPluginSource {
         self
     }
 
+    /// Pull OCI modules with `puller` (shared with the directory source: one per-registry limit
+    /// and one disk cache for the host).
+    #[must_use]
+    pub fn puller(mut self, puller: crate::hotload::oci::Puller) -> Self {
+        self.modules = crate::hotload::oci::Modules::new(puller, self.client.clone(), self.module_namespace.clone());
+        self
+    }
+
     /// Resolve unpinned OCI tags again this often unless a WasmPlugin says otherwise.
     #[must_use]
     pub fn oci_refresh(mut self, every: Duration) -> Self {

@@ -398,6 +398,23 @@ mod tests {
         assert_eq!(plugin_files(dir.path()).unwrap().len(), 1, "the hidden candidate is not a plugin of its own");
     }
 
+    #[test]
+    fn a_config_without_a_component_is_a_plugin_only_when_it_names_a_module() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("pulled.yaml"), "module: {oci: {ref: r.example/p:v1}}\n").unwrap();
+        std::fs::write(dir.path().join("notes.yaml"), "limits: {deadlineMs: 5000}\n").unwrap();
+        std::fs::write(dir.path().join(".hidden.yaml"), "module: {oci: {ref: r.example/p:v1}}\n").unwrap();
+        std::fs::write(dir.path().join("both.wasm"), b"wasm").unwrap();
+        std::fs::write(dir.path().join("both.yaml"), "module: {oci: {ref: r.example/p:v1}}\n").unwrap();
+        let files = plugin_files(dir.path()).unwrap();
+        let names: Vec<_> = files.iter().map(|f| (f.name.as_str(), f.wasm.is_some())).collect();
+        assert_eq!(names, [("both", true), ("pulled", false)]);
+        let (_, module) = read_config_and_module(&files[1]).unwrap();
+        assert_eq!(module.unwrap().reference, "r.example/p:v1");
+        let both = read_config_and_module(&files[0]).unwrap_err();
+        assert!(format!("{both:#}").contains("keep one"), "{both:#}");
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn reading_and_hashing_a_component_leaves_the_runtime_thread_free() {
         let dir = tempfile::tempdir().unwrap();
