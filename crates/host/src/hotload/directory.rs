@@ -240,14 +240,23 @@ impl DirectorySource {
         for file in &files {
             // A file can vanish or be half-written between listing and reading: the next
             // event brings another pass.
-            let Some(Read { wasm, canary_wasm, fingerprint }) = read_version(file.clone()).await else { continue };
+            let Some(Read { wasm, canary_wasm, fingerprint }) = read_version(file.clone()).await else {
+                if let Some(oci) = &mut self.oci {
+                    oci.postpone(&file.name);
+                }
+                continue;
+            };
             let changed = self.tried.get(&file.name) != Some(&fingerprint);
             let due = file.wasm.is_none() && self.oci.as_ref().is_some_and(|o| o.due(&file.name));
             if !changed && !due {
                 continue;
             }
             self.tried.insert(file.name.clone(), fingerprint);
-            let (config, module) = match read_config_and_module(file) {
+            let read = read_config_and_module(file);
+            if let (Some(oci), false) = (&mut self.oci, read.as_ref().is_ok_and(|(_, m)| m.is_some())) {
+                oci.idle(&file.name);
+            }
+            let (config, module) = match read {
                 Ok(read) => read,
                 Err(e) => {
                     // Never reaches the plugins: the one log line of this rejection is here.

@@ -97,6 +97,22 @@ impl OciFiles {
         self.state.values().filter_map(|s| s.due).min()
     }
 
+    /// Stops resolving `name`'s module on a timer (its file no longer names one it can use:
+    /// the next change of the file decides).
+    pub(super) fn idle(&mut self, name: &str) {
+        if let Some(state) = self.state.get_mut(name) {
+            state.due = None;
+        }
+    }
+
+    /// Puts `name`'s due resolution off by [`RETRY`] (its file could not be read this pass), so
+    /// a due time in the past cannot wake the watcher again at once.
+    pub(super) fn postpone(&mut self, name: &str) {
+        if let Some(due) = self.state.get_mut(name).and_then(|s| s.due.as_mut()) {
+            *due = Instant::now() + RETRY;
+        }
+    }
+
     /// Forgets the files not in `names`.
     pub(super) fn retain(&mut self, names: &[&str]) {
         self.state.retain(|name, _| names.contains(&name.as_str()));
