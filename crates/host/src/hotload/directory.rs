@@ -222,7 +222,8 @@ impl DirectorySource {
     }
 
     /// One pass: loads new files, swaps changed ones, unloads removed ones. Files whose bytes
-    /// were already tried (and failed, or serve) are skipped, so a bad file is reported once.
+    /// were already tried (and failed, or serve) are skipped, so a bad file is reported once;
+    /// a file's OCI module is also resolved again when its interval (or retry) is due.
     /// The readiness check `plugin directory` passes once a pass has read the directory and
     /// applied or rejected every file in it; it fails while the directory cannot be read.
     pub async fn sync(&mut self) -> anyhow::Result<Vec<(String, Change)>> {
