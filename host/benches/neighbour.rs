@@ -49,7 +49,7 @@ async fn add_greedy(app: &mut App, client: &kube::Client, dir: &std::path::Path,
     let path = dir.join("greedy.yaml");
     std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
     let wasm = common::plugin_dir().join("fixture_greedy.wasm");
-    app.add_plugin(&PluginFile { name: "greedy".into(), wasm, config: Some(path) }).await.unwrap();
+    app.add_plugin(&PluginFile { name: "greedy".into(), wasm: Some(wasm), config: Some(path) }).await.unwrap();
     common::eventually("the greedy plugin writing", Duration::from_secs(120), || async {
         let list = configmaps.list(&ListParams::default()).await.unwrap();
         (list.items.iter().filter(|c| c.metadata.annotations.is_some()).count() == GREEDY_OBJECTS).then_some(())
@@ -97,7 +97,7 @@ async fn measure(client: &kube::Client, greedy_qps: Option<u32>, count: usize, r
         add_greedy(&mut app, client, dir.path(), qps, round).await;
     }
     let wasm = common::plugin_dir().join("namespace_defaults.wasm");
-    app.add_plugin(&PluginFile { name: "namespace-defaults".into(), wasm, config: None }).await.unwrap();
+    app.add_plugin(&PluginFile { name: "namespace-defaults".into(), wasm: Some(wasm), config: None }).await.unwrap();
     common::eventually("readiness", Duration::from_secs(60), || async { app.readiness().is_ready().then_some(()) })
         .await;
     let variant = greedy_qps.map_or("alone".to_owned(), |q| format!("beside{q}"));

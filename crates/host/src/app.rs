@@ -206,6 +206,11 @@ impl App {
         &self.protected
     }
 
+    /// The host's own client (its Secrets, its status writes).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The plugins.
     pub fn plugins(&self) -> &LoadedPlugins {
         &self.plugins

@@ -13,7 +13,7 @@ pub fn plugin_file(wasm: &Path, config: Option<PathBuf>) -> PluginFile {
     let name = wasm.file_stem().unwrap_or_default().to_string_lossy().into_owned();
     let config =
         config.or_else(|| ["yaml", "yml", "json"].iter().map(|e| wasm.with_extension(e)).find(|p| p.is_file()));
-    PluginFile { name, wasm: wasm.to_owned(), config }
+    PluginFile { name, wasm: Some(wasm.to_owned()), config }
 }
 
 /// The plugin's config, with its settings replaced by the file `settings` if given.

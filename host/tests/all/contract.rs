@@ -22,7 +22,7 @@ async fn contract_app(client: &kube::Client, dir: &std::path::Path, ns: &str, pr
         "grants: {{read: [Secret], write: [ConfigMap, Namespace, Secret]}}\nsettings: {{namespace: {ns}, predicates: [{predicates}]}}\n"
     );
     let wasm = common::install_plugin(dir, "contract", "fixture_contract.wasm", &config);
-    let file = PluginFile { name: "contract".into(), wasm, config: Some(dir.join("contract.yaml")) };
+    let file = PluginFile { name: "contract".into(), wasm: Some(wasm), config: Some(dir.join("contract.yaml")) };
     let mut app = App::new(client.clone(), None, None).unwrap();
     app.add_plugin(&file).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
@@ -285,7 +285,7 @@ async fn a_0_1_component_loads_and_reconciles_in_a_host_running_a_0_2_plugin() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = contract_app(&client, dir.path(), &ns, "generation").await;
     let wasm = common::install_plugin(dir.path(), "legacy", "fixture_legacy.wasm", "grants: {write: [ConfigMap]}\n");
-    let legacy = PluginFile { name: "legacy".into(), wasm, config: Some(dir.path().join("legacy.yaml")) };
+    let legacy = PluginFile { name: "legacy".into(), wasm: Some(wasm), config: Some(dir.path().join("legacy.yaml")) };
     app.add_plugin(&legacy).await.unwrap();
     eventually("readiness with both", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
     let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);

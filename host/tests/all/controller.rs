@@ -18,7 +18,11 @@ use common::{eventually, plugin_dir};
 const CONVERGE: Duration = Duration::from_secs(60);
 
 fn namespace_defaults() -> PluginFile {
-    PluginFile { name: "namespace-defaults".into(), wasm: plugin_dir().join("namespace_defaults.wasm"), config: None }
+    PluginFile {
+        name: "namespace-defaults".into(),
+        wasm: Some(plugin_dir().join("namespace_defaults.wasm")),
+        config: None,
+    }
 }
 
 async fn new_namespace(client: &kube::Client, prefix: &str) -> String {
@@ -95,7 +99,7 @@ async fn a_plugin_that_fails_to_load_is_reported_and_the_others_run() {
     let client = cp.admin_client().await;
     let mut app = App::new(client.clone(), None, None).unwrap();
     let broken =
-        PluginFile { name: "broken".into(), wasm: plugin_dir().join("fixture-wrong-world.wasm"), config: None };
+        PluginFile { name: "broken".into(), wasm: Some(plugin_dir().join("fixture-wrong-world.wasm")), config: None };
     let err = app.add_plugin(&broken).await.unwrap_err();
     assert!(format!("{err:#}").contains("describe"), "{err:#}");
     app.add_plugin(&namespace_defaults()).await.unwrap();
@@ -148,8 +152,11 @@ async fn config_reloader_restamps_a_deployment_when_its_configmap_changes() {
         "config_reloader.wasm",
         "grants: {write: [Deployment.apps]}\n",
     );
-    let file =
-        PluginFile { name: "config-reloader".into(), wasm, config: Some(dir.path().join("config-reloader.yaml")) };
+    let file = PluginFile {
+        name: "config-reloader".into(),
+        wasm: Some(wasm),
+        config: Some(dir.path().join("config-reloader.yaml")),
+    };
     let mut app = App::new(client.clone(), None, None).unwrap();
     app.add_plugin(&file).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
@@ -212,7 +219,11 @@ async fn configmap_sync_copies_to_matching_namespaces_follows_new_ones_and_clean
     let dir = tempfile::tempdir().unwrap();
     let config = "grants: {write: [ConfigMapSync.examples.kubewasm.dev]}\n";
     let wasm = common::install_plugin(dir.path(), "configmap-sync", "configmap_sync.wasm", config);
-    let file = PluginFile { name: "configmap-sync".into(), wasm, config: Some(dir.path().join("configmap-sync.yaml")) };
+    let file = PluginFile {
+        name: "configmap-sync".into(),
+        wasm: Some(wasm),
+        config: Some(dir.path().join("configmap-sync.yaml")),
+    };
     let mut app = App::new(client.clone(), None, None).unwrap();
     app.add_plugin(&file).await.unwrap();
 

@@ -313,7 +313,7 @@ async fn namespace_defaults_reapplying_its_unchanged_children_sends_nothing() {
         std::fs::write(&config, format!("grants: {{namespaces: {{names: [{ns}]}}}}\nelideUnchangedWrites: {elide}\n"))
             .unwrap();
         let wasm = common::plugin_dir().join("namespace_defaults.wasm");
-        let file = PluginFile { name: "namespace-defaults".into(), wasm, config: Some(config) };
+        let file = PluginFile { name: "namespace-defaults".into(), wasm: Some(wasm), config: Some(config) };
         let mut app = App::new(client.clone(), None, None).unwrap();
         app.add_plugin(&file).await.unwrap();
         let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);

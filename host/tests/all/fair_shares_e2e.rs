@@ -54,11 +54,14 @@ async fn a_greedy_neighbour_is_clamped_and_namespace_defaults_still_converges_be
         "settings": {"maxConcurrent": u32::MAX, "selector": selector, "sleepMs": 100, "writes": 20},
     });
     std::fs::write(&config, serde_yaml::to_string(&settings).unwrap()).unwrap();
-    let greedy =
-        PluginFile { name: "greedy".into(), wasm: plugin_dir().join("fixture_greedy.wasm"), config: Some(config) };
+    let greedy = PluginFile {
+        name: "greedy".into(),
+        wasm: Some(plugin_dir().join("fixture_greedy.wasm")),
+        config: Some(config),
+    };
     let defaults = PluginFile {
         name: "namespace-defaults".into(),
-        wasm: plugin_dir().join("namespace_defaults.wasm"),
+        wasm: Some(plugin_dir().join("namespace_defaults.wasm")),
         config: None,
     };
 
@@ -165,10 +168,10 @@ async fn when_the_api_server_rejects_a_greedy_plugins_flow_the_host_pauses_it_sh
     });
     std::fs::write(&config, serde_yaml::to_string(&settings).unwrap()).unwrap();
     let greedy =
-        PluginFile { name: plugin.clone(), wasm: plugin_dir().join("fixture_greedy.wasm"), config: Some(config) };
+        PluginFile { name: plugin.clone(), wasm: Some(plugin_dir().join("fixture_greedy.wasm")), config: Some(config) };
     let defaults = PluginFile {
         name: "namespace-defaults".into(),
-        wasm: plugin_dir().join("namespace_defaults.wasm"),
+        wasm: Some(plugin_dir().join("namespace_defaults.wasm")),
         config: None,
     };
     // As `kubewasm run` sends plugins' requests: without kube's own retries, so the host sees

@@ -31,7 +31,7 @@ fn intruder(dir: &std::path::Path, name: &str, grants: &str, settings: Value) ->
     let config = format!("{grants}settings: {settings}\n");
     PluginFile {
         name: name.into(),
-        wasm: install_plugin(dir, name, "fixture_intruder.wasm", &config),
+        wasm: Some(install_plugin(dir, name, "fixture_intruder.wasm", &config)),
         config: Some(dir.join(format!("{name}.yaml"))),
     }
 }

@@ -130,7 +130,7 @@ async fn namespace_defaults_leaves_the_expected_state(language: &str, file: &str
     let wasm = common::install_plugin(dir.path(), "namespace-defaults", file, CONFIG);
     let plugin = PluginFile {
         name: "namespace-defaults".into(),
-        wasm,
+        wasm: Some(wasm),
         config: Some(dir.path().join("namespace-defaults.yaml")),
     };
     let mut app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();

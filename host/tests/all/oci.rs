@@ -488,3 +488,154 @@ async fn python_pull_and_load_takes_at_most_1_2x_its_load_from_a_local_file() {
     // A measurement for BENCHMARKS.md (goal ≤ 1.2×), not a timed assertion.
     println!("python: load from file {local:.2?}, pull {pull_only:.2?} + load {pulled:.2?} in all: {ratio:.3}x");
 }
+
+/// The plugin directory's `NAME.yaml` naming `module.oci` (no `NAME.wasm` beside it), with a
+/// host that requires signatures: served by tag, a new signed build under the tag swapped in,
+/// and an unsigned build or a missing tag refused with the previous version serving and the
+/// reason counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_file_naming_an_oci_module_follows_its_tag_and_keeps_serving_through_failures() {
+    use kubewasm_host::hotload::oci::Modules;
+    let Some(cp) = ControlPlane::shared() else { return };
+    let Some(registry) = Registry::start_or_skip().await else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("oci-dir").await;
+    let modules = cp.namespace("oci-dir-modules").await;
+    let repo = format!("{}/plugins/dir-namespace-defaults", registry.host());
+    pull_secret(&client, &modules, "pull", &registry.host(), REGISTRY_PASSWORD).await;
+    let key = SigningKey::generate();
+    let public_pem = key.public_key().to_pem();
+    let pusher = Puller::new(&Options { ca_pem: Some(registry.ca_pem().as_bytes().to_vec()), ..Default::default() });
+    let push_signed = |wasm: std::sync::Arc<[u8]>| {
+        let (pusher, repo, key) = (&pusher, &repo, &key);
+        async move {
+            let digest = pusher.push(&format!("{repo}:v1"), &Artifact::wasm(&wasm), &auth()).await.unwrap();
+            pusher.push_signature(&format!("{repo}:v1"), &digest, key, &auth()).await.unwrap();
+        }
+    };
+    let rust = plugin_wasm("namespace_defaults.wasm");
+    let python = plugin_wasm("namespace_defaults_py.wasm");
+    push_signed(rust.clone()).await;
+
+    let app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let options = Options {
+        cache_dir: Some(cache.path().to_owned()),
+        ca_pem: Some(registry.ca_pem().as_bytes().to_vec()),
+        max_layer_bytes: Some(LAYER_CAP),
+        require_signature: true,
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("nd-{ns}");
+    let config = dir.path().join(format!("{name}.yaml"));
+    let write_config = |reference: String| {
+        let oci = json!({"ref": reference, "pullSecret": "pull", "signature": {"publicKey": public_pem}});
+        let body = json!({
+            "module": {"oci": oci},
+            "limits": {"deadlineMs": 5000, "memoryBytes": 134217728},
+            "settings": {"optOutLabel": "kubewasm.dev/no-defaults", "quota": {"pods": "20"}},
+        });
+        std::fs::write(&config, serde_yaml::to_string(&body).unwrap()).unwrap();
+    };
+    write_config(format!("{repo}:v1"));
+    let modules = Modules::new(Puller::new(&options), client.clone(), modules.clone());
+    let mut source = app.directory_source(dir.path()).oci(modules, Duration::from_secs(1));
+    let changes = source.sync().await.unwrap();
+    assert!(
+        matches!(changes.as_slice(), [(n, kubewasm_host::hotload::directory::Change::Applied(_))] if *n == name),
+        "{changes:?}"
+    );
+    let serving = |sha: String| {
+        let (plugins, name) = (app.plugins().clone(), name.clone());
+        async move {
+            eventually(&format!("{name} serving {sha}"), CONVERGE, || async {
+                plugins.serving(&name).await.filter(|s| s.sha256 == sha)
+            })
+            .await
+        }
+    };
+    let first = serving(kubewasm_host::plugin::sha256_hex(&rust)).await;
+    let stop = CancellationToken::new();
+    let watcher = tokio::spawn(source.watch(Duration::from_millis(100), stop.clone()));
+
+    // A new signed build under the tag: swapped in at the next resolution (1 s here).
+    push_signed(python.clone()).await;
+    let python_sha = kubewasm_host::plugin::sha256_hex(&python);
+    let second = serving(python_sha.clone()).await;
+    assert_eq!(second.revision, first.revision + 1);
+    common::examples::namespace_defaults_converges(&client, &format!("{ns}-a")).await;
+
+    // Each failure leaves the Python build serving and is counted with its reason.
+    let rejected = |reason: &'static str| {
+        let (app, name) = (&app, name.clone());
+        async move {
+            eventually(&format!("{name} rejected with {reason}"), CONVERGE, || async {
+                let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+                let labels = [("plugin", name.as_str()), ("reason", reason)];
+                common::metric_value(&text, "kubewasm_plugin_rejected_versions_total", &labels).filter(|n| *n >= 1.0)
+            })
+            .await
+        }
+    };
+    let mut unsigned = rust.to_vec();
+    unsigned.push(1);
+    pusher.push(&format!("{repo}:v1"), &Artifact::wasm(&unsigned), &auth()).await.unwrap();
+    rejected("SignatureMissing").await;
+    write_config(format!("{repo}:missing"));
+    rejected("ModuleNotFound").await;
+    let serving_now = app.plugins().serving(&name).await.expect("still serving");
+    assert_eq!((serving_now.sha256.as_str(), serving_now.revision), (python_sha.as_str(), second.revision));
+
+    stop.cancel();
+    watcher.await.unwrap().unwrap();
+}
+
+/// What verifying a signature costs per new digest, measured against the real registry (TLS,
+/// htpasswd): the `.sig` manifest request, its ~250-byte payload blob and one P-256 verify,
+/// beside one tag resolution (a manifest HEAD) from the same connection, and the offline
+/// re-check from the disk cache. Ignored by `make test`; run:
+/// `cargo test -p kubewasm --release --test all -- --ignored --nocapture oci::signature_verification`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement; see BENCHMARKS.md"]
+async fn signature_verification_costs_per_new_digest() {
+    let Some(registry) = Registry::start_or_skip().await else { return };
+    let ca_pem = Some(registry.ca_pem().as_bytes().to_vec());
+    let pusher = Puller::new(&Options { ca_pem: ca_pem.clone(), ..Default::default() });
+    let reference = format!("{}/bench/signed:v1", registry.host());
+    let wasm = plugin_wasm("namespace_defaults.wasm");
+    let digest = pusher.push(&reference, &Artifact::wasm(&wasm), &auth()).await.unwrap();
+    let key = SigningKey::generate();
+    pusher.push_signature(&reference, &digest, &key, &auth()).await.unwrap();
+    let public = key.public_key();
+    const RUNS: usize = 50;
+    let median = |mut times: Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2]
+    };
+    // No disk cache: every verify asks the registry.
+    let online = Puller::new(&Options { ca_pem: ca_pem.clone(), ..Default::default() });
+    online.resolve(&reference, &auth()).await.unwrap();
+    let (mut resolve, mut verify) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let start = std::time::Instant::now();
+        online.resolve(&reference, &auth()).await.unwrap();
+        resolve.push(start.elapsed());
+        let start = std::time::Instant::now();
+        online.verify(&reference, &digest, &auth(), &public).await.unwrap();
+        verify.push(start.elapsed());
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let cached = Puller::new(&Options { ca_pem, cache_dir: Some(cache.path().to_owned()), ..Default::default() });
+    cached.verify(&reference, &digest, &auth(), &public).await.unwrap();
+    let mut offline = Vec::new();
+    for _ in 0..RUNS {
+        let start = std::time::Instant::now();
+        cached.verify(&reference, &digest, &auth(), &public).await.unwrap();
+        offline.push(start.elapsed());
+    }
+    let (resolve, verify, offline) = (median(resolve), median(verify), median(offline));
+    println!(
+        "signature verification, median of {RUNS}: online {verify:.2?} (tag resolution {resolve:.2?}), offline re-check from the cache {offline:.2?}"
+    );
+}

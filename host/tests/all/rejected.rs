@@ -34,7 +34,7 @@ async fn a_write_the_api_server_rejects_is_a_warning_event_on_the_reconciled_obj
     let config = format!("settings: {}\n", slash_key_settings(&ns));
     let file = PluginFile {
         name: "slasher".into(),
-        wasm: install_plugin(dir.path(), "slasher", "fixture_intruder.wasm", &config),
+        wasm: Some(install_plugin(dir.path(), "slasher", "fixture_intruder.wasm", &config)),
         config: Some(dir.path().join("slasher.yaml")),
     };
     let mut app = App::new(client.clone(), None, None).unwrap();

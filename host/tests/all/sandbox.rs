@@ -24,7 +24,7 @@ async fn a_looping_and_a_forbidden_plugin_cost_only_their_own_reconciles() {
     let dir = tempfile::tempdir().unwrap();
     let file = |name: &str, built: &str, config: &str| PluginFile {
         name: name.into(),
-        wasm: install_plugin(dir.path(), name, built, config),
+        wasm: Some(install_plugin(dir.path(), name, built, config)),
         config: Some(dir.path().join(format!("{name}.yaml"))),
     };
     let mut app = App::new(client.clone(), None, None).unwrap();

@@ -48,7 +48,7 @@ fn plugin_file(dir: &Path, name: &str, built: &str, grants: &str, settings: Valu
     let config = format!("{grants}settings: {settings}\n");
     PluginFile {
         name: name.into(),
-        wasm: install_plugin(dir, name, built, &config),
+        wasm: Some(install_plugin(dir, name, built, &config)),
         config: Some(dir.join(format!("{name}.yaml"))),
     }
 }

@@ -88,8 +88,9 @@ pub struct WasmPluginSource {
     events: crate::event_sink::EventSink,
     /// Per WasmPlugin, the candidate and the last difference an Event was sent for.
     evented: parking_lot::Mutex<std::collections::HashMap<String, (String, u64)>>,
-    /// Pulls OCI modules (one client, its per-registry limits and disk cache for all plugins).
-    puller: crate::hotload::oci::Puller,
+    /// Pulls OCI modules (one client, its per-registry limits and disk cache for all plugins),
+    /// their Secrets read from `module_namespace`.
+    modules: crate::hotload::oci::Modules,
     /// Per WasmPlugin with an OCI module, what it last resolved to.
     resolved: parking_lot::Mutex<std::collections::HashMap<String, oci::Resolved>>,
     /// How often unpinned OCI tags are resolved again by default.
@@ -163,14 +164,24 @@ impl WasmPluginSource {
         let events = crate::event_sink::EventSink::new(crate::identity::Identities::host(client.clone()));
         let (module_namespace, selector, evented) = (module_namespace.into(), None, Default::default());
         let puller = crate::hotload::oci::Puller::new(&Default::default());
+        let modules = crate::hotload::oci::Modules::new(puller, client.clone(), module_namespace.clone());
         let (resolved, oci_refresh) = (Default::default(), oci::DEFAULT_REFRESH);
-        Self { plugins, client, module_namespace, selector, events, evented, puller, resolved, oci_refresh }
+        Self { plugins, client, module_namespace, selector, events, evented, modules, resolved, oci_refresh }
     }
 
     /// Pull OCI modules with these options (disk cache, CA bundle, plain-HTTP registries).
     #[must_use]
     pub fn oci(mut self, options: &crate::hotload::oci::Options) -> Self {
-        self.puller = crate::hotload::oci::Puller::new(options);
+        let puller = crate::hotload::oci::Puller::new(options);
+        self.modules = crate::hotload::oci::Modules::new(puller, self.client.clone(), self.module_namespace.clone());
+        self
+    }
+
+    /// Pull OCI modules with `puller` (shared with the directory source: one per-registry limit
+    /// and one disk cache for the host).
+    #[must_use]
+    pub fn puller(mut self, puller: crate::hotload::oci::Puller) -> Self {
+        self.modules = crate::hotload::oci::Modules::new(puller, self.client.clone(), self.module_namespace.clone());
         self
     }
 

@@ -1,5 +1,6 @@
 //! The plugin directory as a source: each `<name>.wasm`, configured by `<name>.yaml` (`.yml`,
-//! `.json`) beside it. Watched with notify; bursts of events (a file being copied in) are
+//! `.json`) beside it, and each `<name>.yaml` without a `.wasm` that names an OCI module
+//! (`module: {oci: …}`, see [`oci`]). Watched with notify; bursts of events (a file being copied in) are
 //! debounced, then the whole directory is compared with what serves (level-triggered, so a
 //! missed or merged event cannot leave a stale version).
 
@@ -13,30 +14,50 @@ use tokio_util::sync::CancellationToken;
 
 use super::loaded::{Applied, ApplyError, Candidate, Desired, LoadedPlugins, Origin};
 use super::module::Module;
+use super::wasmplugin::OciModule;
 use crate::plugin::PluginConfig;
+
+pub mod oci;
 
 /// A plugin file found in the plugin directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginFile {
     /// Plugin name: the file name without `.wasm`.
     pub name: String,
-    /// The component.
-    pub wasm: PathBuf,
+    /// The component; `None` for a config file naming an OCI module instead.
+    pub wasm: Option<PathBuf>,
     /// Its config file, if there is one (`<name>.yaml`, `.yml` or `.json`).
     pub config: Option<PathBuf>,
 }
 
-/// Every `*.wasm` in `dir`, sorted by name, with its config file. Hidden files (`.x.wasm`,
-/// editors' and `kubectl cp`'s temporaries) are skipped.
+/// The extensions of a config file, in the order one is preferred when several are there.
+const CONFIG_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
+
+/// Every `*.wasm` in `dir` with its config file, and every config file without a `.wasm` that
+/// names a `module`, sorted by name. Hidden files (`.x.wasm`, editors' and `kubectl cp`'s
+/// temporaries) are skipped; so are other config files without a `.wasm`, as before.
 pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
     let mut found = Vec::new();
+    let mut configs = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let hidden = path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
-        if path.extension().is_some_and(|e| e == "wasm") && !hidden && path.is_file() {
-            let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-            let config = ["yaml", "yml", "json"].iter().map(|ext| path.with_extension(ext)).find(|p| p.is_file());
-            found.push(PluginFile { name, wasm: path, config });
+        if hidden || !path.is_file() {
+            continue;
+        }
+        let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        if path.extension().is_some_and(|e| e == "wasm") {
+            let config = CONFIG_EXTENSIONS.iter().map(|ext| path.with_extension(ext)).find(|p| p.is_file());
+            found.push(PluginFile { name, wasm: Some(path), config });
+        } else if let Some(rank) = CONFIG_EXTENSIONS.iter().position(|e| path.extension().is_some_and(|x| x == *e)) {
+            configs.push((name, rank, path));
+        }
+    }
+    configs.sort();
+    for (name, _, path) in configs {
+        let taken = found.iter().any(|f| f.name == name);
+        if !taken && std::fs::read_to_string(&path).is_ok_and(|text| oci::names_module(&text)) {
+            found.push(PluginFile { name, wasm: None, config: Some(path) });
         }
     }
     found.sort_by(|a, b| a.name.cmp(&b.name));
@@ -45,12 +66,21 @@ pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
 
 /// Reads a plugin's config file (default config when there is none).
 pub fn read_config(file: &PluginFile) -> anyhow::Result<PluginConfig> {
+    read_config_and_module(file).map(|(config, _)| config)
+}
+
+/// Reads a plugin's config file and the OCI module it names, if any.
+fn read_config_and_module(file: &PluginFile) -> anyhow::Result<(PluginConfig, Option<OciModule>)> {
     match &file.config {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            PluginConfig::from_yaml(&text).with_context(|| format!("in {}", path.display()))
+            let (config, module) = oci::parse(&text).with_context(|| format!("in {}", path.display()))?;
+            if let (Some(wasm), Some(_)) = (&file.wasm, &module) {
+                anyhow::bail!("{} names module.oci, but {} is beside it: keep one", path.display(), wasm.display());
+            }
+            Ok((config, module))
         }
-        None => Ok(PluginConfig::default()),
+        None => Ok((PluginConfig::default(), None)),
     }
 }
 
@@ -59,9 +89,11 @@ pub fn read_config(file: &PluginFile) -> anyhow::Result<PluginConfig> {
 /// the file.
 pub async fn load_file(plugins: &LoadedPlugins, file: &PluginFile) -> anyhow::Result<Applied> {
     let config = read_config(file)?;
-    let wasm =
-        Module::hash(std::fs::read(&file.wasm).with_context(|| format!("reading {}", file.wasm.display()))?).await;
-    let dir = file.wasm.parent().unwrap_or(Path::new("."));
+    let Some(path) = &file.wasm else {
+        anyhow::bail!("plugin {} names an OCI module: only the directory source pulls it", file.name);
+    };
+    let wasm = Module::hash(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?).await;
+    let dir = path.parent().unwrap_or(Path::new("."));
     let canary_wasm = match canary_path(dir, file.config.as_ref().map(std::fs::read).transpose()?.as_deref()) {
         Some(path) => {
             let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -70,7 +102,7 @@ pub async fn load_file(plugins: &LoadedPlugins, file: &PluginFile) -> anyhow::Re
         None => None,
     };
     let applied = apply_version(plugins, &file.name, wasm, canary_wasm, config).await;
-    applied.with_context(|| file.wasm.display().to_string())
+    applied.with_context(|| path.display().to_string())
 }
 
 /// The one path from a plugin file's bytes to a load: applies the version and starts (or
@@ -128,6 +160,8 @@ pub struct DirectorySource {
     dir: PathBuf,
     plugins: LoadedPlugins,
     tried: HashMap<String, Fingerprint>,
+    /// Pulls the OCI modules plugin files name; `None`: such files are refused.
+    oci: Option<oci::OciFiles>,
 }
 
 /// How often the watcher also rescans on its own, to retry versions that failed for reasons
@@ -136,6 +170,7 @@ pub const RESCAN_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A plugin file's bytes as one pass read them.
 struct Read {
+    /// The component file (empty for a file naming an OCI module), hashed as it was read.
     wasm: Module,
     /// The canary's component file named by the config, if any (`None` inside when unreadable).
     canary_wasm: Option<Option<Module>>,
@@ -145,7 +180,7 @@ struct Read {
 /// The canary component file `config` (a config file's bytes) names, in `dir`.
 fn canary_path(dir: &Path, config: Option<&[u8]>) -> Option<PathBuf> {
     let text = std::str::from_utf8(config?).ok()?;
-    let wasm = PluginConfig::from_yaml(text).ok()?.canary?.wasm?;
+    let wasm = oci::parse(text).ok()?.0.canary?.wasm?;
     Some(dir.join(wasm))
 }
 
@@ -154,12 +189,15 @@ fn canary_path(dir: &Path, config: Option<&[u8]>) -> Option<PathBuf> {
 async fn read_version(file: PluginFile) -> Option<Read> {
     tokio::task::spawn_blocking(move || {
         // Hashed here, once: the fingerprint and the load share the hash.
-        let wasm = Module::hash_blocking(std::fs::read(&file.wasm).ok()?);
+        let wasm = Module::hash_blocking(match &file.wasm {
+            Some(path) => std::fs::read(path).ok()?,
+            None => Vec::new(),
+        });
         let config = match &file.config {
             Some(path) => Some(std::fs::read(path).ok()?),
             None => None,
         };
-        let dir = file.wasm.parent().unwrap_or(Path::new("."));
+        let dir = file.wasm.as_ref().or(file.config.as_ref())?.parent().unwrap_or(Path::new("."));
         let canary_wasm = canary_path(dir, config.as_deref()).map(|p| std::fs::read(p).ok().map(Module::hash_blocking));
         let canary_sha256 = canary_wasm.as_ref().map(|w| w.as_ref().map(|m| m.sha256().to_owned()).unwrap_or_default());
         let fingerprint = Fingerprint { wasm_sha256: wasm.sha256().to_owned(), config, canary_sha256 };
@@ -175,11 +213,20 @@ impl DirectorySource {
     /// fails from here until the first [`sync`](Self::sync) is over.
     pub fn new(dir: impl Into<PathBuf>, plugins: LoadedPlugins) -> Self {
         plugins.context().readiness.set(READINESS_CHECK, false);
-        Self { dir: dir.into(), plugins, tried: HashMap::new() }
+        Self { dir: dir.into(), plugins, tried: HashMap::new(), oci: None }
+    }
+
+    /// Pull the OCI modules plugin files name with `modules` (its Secrets: the host's
+    /// namespace), resolving unpinned tags again every `refresh` unless a file says otherwise.
+    #[must_use]
+    pub fn oci(mut self, modules: crate::hotload::oci::Modules, refresh: Duration) -> Self {
+        self.oci = Some(oci::OciFiles::new(modules, refresh));
+        self
     }
 
     /// One pass: loads new files, swaps changed ones, unloads removed ones. Files whose bytes
-    /// were already tried (and failed, or serve) are skipped, so a bad file is reported once.
+    /// were already tried (and failed, or serve) are skipped, so a bad file is reported once;
+    /// a file's OCI module is also resolved again when its interval (or retry) is due.
     /// The readiness check `plugin directory` passes once a pass has read the directory and
     /// applied or rejected every file in it; it fails while the directory cannot be read.
     pub async fn sync(&mut self) -> anyhow::Result<Vec<(String, Change)>> {
@@ -197,44 +244,78 @@ impl DirectorySource {
         for file in &files {
             // A file can vanish or be half-written between listing and reading: the next
             // event brings another pass.
-            let Some(Read { wasm, canary_wasm, fingerprint }) = read_version(file.clone()).await else { continue };
-            if self.tried.get(&file.name) == Some(&fingerprint) {
+            let Some(Read { wasm, canary_wasm, fingerprint }) = read_version(file.clone()).await else {
+                if let Some(oci) = &mut self.oci {
+                    oci.postpone(&file.name);
+                }
+                continue;
+            };
+            let changed = self.tried.get(&file.name) != Some(&fingerprint);
+            let due = file.wasm.is_none() && self.oci.as_ref().is_some_and(|o| o.due(&file.name));
+            if !changed && !due {
                 continue;
             }
             self.tried.insert(file.name.clone(), fingerprint);
-            let change = match read_config(file) {
+            let read = read_config_and_module(file);
+            if let (Some(oci), false) = (&mut self.oci, read.as_ref().is_ok_and(|(_, m)| m.is_some())) {
+                oci.idle(&file.name);
+            }
+            let (config, module) = match read {
+                Ok(read) => read,
                 Err(e) => {
                     // Never reaches the plugins: the one log line of this rejection is here.
                     self.plugins.rejected(&file.name, "InvalidConfig");
                     tracing::error!(plugin = %file.name, error = format!("{e:#}"), "plugin file not applied");
-                    Change::Rejected(e)
+                    changes.push((file.name.clone(), Change::Rejected(e)));
+                    continue;
                 }
-                Ok(config) => {
-                    match apply_version(&self.plugins, &file.name, wasm, canary_wasm, config).await {
-                        Ok(applied) => Change::Applied(applied),
-                        Err(e) => {
-                            if e.is_transient() {
-                                // Not the file's fault (the API server is away, a cache did
-                                // not sync): the next pass tries the same bytes again.
-                                self.tried.remove(&file.name);
-                            }
-                            // Logged by the plugins; the file to fix is the config when it
-                            // is the config's fault (grants, limits, settings).
-                            let blamed = match (&file.config, e.blames_config()) {
-                                (Some(config), true) => config.display().to_string(),
-                                (None, true) => format!(
-                                    "{} (absent: create it beside {})",
-                                    file.wasm.with_extension("yaml").display(),
-                                    file.wasm.display()
-                                ),
-                                (_, false) => file.wasm.display().to_string(),
-                            };
-                            Change::Rejected(anyhow::Error::new(e).context(blamed))
-                        }
+            };
+            let (wasm, digest) = match module {
+                None => (wasm, None),
+                Some(module) => match self.oci_module(file, &module, changed).await {
+                    Ok(Some((wasm, digest))) => (wasm, Some(digest)),
+                    Ok(None) => continue,
+                    Err(e) => {
+                        changes.push((file.name.clone(), Change::Rejected(e)));
+                        continue;
                     }
+                },
+            };
+            let change = match apply_version(&self.plugins, &file.name, wasm, canary_wasm, config).await {
+                Ok(applied) => {
+                    if let Some(oci) = &mut self.oci {
+                        oci.applied(&file.name, digest);
+                    }
+                    Change::Applied(applied)
+                }
+                Err(e) => {
+                    if e.is_transient() {
+                        // Not the file's fault (the API server is away, a cache did not
+                        // sync): the next pass tries the same bytes again.
+                        self.tried.remove(&file.name);
+                    }
+                    if let Some(oci) = &mut self.oci {
+                        oci.applied(&file.name, None);
+                    }
+                    // Logged by the plugins; the file to fix is the config when it is the
+                    // config's fault (grants, limits, settings).
+                    let blamed = match (&file.config, &file.wasm, e.blames_config()) {
+                        (Some(config), _, true) | (Some(config), None, _) => config.display().to_string(),
+                        (None, Some(wasm), true) => format!(
+                            "{} (absent: create it beside {})",
+                            wasm.with_extension("yaml").display(),
+                            wasm.display()
+                        ),
+                        (_, Some(wasm), false) => wasm.display().to_string(),
+                        (None, None, _) => file.name.clone(),
+                    };
+                    Change::Rejected(anyhow::Error::new(e).context(blamed))
                 }
             };
             changes.push((file.name.clone(), change));
+        }
+        if let Some(oci) = &mut self.oci {
+            oci.retain(&files.iter().map(|f| f.name.as_str()).collect::<Vec<_>>());
         }
         self.tried.retain(|name, _| files.iter().any(|f| &f.name == name));
         for name in self.plugins.names(&Origin::Directory).await {
@@ -244,6 +325,29 @@ impl DirectorySource {
         }
         readiness.set(READINESS_CHECK, true);
         Ok(changes)
+    }
+
+    /// The component of `file`'s OCI `module` when it is to be applied, with its digest; `None`
+    /// when the digest applied is still the one it names (and the file did not change). A
+    /// failure leaves the version serving; it is counted and logged by [`oci::OciFiles`].
+    async fn oci_module(
+        &mut self,
+        file: &PluginFile,
+        module: &OciModule,
+        changed: bool,
+    ) -> anyhow::Result<Option<(Module, String)>> {
+        let config = file.config.as_ref().map(|c| c.display().to_string()).unwrap_or_default();
+        let Some(oci) = &mut self.oci else {
+            self.plugins.rejected(&file.name, "InvalidConfig");
+            let e = anyhow::anyhow!("{config} names an OCI module, but this host pulls none for plugin files");
+            tracing::error!(plugin = %file.name, error = format!("{e:#}"), "plugin file not applied");
+            return Err(e);
+        };
+        match oci.module(&self.plugins, &file.name, module, changed).await {
+            Ok(oci::Outcome::New { wasm, digest }) => Ok(Some((wasm, digest))),
+            Ok(oci::Outcome::Same) => Ok(None),
+            Err(e) => Err(anyhow::Error::new(e).context(config)),
+        }
     }
 
     /// Starts watching the directory: when this returns the watch is in place, so a file
@@ -281,9 +385,18 @@ impl DirectoryWatch {
     pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let mut rescan = tokio::time::interval_at(tokio::time::Instant::now() + RESCAN_INTERVAL, RESCAN_INTERVAL);
         loop {
+            // An OCI module due for resolution wakes the watcher before the next rescan.
+            let due = self.source.oci.as_ref().and_then(oci::OciFiles::next_due);
+            let oci_due = async {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             let events = tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
                 _ = rescan.tick() => Some(Ok(Vec::new())),
+                () = oci_due => Some(Ok(Vec::new())),
                 events = self.events.recv() => events,
             };
             match events {
@@ -312,7 +425,7 @@ mod tests {
         std::fs::write(&wasm, b"serving").unwrap();
         std::fs::write(&config, "canary: {wasm: .p.canary.wasm}\n").unwrap();
         std::fs::write(dir.path().join(".p.canary.wasm"), b"one").unwrap();
-        let file = PluginFile { name: "p".into(), wasm, config: Some(config) };
+        let file = PluginFile { name: "p".into(), wasm: Some(wasm), config: Some(config) };
         let first = read_version(file.clone()).await.unwrap();
         let canary = first.canary_wasm.as_ref().map(|m| m.as_ref().map(|m| m.bytes().to_vec()));
         assert_eq!(canary, Some(Some(b"one".to_vec())));
@@ -322,12 +435,29 @@ mod tests {
         assert_eq!(plugin_files(dir.path()).unwrap().len(), 1, "the hidden candidate is not a plugin of its own");
     }
 
+    #[test]
+    fn a_config_without_a_component_is_a_plugin_only_when_it_names_a_module() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("pulled.yaml"), "module: {oci: {ref: r.example/p:v1}}\n").unwrap();
+        std::fs::write(dir.path().join("notes.yaml"), "limits: {deadlineMs: 5000}\n").unwrap();
+        std::fs::write(dir.path().join(".hidden.yaml"), "module: {oci: {ref: r.example/p:v1}}\n").unwrap();
+        std::fs::write(dir.path().join("both.wasm"), b"wasm").unwrap();
+        std::fs::write(dir.path().join("both.yaml"), "module: {oci: {ref: r.example/p:v1}}\n").unwrap();
+        let files = plugin_files(dir.path()).unwrap();
+        let names: Vec<_> = files.iter().map(|f| (f.name.as_str(), f.wasm.is_some())).collect();
+        assert_eq!(names, [("both", true), ("pulled", false)]);
+        let (_, module) = read_config_and_module(&files[1]).unwrap();
+        assert_eq!(module.unwrap().reference, "r.example/p:v1");
+        let both = read_config_and_module(&files[0]).unwrap_err();
+        assert!(format!("{both:#}").contains("keep one"), "{both:#}");
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn reading_and_hashing_a_component_leaves_the_runtime_thread_free() {
         let dir = tempfile::tempdir().unwrap();
         let wasm = dir.path().join("big.wasm");
         std::fs::write(&wasm, vec![7u8; 64 << 20]).unwrap();
-        let file = PluginFile { name: "big".into(), wasm, config: None };
+        let file = PluginFile { name: "big".into(), wasm: Some(wasm), config: None };
         let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let ticker = tokio::spawn({
             let ticks = ticks.clone();

@@ -8,6 +8,7 @@ use kube::Client;
 use kubewasm_host::admin;
 use kubewasm_host::app::{App, config, plugin_client};
 use kubewasm_host::hotload::Options;
+use kubewasm_host::hotload::oci::{Modules, Puller};
 use kubewasm_host::leader;
 use kubewasm_host::plugin::RuntimeConfig;
 use kubewasm_host::plugin::throttle::WriteRate;
@@ -103,14 +104,19 @@ pub async fn serve(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result
     // cannot pass between the directory's first pass and the WasmPlugin source's start.
     let oci = args.oci.options(args.compile_cache.as_deref()).context("reading --oci-ca-file")?;
     let oci_refresh = Duration::from_secs(args.oci.oci_refresh_seconds);
+    // One puller for both sources: one per-registry limit, one disk cache.
+    let puller = Puller::new(&oci);
     let wasm_source = args.wasm_plugins.then(|| {
-        let source = app.wasm_plugin_source(&args.module_namespace).oci(&oci).oci_refresh(oci_refresh);
+        let source = app.wasm_plugin_source(&args.module_namespace).puller(puller.clone()).oci_refresh(oci_refresh);
         match &args.wasm_plugin_selector {
             Some(selector) => source.selector(selector),
             None => source,
         }
     });
-    let directory = args.plugins.as_ref().map(|dir| (dir, app.directory_source(dir)));
+    let directory = args.plugins.as_ref().map(|dir| {
+        let modules = Modules::new(puller.clone(), app.client().clone(), args.module_namespace.clone());
+        (dir, app.directory_source(dir).oci(modules, oci_refresh))
+    });
     let mut sources = Vec::new();
     if let Some(source) = wasm_source {
         let stop = shutdown.clone();
