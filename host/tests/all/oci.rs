@@ -495,7 +495,7 @@ async fn python_pull_and_load_takes_at_most_1_2x_its_load_from_a_local_file() {
 /// reason counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_file_naming_an_oci_module_follows_its_tag_and_keeps_serving_through_failures() {
-    use kubewasm_host::hotload::oci::Modules;
+    use kubewasm_host::hotload::oci::Registries;
     let Some(cp) = ControlPlane::shared() else { return };
     let Some(registry) = Registry::start_or_skip().await else { return };
     let client = cp.admin_client().await;
@@ -539,7 +539,7 @@ async fn a_plugin_file_naming_an_oci_module_follows_its_tag_and_keeps_serving_th
         std::fs::write(&config, serde_yaml::to_string(&body).unwrap()).unwrap();
     };
     write_config(format!("{repo}:v1"));
-    let modules = Modules::new(Puller::new(&options), client.clone(), modules.clone());
+    let modules = Registries::new(Puller::new(&options), client.clone(), modules.clone());
     let mut source = app.directory_source(dir.path()).oci(modules, Duration::from_secs(1));
     let changes = source.sync().await.unwrap();
     assert!(

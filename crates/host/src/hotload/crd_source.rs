@@ -90,7 +90,7 @@ pub struct WasmPluginSource {
     evented: parking_lot::Mutex<std::collections::HashMap<String, (String, u64)>>,
     /// Pulls OCI modules (one client, its per-registry limits and disk cache for all plugins),
     /// their Secrets read from `module_namespace`.
-    modules: crate::hotload::oci::Modules,
+    modules: crate::hotload::oci::Registries,
     /// Per WasmPlugin with an OCI module, what it last resolved to.
     resolved: parking_lot::Mutex<std::collections::HashMap<String, oci::Resolved>>,
     /// How often unpinned OCI tags are resolved again by default.
@@ -164,7 +164,7 @@ impl WasmPluginSource {
         let events = crate::event_sink::EventSink::new(crate::identity::Identities::host(client.clone()));
         let (module_namespace, selector, evented) = (module_namespace.into(), None, Default::default());
         let puller = crate::hotload::oci::Puller::new(&Default::default());
-        let modules = crate::hotload::oci::Modules::new(puller, client.clone(), module_namespace.clone());
+        let modules = crate::hotload::oci::Registries::new(puller, client.clone(), module_namespace.clone());
         let (resolved, oci_refresh) = (Default::default(), oci::DEFAULT_REFRESH);
         Self { plugins, client, module_namespace, selector, events, evented, modules, resolved, oci_refresh }
     }
@@ -173,7 +173,7 @@ impl WasmPluginSource {
     #[must_use]
     pub fn oci(mut self, options: &crate::hotload::oci::Options) -> Self {
         let puller = crate::hotload::oci::Puller::new(options);
-        self.modules = crate::hotload::oci::Modules::new(puller, self.client.clone(), self.module_namespace.clone());
+        self.modules = crate::hotload::oci::Registries::new(puller, self.client.clone(), self.module_namespace.clone());
         self
     }
 
@@ -181,7 +181,7 @@ impl WasmPluginSource {
     /// and one disk cache for the host).
     #[must_use]
     pub fn puller(mut self, puller: crate::hotload::oci::Puller) -> Self {
-        self.modules = crate::hotload::oci::Modules::new(puller, self.client.clone(), self.module_namespace.clone());
+        self.modules = crate::hotload::oci::Registries::new(puller, self.client.clone(), self.module_namespace.clone());
         self
     }
 

@@ -219,7 +219,7 @@ impl DirectorySource {
     /// Pull the OCI modules plugin files name with `modules` (its Secrets: the host's
     /// namespace), resolving unpinned tags again every `refresh` unless a file says otherwise.
     #[must_use]
-    pub fn oci(mut self, modules: crate::hotload::oci::Modules, refresh: Duration) -> Self {
+    pub fn oci(mut self, modules: crate::hotload::oci::Registries, refresh: Duration) -> Self {
         self.oci = Some(oci::OciFiles::new(modules, refresh));
         self
     }

@@ -19,12 +19,12 @@ use super::module::Module;
 mod cache;
 mod cosign_key;
 pub mod credentials;
-mod module;
 pub mod push;
+mod registries;
 pub mod signature;
 
 pub use cache::BlobCache;
-pub use module::{Modules, SIGNATURE_SECRET_KEY};
+pub use registries::{Registries, SIGNATURE_SECRET_KEY};
 
 /// The manifest media type of a wasm artifact (the OCI image manifest).
 pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";

@@ -8,7 +8,7 @@ use kube::Client;
 use kubewasm_host::admin;
 use kubewasm_host::app::{App, config, plugin_client};
 use kubewasm_host::hotload::Options;
-use kubewasm_host::hotload::oci::{Modules, Puller};
+use kubewasm_host::hotload::oci::{Puller, Registries};
 use kubewasm_host::leader;
 use kubewasm_host::plugin::RuntimeConfig;
 use kubewasm_host::plugin::throttle::WriteRate;
@@ -114,7 +114,7 @@ pub async fn serve(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result
         }
     });
     let directory = args.plugins.as_ref().map(|dir| {
-        let modules = Modules::new(puller.clone(), app.client().clone(), args.module_namespace.clone());
+        let modules = Registries::new(puller.clone(), app.client().clone(), args.module_namespace.clone());
         (dir, app.directory_source(dir).oci(modules, oci_refresh))
     });
     let mut sources = Vec::new();

@@ -1,6 +1,6 @@
 //! A plugin file's OCI module: a `<name>.yaml` with no `<name>.wasm` beside it naming
 //! `module: {oci: …}`, with the fields and meaning of a WasmPlugin's `spec.module.oci`, got
-//! through the same [`Modules`] (pull Secret, signature key, `--oci-require-signature`).
+//! through the same [`Registries`] (pull Secret, signature key, `--oci-require-signature`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,7 +10,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use crate::hotload::Module;
-use crate::hotload::oci::{self, Modules};
+use crate::hotload::oci::{self, Registries};
 use crate::hotload::wasmplugin::OciModule;
 use crate::plugin::PluginConfig;
 
@@ -64,7 +64,7 @@ struct State {
 /// The OCI side of the directory source: the modules, the default refresh, and per file what
 /// its module came to.
 pub(super) struct OciFiles {
-    modules: Modules,
+    modules: Registries,
     refresh: Duration,
     state: HashMap<String, State>,
 }
@@ -83,7 +83,7 @@ pub(super) enum Outcome {
 }
 
 impl OciFiles {
-    pub(super) fn new(modules: Modules, refresh: Duration) -> Self {
+    pub(super) fn new(modules: Registries, refresh: Duration) -> Self {
         Self { modules, refresh, state: HashMap::new() }
     }
 

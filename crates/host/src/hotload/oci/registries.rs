@@ -23,14 +23,14 @@ impl OciModule {
 /// The one way both sources get an [`OciModule`]: a [`Puller`] and the host's client, which
 /// reads pull and key Secrets from `namespace` (the host's own) only.
 #[derive(Clone)]
-pub struct Modules {
+pub struct Registries {
     puller: Puller,
     client: kube::Client,
     namespace: String,
 }
 
-impl Modules {
-    /// Modules pulled by `puller`, their Secrets read with `client` from `namespace`.
+impl Registries {
+    /// Registries reached through `puller`, pull and key Secrets read with `client` from `namespace`.
     pub fn new(puller: Puller, client: kube::Client, namespace: impl Into<String>) -> Self {
         Self { puller, client, namespace: namespace.into() }
     }
