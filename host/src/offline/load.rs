@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
+use kubewasm_host::hotload::directory::config_beside;
 use kubewasm_host::hotload::{PluginFile, read_config};
 use kubewasm_host::plugin::{PluginConfig, Runtime, RuntimeConfig};
 
@@ -11,8 +12,7 @@ use kubewasm_host::plugin::{PluginConfig, Runtime, RuntimeConfig};
 /// `.yaml`/`.yml`/`.json` beside it.
 pub fn plugin_file(wasm: &Path, config: Option<PathBuf>) -> PluginFile {
     let name = wasm.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-    let config =
-        config.or_else(|| ["yaml", "yml", "json"].iter().map(|e| wasm.with_extension(e)).find(|p| p.is_file()));
+    let config = config.or_else(|| config_beside(wasm));
     PluginFile { name, wasm: Some(wasm.to_owned()), config }
 }
 

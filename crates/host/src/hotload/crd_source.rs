@@ -90,7 +90,7 @@ pub struct WasmPluginSource {
     evented: parking_lot::Mutex<std::collections::HashMap<String, (String, u64)>>,
     /// Pulls OCI modules (one client, its per-registry limits and disk cache for all plugins),
     /// their Secrets read from `module_namespace`.
-    modules: crate::hotload::oci::Registries,
+    registries: crate::hotload::oci::Registries,
     /// Per WasmPlugin with an OCI module, what it last resolved to.
     resolved: parking_lot::Mutex<std::collections::HashMap<String, oci::Resolved>>,
     /// How often unpinned OCI tags are resolved again by default.
@@ -164,24 +164,23 @@ impl WasmPluginSource {
         let events = crate::event_sink::EventSink::new(crate::identity::Identities::host(client.clone()));
         let (module_namespace, selector, evented) = (module_namespace.into(), None, Default::default());
         let puller = crate::hotload::oci::Puller::new(&Default::default());
-        let modules = crate::hotload::oci::Registries::new(puller, client.clone(), module_namespace.clone());
+        let registries = crate::hotload::oci::Registries::new(puller, client.clone(), module_namespace.clone());
         let (resolved, oci_refresh) = (Default::default(), oci::DEFAULT_REFRESH);
-        Self { plugins, client, module_namespace, selector, events, evented, modules, resolved, oci_refresh }
+        Self { plugins, client, module_namespace, selector, events, evented, registries, resolved, oci_refresh }
     }
 
     /// Pull OCI modules with these options (disk cache, CA bundle, plain-HTTP registries).
     #[must_use]
-    pub fn oci(mut self, options: &crate::hotload::oci::Options) -> Self {
-        let puller = crate::hotload::oci::Puller::new(options);
-        self.modules = crate::hotload::oci::Registries::new(puller, self.client.clone(), self.module_namespace.clone());
-        self
+    pub fn oci(self, options: &crate::hotload::oci::Options) -> Self {
+        self.puller(crate::hotload::oci::Puller::new(options))
     }
 
     /// Pull OCI modules with `puller` (shared with the directory source: one per-registry limit
     /// and one disk cache for the host).
     #[must_use]
     pub fn puller(mut self, puller: crate::hotload::oci::Puller) -> Self {
-        self.modules = crate::hotload::oci::Registries::new(puller, self.client.clone(), self.module_namespace.clone());
+        self.registries =
+            crate::hotload::oci::Registries::new(puller, self.client.clone(), self.module_namespace.clone());
         self
     }
 

@@ -47,7 +47,7 @@ pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
         }
         let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
         if path.extension().is_some_and(|e| e == "wasm") {
-            let config = CONFIG_EXTENSIONS.iter().map(|ext| path.with_extension(ext)).find(|p| p.is_file());
+            let config = config_beside(&path);
             found.push(PluginFile { name, wasm: Some(path), config });
         } else if let Some(rank) = CONFIG_EXTENSIONS.iter().position(|e| path.extension().is_some_and(|x| x == *e)) {
             configs.push((name, rank, path));
@@ -62,6 +62,11 @@ pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
     }
     found.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(found)
+}
+
+/// The config file beside component `wasm` (`<name>.yaml`, else `.yml`, else `.json`), if any.
+pub fn config_beside(wasm: &Path) -> Option<PathBuf> {
+    CONFIG_EXTENSIONS.iter().map(|ext| wasm.with_extension(ext)).find(|p| p.is_file())
 }
 
 /// Reads a plugin's config file (default config when there is none).
@@ -216,11 +221,11 @@ impl DirectorySource {
         Self { dir: dir.into(), plugins, tried: HashMap::new(), oci: None }
     }
 
-    /// Pull the OCI modules plugin files name with `modules` (its Secrets: the host's
+    /// Pull the OCI modules plugin files name through `registries` (their Secrets: the host's
     /// namespace), resolving unpinned tags again every `refresh` unless a file says otherwise.
     #[must_use]
-    pub fn oci(mut self, modules: crate::hotload::oci::Registries, refresh: Duration) -> Self {
-        self.oci = Some(oci::OciFiles::new(modules, refresh));
+    pub fn oci(mut self, registries: crate::hotload::oci::Registries, refresh: Duration) -> Self {
+        self.oci = Some(oci::OciFiles::new(registries, refresh));
         self
     }
 

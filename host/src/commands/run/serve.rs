@@ -114,8 +114,8 @@ pub async fn serve(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result
         }
     });
     let directory = args.plugins.as_ref().map(|dir| {
-        let modules = Registries::new(puller.clone(), app.client().clone(), args.module_namespace.clone());
-        (dir, app.directory_source(dir).oci(modules, oci_refresh))
+        let registries = Registries::new(puller.clone(), app.client().clone(), args.module_namespace.clone());
+        (dir, app.directory_source(dir).oci(registries, oci_refresh))
     });
     let mut sources = Vec::new();
     if let Some(source) = wasm_source {

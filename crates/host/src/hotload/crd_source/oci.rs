@@ -45,28 +45,28 @@ impl WasmPluginSource {
         plugin: &WasmPlugin,
         module: &OciModule,
     ) -> Result<Option<Module>, oci::Error> {
-        let auth = self.modules.auth(module).await?;
-        let digest = match self.modules.resolve(module, &auth).await {
+        let auth = self.registries.auth(module).await?;
+        let digest = match self.registries.resolve(module, &auth).await {
             Ok(digest) => digest,
             Err(e) => {
                 let last =
                     plugin.status.as_ref().and_then(|s| s.oci.as_ref()).filter(|s| s.reference == module.reference);
                 let fallback = match last {
                     Some(last) if self.plugins.serving(name).await.is_none() && e.is_transient() => {
-                        self.modules.puller().cached(&last.digest).await.map(|wasm| (last.clone(), wasm))
+                        self.registries.puller().cached(&last.digest).await.map(|wasm| (last.clone(), wasm))
                     }
                     _ => None,
                 };
                 let Some((status, wasm)) = fallback else { return Err(e) };
                 // The signatures kept on disk with the module are checked again, offline.
-                self.modules.verify(module, &status.digest, &auth).await?;
+                self.registries.verify(module, &status.digest, &auth).await?;
                 tracing::info!(plugin = name, digest = %status.digest, error = %e, "registry not answering: loading the digest last resolved from the disk cache");
                 self.remember(name, status, &wasm);
                 return Ok(Some(wasm));
             }
         };
         // Before the check for a version serving: a key added or changed applies to it too.
-        self.modules.verify(module, &digest, &auth).await?;
+        self.registries.verify(module, &digest, &auth).await?;
         let status = OciStatus { reference: module.reference.clone(), digest: digest.clone(), resolved_at: now() };
         let known = self.resolved.lock().get(name).cloned();
         if let Some(known) = known.filter(|k| k.status.digest == digest && k.status.reference == module.reference)
@@ -75,7 +75,8 @@ impl WasmPluginSource {
             self.resolved.lock().insert(name.to_owned(), Resolved { status, sha256: known.sha256 });
             return Ok(None);
         }
-        let Pulled { module: wasm, cached, .. } = self.modules.puller().pull(&module.reference, &digest, &auth).await?;
+        let Pulled { module: wasm, cached, .. } =
+            self.registries.puller().pull(&module.reference, &digest, &auth).await?;
         tracing::info!(plugin = name, reference = %module.reference, %digest, cached, bytes = wasm.bytes().len(), "OCI module ready");
         self.remember(name, status, &wasm);
         Ok(Some(wasm))
@@ -83,7 +84,7 @@ impl WasmPluginSource {
 
     /// The bytes of a canary's OCI module (resolved and pulled, nothing remembered).
     pub(super) async fn oci_bytes(&self, module: &OciModule) -> Result<Module, NotServing> {
-        self.modules.fetch(module).await.map(|p| p.module).map_err(|e| NotServing {
+        self.registries.fetch(module).await.map(|p| p.module).map_err(|e| NotServing {
             reason: e.reason(),
             message: e.to_string(),
             retry: e.is_transient(),

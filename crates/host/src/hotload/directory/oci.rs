@@ -61,10 +61,10 @@ struct State {
     reported: Option<&'static str>,
 }
 
-/// The OCI side of the directory source: the modules, the default refresh, and per file what
-/// its module came to.
+/// The OCI side of the directory source: the registries, the default refresh, and per file
+/// what its module came to.
 pub(super) struct OciFiles {
-    modules: Registries,
+    registries: Registries,
     refresh: Duration,
     state: HashMap<String, State>,
 }
@@ -83,8 +83,8 @@ pub(super) enum Outcome {
 }
 
 impl OciFiles {
-    pub(super) fn new(modules: Registries, refresh: Duration) -> Self {
-        Self { modules, refresh, state: HashMap::new() }
+    pub(super) fn new(registries: Registries, refresh: Duration) -> Self {
+        Self { registries, refresh, state: HashMap::new() }
     }
 
     /// Whether `name`'s module is due for another resolution.
@@ -120,8 +120,8 @@ impl OciFiles {
 
     /// Resolves `module` of plugin file `name` and checks its signature; pulls it when its
     /// digest is not the one applied, or when `changed` (the file changed: its config is to be
-    /// applied with the component). A failure is counted (`kubewasm_plugin_rejected_total`, as
-    /// a refused plugin file) and logged when its reason is news; the version serving is left.
+    /// applied with the component). A failure is counted (`kubewasm_plugin_rejected_versions_total`,
+    /// as a refused plugin file) and logged when its reason is news; the version serving is left.
     pub(super) async fn module(
         &mut self,
         plugins: &crate::hotload::LoadedPlugins,
@@ -157,15 +157,15 @@ impl OciFiles {
     }
 
     async fn resolve_and_pull(&mut self, name: &str, module: &OciModule, changed: bool) -> Result<Outcome, oci::Error> {
-        let auth = self.modules.auth(module).await?;
-        let digest = self.modules.resolve(module, &auth).await?;
+        let auth = self.registries.auth(module).await?;
+        let digest = self.registries.resolve(module, &auth).await?;
         // Before the check for the digest applied: a key added or changed applies to it too.
-        self.modules.verify(module, &digest, &auth).await?;
+        self.registries.verify(module, &digest, &auth).await?;
         let state = self.state.entry(name.to_owned()).or_default();
         if !changed && state.digest.as_deref() == Some(digest.as_str()) {
             return Ok(Outcome::Same);
         }
-        let pulled = self.modules.puller().pull(&module.reference, &digest, &auth).await?;
+        let pulled = self.registries.puller().pull(&module.reference, &digest, &auth).await?;
         tracing::info!(plugin = name, reference = %module.reference, %digest, cached = pulled.cached, bytes = pulled.module.bytes().len(), "OCI module of the plugin file ready");
         Ok(Outcome::New { wasm: pulled.module, digest })
     }
