@@ -15,17 +15,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kubewasm_host::hotload::WasmPlugin;
-use kubewasm_host::hotload::oci::push::Artifact;
-use kubewasm_host::hotload::oci::{Options, Puller};
-use kubewasm_testenv::{ControlPlane, REGISTRY_PASSWORD, REGISTRY_USER, Registry};
-use oci_client::secrets::RegistryAuth;
+use kube::api::{Api, PostParams};
+use kubewasm_testenv::{ControlPlane, Registry};
 
 use common::audit::{SA_USER, audit_events, code, describe, examples_cluster};
 use common::examples::{self, CONVERGE, deploy_dir, install_examples};
 use common::process::{HostProcess, kubewasm_run, service_account_token, token_kubeconfig};
-use common::{eventually, run_ok, test_compile_cache};
+use common::{eventually, registry, run_ok, test_compile_cache};
 
 fn unique_id() -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
@@ -48,43 +44,6 @@ async fn every_kustomization_passes_server_side_dry_run() {
     }
 }
 
-/// Makes the installed namespace-defaults example a WasmPlugin of the same name and config whose
-/// module is pushed to `registry`, pulled with a dockerconfigjson Secret in the host's namespace
-/// and trusted through the CA written to `ca`; returns the manifest digest pushed.
-async fn namespace_defaults_from_the_registry(
-    admin: &kube::Client,
-    plugins: &Path,
-    registry: &Registry,
-    ca: &Path,
-) -> String {
-    std::fs::write(ca, registry.ca_pem()).unwrap();
-    let auth = RegistryAuth::Basic(REGISTRY_USER.into(), REGISTRY_PASSWORD.into());
-    let pusher = Puller::new(&Options { ca_pem: Some(registry.ca_pem().as_bytes().to_vec()), ..Default::default() });
-    let reference = format!("{}/examples/namespace-defaults:v1", registry.host());
-    let (wasm, config) = (plugins.join("namespace-defaults.wasm"), plugins.join("namespace-defaults.yaml"));
-    let digest = pusher.push(&reference, &Artifact::wasm(&std::fs::read(&wasm).unwrap()), &auth).await.unwrap();
-    let mut spec: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    std::fs::remove_file(wasm).unwrap();
-    std::fs::remove_file(config).unwrap();
-    let docker =
-        serde_json::json!({"auths": {registry.host(): {"username": REGISTRY_USER, "password": REGISTRY_PASSWORD}}});
-    let secret = serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred", "namespace": "kubewasm-system"},
-        "type": "kubernetes.io/dockerconfigjson", "stringData": {".dockerconfigjson": docker.to_string()},
-    });
-    let apply = PatchParams::apply("kubewasm-test").force();
-    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(admin.clone(), "kubewasm-system");
-    secrets.patch("regcred", &apply, &Patch::Apply(&secret)).await.unwrap();
-    examples::install_wasm_plugin_crd(admin).await;
-    spec["module"] = serde_json::json!({"oci": {"ref": reference, "pullSecret": "regcred"}});
-    let body = serde_json::json!({
-        "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
-        "metadata": {"name": "namespace-defaults"}, "spec": spec,
-    });
-    Api::<WasmPlugin>::all(admin.clone()).patch("namespace-defaults", &apply, &Patch::Apply(&body)).await.unwrap();
-    digest
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_request_and_one_rule_less_is_refused() {
     let work = tempfile::tempdir().unwrap();
@@ -102,7 +61,12 @@ async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_requ
     let registry = Registry::start_or_skip().await;
     let ca = work.path().join("registry-ca.pem");
     let pushed = match &registry {
-        Some(registry) => Some(namespace_defaults_from_the_registry(&admin, plugins.path(), registry, &ca).await),
+        Some(registry) => {
+            for file in ["namespace-defaults.wasm", "namespace-defaults.yaml"] {
+                std::fs::remove_file(plugins.path().join(file)).unwrap();
+            }
+            Some(registry::example_wasm_plugin(&admin, registry, "namespace-defaults", &ca).await)
+        }
         None => None,
     };
     let start = || {
@@ -124,11 +88,8 @@ async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_requ
     let id = unique_id();
     examples::all_converge(&admin, &id).await;
     if let Some(digest) = &pushed {
-        let wasm_plugins = Api::<WasmPlugin>::all(admin.clone());
-        eventually("the WasmPlugin namespace-defaults Ready from the registry", CONVERGE, || async {
-            let status = wasm_plugins.get("namespace-defaults").await.ok()?.status?;
-            let ready = status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
-            (ready && status.oci.as_ref().is_some_and(|o| &o.digest == digest)).then_some(())
+        eventually("the WasmPlugin namespace-defaults Ready from the registry", CONVERGE, || {
+            registry::serves_digest(&admin, "namespace-defaults", digest)
         })
         .await;
     }

@@ -17,6 +17,41 @@ use serde_json::json;
 /// Start-up of etcd + kube-apiserver (the harness allows 60 s) plus loading the plugin.
 const START: Duration = Duration::from_secs(180);
 
+/// Where each language's scaffold ends the greeting it writes: the source file (`NAME`: the
+/// project's name, `MODULE`: the same with `_` for `-`) and the text that ends the greeting,
+/// its closing quote last.
+const GREETING_ENDS: [(&str, &str, &str); 3] = [
+    ("rust", "src/lib.rs", r#", {name}""#),
+    ("python", "src/MODULE.py", r#", {name}""#),
+    ("js", "src/NAME.js", ", ${ns.metadata.name}`"),
+];
+
+/// The source file of a project that writes the greeting, as the scaffold made it.
+struct Greeting {
+    path: PathBuf,
+    pristine: String,
+    end: &'static str,
+}
+
+impl Greeting {
+    /// The greeting of the `language` project `name` at `project`.
+    fn of(project: &Path, language: &str, name: &str) -> Self {
+        let (_, file, end) = GREETING_ENDS.iter().find(|(l, ..)| *l == language).unwrap();
+        let file = file.replace("NAME", name).replace("MODULE", &name.replace('-', "_"));
+        let path = project.join(&file);
+        let pristine = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(pristine.matches(end).count(), 1, "{file}: the scaffold's greeting changed; update GREETING_ENDS");
+        Self { path, pristine, end }
+    }
+
+    /// Writes the source as the scaffold made it with `suffix` appended to the greeting: an
+    /// author's edit.
+    fn write_with(&self, suffix: &str) {
+        let (body, quote) = self.end.split_at(self.end.len() - 1);
+        std::fs::write(&self.path, self.pristine.replace(self.end, &format!("{body}{suffix}{quote}"))).unwrap();
+    }
+}
+
 /// `kubewasm dev` running on a plugin directory with namespace-defaults, its output in files.
 struct Dev {
     child: Child,
@@ -209,12 +244,9 @@ async fn dev_serves_an_edit_rebuilt_with_the_projects_build_script_without_a_res
     .await;
 
     // The author edits the string the plugin writes and rebuilds; `kubewasm dev` keeps running.
-    let lib = project.join("src/lib.rs");
-    let source = std::fs::read_to_string(&lib).unwrap();
-    let edited = source.replace(r#"format!("{}, {name}""#, r#"format!("{}, {name}, edited""#);
-    assert_ne!(edited, source, "the scaffold's format string changed; update this test");
-    std::fs::write(&lib, edited).unwrap();
+    let greeting_source = Greeting::of(&project, "rust", "edit-ns");
     let edit = Instant::now();
+    greeting_source.write_with(", edited");
     project::build(&kubewasm, &project, "edit-ns");
     let built = edit.elapsed();
     // The swap queues every Namespace again, so the existing ConfigMap gets the new string.
@@ -226,4 +258,68 @@ async fn dev_serves_an_edit_rebuilt_with_the_projects_build_script_without_a_res
     eprintln!("edit → effect: {:?} (build.sh {built:?}, then swap and reconcile)", edit.elapsed());
     assert!(dev.child.try_wait().unwrap().is_none(), "kubewasm dev was not restarted: {}", dev.logs());
     dev.stop_with("-INT", client).await;
+}
+
+/// Edit → effect per language under `kubewasm dev` (issue 32, BENCHMARKS.md), with the binary
+/// and profile of this build: one `kubewasm dev` per scaffolded project, all running; then
+/// rounds in which each language in turn has its greeting edited, is rebuilt by its `build.sh`,
+/// and is timed until the ConfigMap it writes has the new greeting (polled every 100 ms). Prints
+/// each run and the medians; asserts nothing about time. Release:
+/// `cargo test -p kubewasm --release --test all -- --ignored --nocapture dev::edit_to_effect`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it on its own, with --release"]
+async fn edit_to_effect_per_language_under_kubewasm_dev() {
+    const ROUNDS: usize = 3;
+    let kubewasm = Installed::new();
+    let mut projects = Vec::new();
+    for (language, ..) in GREETING_ENDS {
+        let name = format!("edit-{language}");
+        let (clone, project) = project::scaffold(&kubewasm, language, &name);
+        project::build(&kubewasm, &project, &name);
+        let mut dev = Dev::start_on(&project, &[]);
+        let client = dev.client().await;
+        create_namespace(&client, "edit-demo").await;
+        let greeting = Greeting::of(&project, language, &name);
+        projects.push((language, name, clone, project, dev, client, greeting));
+    }
+    let mut runs: Vec<(&str, Duration, Duration)> = Vec::new();
+    for round in 0..=ROUNDS {
+        for (language, name, _, project, dev, client, greeting) in &mut projects {
+            let welcome: Api<ConfigMap> = Api::namespaced(client.clone(), "edit-demo");
+            let expected =
+                if round == 0 { "hello, edit-demo".to_owned() } else { format!("hello, edit-demo, edit {round}") };
+            let edit = Instant::now();
+            if round > 0 {
+                greeting.write_with(&format!(", edit {round}"));
+                project::build(&kubewasm, project, name);
+            }
+            let built = edit.elapsed();
+            common::eventually(&format!("{language}: {expected}"), START, || async {
+                let data = welcome.get_opt("welcome").await.ok().flatten()?.data?;
+                (data.get("greeting") == Some(&expected)).then_some(())
+            })
+            .await;
+            let effect = edit.elapsed();
+            assert!(dev.child.try_wait().unwrap().is_none(), "kubewasm dev was restarted: {}", dev.logs());
+            if round > 0 {
+                eprintln!("{language} round {round}: edit → effect {effect:.2?} (build.sh {built:.2?})");
+                runs.push((language, effect, built));
+            }
+        }
+    }
+    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    eprintln!("\nedit → effect, {profile} kubewasm dev, {ROUNDS} rounds, medians:");
+    eprintln!("| language | edit → effect | build.sh | swap + reconcile |");
+    for (language, ..) in GREETING_ENDS {
+        let median = |pick: fn(&(&str, Duration, Duration)) -> Duration| {
+            let mut times: Vec<Duration> = runs.iter().filter(|r| r.0 == language).map(pick).collect();
+            times.sort();
+            times[times.len() / 2]
+        };
+        let (effect, built) = (median(|r| r.1), median(|r| r.2));
+        eprintln!("| {language} | {effect:.2?} | {built:.2?} | {:.2?} |", effect.saturating_sub(built));
+    }
+    for (_, _, _, _, dev, client, _) in projects {
+        dev.stop_with("-INT", client).await;
+    }
 }

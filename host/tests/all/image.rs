@@ -4,7 +4,9 @@
 //! Deployment runs it (user, entrypoint + args, env, read-only root, volumes, service-account
 //! mount, in-cluster config), makes the example plugins converge against a real API server
 //! without a forbidden request: the deploy test's proof, with the image instead of the cargo-built
-//! binary. `make test` builds the image first; with `CI=true` a missing image fails.
+//! binary. The same again with the examples pulled from the harness registry (TLS with a CA
+//! from a ConfigMap, a pull Secret), as a WasmPlugin and as plugin files naming an OCI module.
+//! `make test` builds the image first; with `CI=true` a missing image fails.
 
 use crate::common;
 
@@ -14,14 +16,14 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use kubewasm_testenv::ControlPlane;
-use serde_json::Value;
+use kubewasm_testenv::{ControlPlane, Registry};
+use serde_json::{Value, json};
 
 use common::audit::{audit_events, code, describe, examples_cluster};
 use common::examples::{self, CONVERGE, deploy_dir};
 use common::image::{FinalStage, Image, config_of, expected_tree, final_stage_text, repo_dir, rootfs_sh, tree, unpack};
 use common::process::{ANY_PORT, HostProcess, service_account_token};
-use common::{eventually, plugin_dir, run_ok};
+use common::{eventually, plugin_dir, registry, run_ok};
 
 /// Mounts the volumes, then runs the image's command in the root file system as its user:
 /// `$0` root, then `SOURCE MOUNT_POINT` pairs, `--`, uid, gid, working directory, command.
@@ -286,13 +288,74 @@ fn pod_command(
     command
 }
 
+/// Where the registry variant mounts the registry's CA.
+const CA_DIR: &str = "/etc/kubewasm/registry-ca";
+
+/// The examples overlay as an operator changes it to pull the examples rather than run the
+/// image's copies: namespace-defaults a WasmPlugin, the other two plugin files naming their OCI
+/// module, in a ConfigMap mounted at the base's plugin directory; the registry's CA a ConfigMap
+/// mounted where `KUBEWASM_OCI_CA_FILE` says; the pull Secret in the host's namespace. Returns
+/// the digest namespace-defaults was pushed as.
+async fn pull_the_examples(admin: &kube::Client, registry: &Registry, objects: &mut Vec<Value>, work: &Path) -> String {
+    let digest = registry::example_wasm_plugin(admin, registry, "namespace-defaults", &work.join("ca.pem")).await;
+    let mut files = serde_json::Map::new();
+    for name in ["config-reloader", "configmap-sync"] {
+        let (reference, _) = registry::push_example(registry, name).await;
+        let config = serde_yaml::to_string(&registry::example_config_pulling(name, &reference)).unwrap();
+        files.insert(format!("{name}.yaml"), config.into());
+    }
+    let config_map = |name: &str, data: serde_json::Map<String, Value>| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "kubewasm-system"}, "data": data})
+    };
+    objects.push(config_map("kubewasm-registry-plugins", files));
+    let ca = serde_json::Map::from_iter([("ca.pem".to_owned(), Value::from(registry.ca_pem()))]);
+    objects.push(config_map("kubewasm-registry-ca", ca));
+
+    let deployment = objects.iter_mut().find(|o| o["kind"] == "Deployment").unwrap();
+    let pod = &mut deployment["spec"]["template"]["spec"];
+    let volumes = pod["volumes"].as_array_mut().unwrap();
+    volumes.retain(|v| v["name"] != "example-configs" && v["name"] != "plugins");
+    volumes.push(json!({"name": "plugins", "configMap": {"name": "kubewasm-registry-plugins"}}));
+    volumes.push(json!({"name": "registry-ca", "configMap": {"name": "kubewasm-registry-ca"}}));
+    let container = &mut pod["containers"][0];
+    let mounts = container["volumeMounts"].as_array_mut().unwrap();
+    mounts.retain(|m| m["name"] != "example-configs");
+    mounts.push(json!({"name": "registry-ca", "mountPath": CA_DIR, "readOnly": true}));
+    let env = container["env"].as_array_mut().unwrap();
+    env.retain(|e| e["name"] != "KUBEWASM_PLUGINS");
+    env.push(json!({"name": "KUBEWASM_PLUGINS", "value": "/etc/kubewasm/plugins"}));
+    env.push(json!({"name": "KUBEWASM_OCI_CA_FILE", "value": format!("{CA_DIR}/ca.pem")}));
+    digest
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_images_binary_runs_the_examples_overlay_from_its_read_only_root_as_65532_without_a_forbidden_request() {
+    run_the_examples_overlay(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_images_binary_pulls_the_examples_from_a_registry_over_tls_with_a_pull_secret_and_converges_as_65532() {
+    run_the_examples_overlay(true).await;
+}
+
+/// The image's binary, run as the examples overlay's pod, makes the examples converge without
+/// a forbidden request, writing its caches as the image's user. `from_registry`: with the
+/// overlay changed by [`pull_the_examples`].
+async fn run_the_examples_overlay(from_registry: bool) {
     let Some(image) = Image::built(true) else { return };
+    let registry = if from_registry { Registry::start_or_skip().await } else { None };
+    if from_registry && registry.is_none() {
+        return;
+    }
     let work = tempfile::tempdir().unwrap();
     let (cp, log) = examples_cluster(work.path()).await;
     let admin = cp.admin_client().await;
-    let objects = rendered(&cp, "overlays/examples");
+    let mut objects = rendered(&cp, "overlays/examples");
+    let pushed = match &registry {
+        Some(registry) => Some(pull_the_examples(&admin, registry, &mut objects, work.path()).await),
+        None => None,
+    };
 
     // What the kubelet mounts for the Deployment's ServiceAccount: token, CA bundle, namespace.
     let deployment = object(&objects, "Deployment", "kubewasm");
@@ -319,8 +382,14 @@ async fn the_images_binary_runs_the_examples_overlay_from_its_read_only_root_as_
         host.metric("leader_election_master_status", &[("name", "kubewasm")]).filter(|v| *v == 1.0)
     })
     .await;
-    let id = format!("{}-img", std::process::id());
+    let id = format!("{}-img{}", std::process::id(), if from_registry { "-oci" } else { "" });
     examples::all_converge(&admin, &id).await;
+    if let Some(digest) = &pushed {
+        eventually("the WasmPlugin namespace-defaults Ready from the registry", CONVERGE, || {
+            registry::serves_digest(&admin, "namespace-defaults", digest)
+        })
+        .await;
+    }
     host.signal("-TERM");
     let status = host.exited(Duration::from_secs(60)).await;
     assert!(status.success(), "kubewasm exited with {status}");
@@ -337,4 +406,13 @@ async fn the_images_binary_runs_the_examples_overlay_from_its_read_only_root_as_
         "no file of uid 65532 in the compile cache: {:?}",
         cache.keys().collect::<Vec<_>>()
     );
+    if from_registry {
+        // The pulled modules, kept by digest beside the compile cache (`--oci-cache`'s default).
+        let pulled = cache.iter().filter(|(path, e)| path.starts_with("/oci/") && e.is_file_of(65532)).count();
+        assert!(
+            pulled >= 3,
+            "not three modules of uid 65532 in the compile cache's oci/: {:?}",
+            cache.keys().collect::<Vec<_>>()
+        );
+    }
 }

@@ -7,6 +7,7 @@ pub mod hostile;
 pub mod image;
 pub mod process;
 pub mod project;
+pub mod registry;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -180,6 +180,28 @@ impl OciFiles {
 mod tests {
     use super::*;
 
+    /// Registries that are never reached: the API server and the registry are a closed port.
+    fn unreachable_registries() -> Registries {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        Registries::new(oci::Puller::new(&oci::Options::default()), client, "kubewasm-system")
+    }
+
+    #[tokio::test]
+    async fn a_file_no_longer_naming_a_usable_module_stops_waking_the_watcher_and_an_unread_one_waits_a_retry() {
+        let mut files = OciFiles::new(unreachable_registries(), Duration::from_secs(60));
+        let now = Instant::now();
+        files.state.insert("p".into(), State { due: Some(now), ..State::default() });
+        assert!(files.due("p") && files.next_due() == Some(now));
+        files.postpone("p");
+        assert!(!files.due("p"), "a file that could not be read is tried again after RETRY, not at once");
+        assert!(files.next_due().is_some_and(|due| due >= now + RETRY));
+        files.idle("p");
+        assert!(!files.due("p") && files.next_due().is_none(), "an idle module wakes the watcher no more");
+        files.retain(&[]);
+        assert!(files.state.is_empty(), "a file gone is forgotten");
+    }
+
     #[test]
     fn a_config_naming_an_oci_module_keeps_its_strict_plugin_config() {
         let text = "module:\n  oci: {ref: r.example/p:v1, pullSecret: pull, refreshIntervalSeconds: 60}\nlimits: {deadlineMs: 5000}\n";
