@@ -238,6 +238,14 @@ bench-hotload: toolchain control-plane
 	$(CARGO) build --profile plugin-unoptimized --target wasm32-wasip2 -p fixture-stamper
 	$(CARGO) bench -p kubewasm --bench hotload
 
+## Edit → effect under `kubewasm dev` per scaffolded language (BENCHMARKS.md), and the Python
+## plugin's pull from the harness registry beside its load from a file: release, measurements
+## printed, nothing asserted about time.
+bench-edit: plugins control-plane sdk-packages
+	$(CARGO) test -p kubewasm --release --test all -- --ignored --nocapture dev::edit_to_effect
+bench-pull: plugins registry
+	$(CARGO) test -p kubewasm --release --test all -- --ignored --nocapture oci::python_pull
+
 ## The controller-runtime peer of the converge benchmarks (benches/go/controller-runtime: Go's
 ## build cache makes a rebuild cheap, so it is always built).
 PEER_BIN := $(TARGET_DIR)/bench-peer/controller-runtime

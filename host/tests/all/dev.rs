@@ -264,7 +264,7 @@ async fn dev_serves_an_edit_rebuilt_with_the_projects_build_script_without_a_res
 /// and profile of this build: one `kubewasm dev` per scaffolded project, all running; then
 /// rounds in which each language in turn has its greeting edited, is rebuilt by its `build.sh`,
 /// and is timed until the ConfigMap it writes has the new greeting (polled every 100 ms). Prints
-/// each run and the medians; asserts nothing about time. Release:
+/// each run and the medians; asserts nothing about time. `make bench-edit` runs it in release:
 /// `cargo test -p kubewasm --release --test all -- --ignored --nocapture dev::edit_to_effect`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run it on its own, with --release"]

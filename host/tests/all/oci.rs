@@ -429,7 +429,7 @@ async fn signed_oci_modules_are_served_and_each_signature_failure_keeps_the_prev
 
 /// The goal (pull and load ≤ 1.2× the load from a file), measured, loads from the file
 /// and pulls interleaved (ignored by `make test`: it compiles the Python build four times,
-/// minutes in a debug build). Run:
+/// minutes in a debug build). `make bench-pull` runs it in release:
 /// `cargo test -p kubewasm --release --test all -- --ignored --nocapture oci::python_pull`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement; see BENCHMARKS.md"]
