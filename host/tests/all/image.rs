@@ -407,11 +407,17 @@ async fn run_the_examples_overlay(from_registry: bool) {
         cache.keys().collect::<Vec<_>>()
     );
     if from_registry {
-        // The pulled modules, kept by digest beside the compile cache (`--oci-cache`'s default).
-        let pulled = cache.iter().filter(|(path, e)| path.starts_with("/oci/") && e.is_file_of(65532)).count();
-        assert!(
-            pulled >= 3,
-            "not three modules of uid 65532 in the compile cache's oci/: {:?}",
+        // The three pulled modules' manifests (their layers beside them), kept by digest beside
+        // the compile cache (`--oci-cache`'s default) by the image's user.
+        let manifests: Vec<&String> = cache
+            .iter()
+            .filter(|(path, e)| path.starts_with("/oci/manifests/") && e.is_file_of(65532))
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(
+            manifests.len(),
+            3,
+            "the OCI cache's manifests of uid 65532: {:?}",
             cache.keys().collect::<Vec<_>>()
         );
     }
