@@ -344,10 +344,12 @@ async fn the_images_binary_pulls_the_examples_from_a_registry_over_tls_with_a_pu
 /// overlay changed by [`pull_the_examples`].
 async fn run_the_examples_overlay(from_registry: bool) {
     let Some(image) = Image::built(true) else { return };
-    let registry = if from_registry { Registry::start_or_skip().await } else { None };
-    if from_registry && registry.is_none() {
-        return;
-    }
+    let registry = if from_registry {
+        let Some(registry) = Registry::start_or_skip().await else { return };
+        Some(registry)
+    } else {
+        None
+    };
     let work = tempfile::tempdir().unwrap();
     let (cp, log) = examples_cluster(work.path()).await;
     let admin = cp.admin_client().await;

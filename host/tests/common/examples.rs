@@ -23,13 +23,16 @@ pub fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
 }
 
-/// Copies the example components into `dir` as `<name>.wasm`, each with the operator config
-/// deploy/overlays/examples mounts beside it.
+/// Example plugin `name`'s operator config, as deploy/overlays/examples mounts it beside it.
+pub fn example_config(name: &str) -> String {
+    let path = deploy_dir().join(format!("overlays/examples/plugins/{name}.yaml"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Copies the example components into `dir` as `<name>.wasm`, each with its [`example_config`].
 pub fn install_examples(dir: &Path) {
     for name in ["namespace-defaults", "config-reloader", "configmap-sync"] {
-        let config = deploy_dir().join(format!("overlays/examples/plugins/{name}.yaml"));
-        let config = std::fs::read_to_string(&config).unwrap_or_else(|e| panic!("{}: {e}", config.display()));
-        super::install_plugin(dir, name, &format!("{}.wasm", name.replace('-', "_")), &config);
+        super::install_plugin(dir, name, &format!("{}.wasm", name.replace('-', "_")), &example_config(name));
     }
     assert!(plugin_dir().is_dir());
 }

@@ -12,7 +12,7 @@ use kubewasm_testenv::{REGISTRY_PASSWORD, REGISTRY_USER, Registry};
 use oci_client::secrets::RegistryAuth;
 use serde_json::{Value, json};
 
-use super::examples::{self, deploy_dir};
+use super::examples;
 
 /// The name of the pull Secret [`pull_secret`] makes for the examples.
 pub const PULL_SECRET: &str = "regcred";
@@ -52,8 +52,7 @@ pub async fn push_example(registry: &Registry, name: &str) -> (String, String) {
 /// Example `name`'s operator config (deploy/overlays/examples/plugins) with `module` naming
 /// `reference`, pulled with [`PULL_SECRET`]: a WasmPlugin's spec, or a plugin file's config.
 pub fn example_config_pulling(name: &str, reference: &str) -> Value {
-    let path = deploy_dir().join(format!("overlays/examples/plugins/{name}.yaml"));
-    let mut config: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut config: Value = serde_yaml::from_str(&examples::example_config(name)).unwrap();
     config["module"] = json!({"oci": {"ref": reference, "pullSecret": PULL_SECRET}});
     config
 }
