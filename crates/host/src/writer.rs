@@ -24,8 +24,8 @@ use crate::informer::Discovery;
 use serde_json::Value;
 
 use crate::plugin::host::{
-    ApiCall, ApiReply, ApiWriter, CallError, Caller, DeleteOptions, ObjectRef, Patch, PatchOptions, Preconditions,
-    Propagation, TypedObject,
+    ApiCall, ApiReply, ApiWriter, CallError, Caller, DeleteOptions, NO_OBJECT_HAS_THIS_VERSION, ObjectRef, Patch,
+    PatchOptions, Preconditions, Propagation, TypedObject,
 };
 
 /// Maps a kube error to the WIT error a plugin sees: 404 not-found, 409 conflict, 400/422
@@ -202,6 +202,10 @@ impl KubeWriter {
         let name = &object.target.name;
         let stored = if status {
             api.patch_status(name, &params, &KubePatch::Apply(&object.body)).await
+        } else if object.only_if_absent {
+            let mut body = object.sent_body().into_owned();
+            body["metadata"]["resourceVersion"] = NO_OBJECT_HAS_THIS_VERSION.into();
+            api.patch(name, &params, &KubePatch::Apply(&body)).await
         } else {
             api.patch(name, &params, &KubePatch::Apply(&*object.sent_body())).await
         };

@@ -5,8 +5,11 @@
 //! [`Authorizer::decide`]; none decides anything itself. A decision may first need facts the host
 //! must fetch (the kind's scope from discovery, the addressed object from the cache or, where the
 //! cache does not hold it, from the API server): `decide` then answers [`Decision::Lookup`] and
-//! is asked again with the fact filled in (`PluginCtx::authorize` in `plugin/host/mod.rs` runs
-//! that loop). So a write is always judged on the object as it exists, never on its body alone.
+//! is asked again with the fact filled in (`PluginCtx::authorize` in `host/authorize.rs` runs
+//! that loop). So a write is always judged on the object as it exists, never on its body alone:
+//! an apply of an object the cache does not hold is let through only as a create
+//! ([`Decision::AllowIfAbsent`]), which the API server refuses if the object exists after all,
+//! and the host then asks again with the server's copy.
 //!
 //! The rules, in order:
 //! 0. Hidden: no plugin reads, gets or is handed what the host hides from all (the Secrets of
@@ -111,6 +114,8 @@ pub enum Existing {
     /// Not looked up yet.
     #[default]
     Unknown,
+    /// Not in the cache: the API server may or may not hold it.
+    Uncached,
     /// The cache's copy (without managedFields).
     Cached(Value),
     /// The API server's copy (`None`: it does not exist).
@@ -122,7 +127,7 @@ pub enum Existing {
 pub enum Lookup {
     /// The kind's scope, from discovery.
     Scope,
-    /// The addressed object: the cache's copy, else the API server's.
+    /// The addressed object: the cache's copy, else [`Existing::Uncached`].
     Existing,
     /// The addressed object as the API server has it (with managedFields).
     Server,
@@ -136,6 +141,12 @@ pub enum Decision {
         /// Whether to add the host's mark to the body.
         mark: bool,
     },
+    /// Send it, marked, only as a create: the object is not in the cache, and the body would be
+    /// allowed to create it. The host sends it so that the API server refuses it if the object
+    /// exists (`only_if_absent`), and on that refusal asks again with the server's copy. This
+    /// spares the read of the server's copy before each first write, without a moment between
+    /// the read and the write in which another client could create the object.
+    AllowIfAbsent,
     /// Refused, and why.
     Deny(String),
     /// The addressed object does not exist: answer not-found without sending anything.
@@ -299,6 +310,7 @@ impl Authorizer {
         }
         let existing = match &facts.existing {
             Existing::Unknown => return Ok(Decision::Lookup(Lookup::Existing)),
+            Existing::Uncached => return Ok(Decision::Lookup(Lookup::Server)),
             Existing::Server(None) => return Ok(Decision::Absent),
             Existing::Cached(v) | Existing::Server(Some(v)) => v,
         };
@@ -337,6 +349,15 @@ impl Authorizer {
         }
         let existing = match &facts.existing {
             Existing::Unknown => return Ok(Decision::Lookup(Lookup::Existing)),
+            Existing::Uncached => {
+                return match (req.verb, req.body) {
+                    // A body that names a resourceVersion already carries its own lock.
+                    (Verb::Apply, Body::Object(object)) if object.pointer("/metadata/resourceVersion").is_none() => {
+                        body_controlled(object).map(|()| Decision::AllowIfAbsent)
+                    }
+                    _ => Ok(Decision::Lookup(Lookup::Server)),
+                };
+            }
             Existing::Cached(v) if body::mark(v) != Some(&self.plugin) => return Ok(Decision::Lookup(Lookup::Server)),
             Existing::Server(None) => {
                 return match (req.verb, req.body) {

@@ -26,6 +26,7 @@ mod elide;
 mod events;
 mod fair_shares;
 mod fair_shares_e2e;
+mod first_writes;
 mod go_plugin;
 mod hotload;
 mod image;

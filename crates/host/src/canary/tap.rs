@@ -41,6 +41,14 @@ fn note(write: impl FnOnce() -> ApiCall) {
     });
 }
 
+fn forget_last() {
+    let _ = LOG.try_with(|log| {
+        if let Some(log) = log {
+            log.0.lock().pop();
+        }
+    });
+}
+
 /// Sends every write through `inner`, copying it first into the current reconcile's
 /// [`WriteLog`], if [`logged`] set one.
 pub struct TapWriter(pub Arc<dyn ApiWriter>);
@@ -51,7 +59,13 @@ impl ApiWriter for TapWriter {
         if call.is_write() {
             note(|| call.clone());
         }
-        self.0.send(caller, call).await
+        let result = self.0.send(caller, call).await;
+        if call.only_if_absent() && matches!(result, Err(CallError::Conflict(_))) {
+            // Refused because the object exists: the host judges it again on the server's copy
+            // and sends it again, and that one is the reconcile's write.
+            forget_last();
+        }
+        result
     }
 
     async fn scope(&self, kind: &kube::core::GroupVersionKind) -> Result<crate::plugin::host::Scope, CallError> {
@@ -80,5 +94,23 @@ mod tests {
         logged(None, tap.delete(&caller, target.clone(), DeleteOptions::default())).await.unwrap();
         assert_eq!(log.take().len(), 1, "only the write inside the scope with a log");
         assert_eq!(sent.take().len(), 3, "every write went through");
+    }
+
+    #[tokio::test]
+    async fn an_apply_sent_only_if_absent_and_refused_as_existing_is_not_the_reconciles_write() {
+        let sent = Arc::new(RecordingWriter::default());
+        let tap = TapWriter(sent.clone());
+        let body =
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "a"}});
+        let mut object = crate::plugin::host::TypedObject::from_json(body.to_string().as_bytes()).unwrap();
+        object.only_if_absent = true;
+        let locked = ApiCall::Apply { object: object.clone(), force: false };
+        let caller = Caller::new("p");
+        let log = Arc::new(WriteLog::default());
+        sent.fail_with(CallError::Conflict("exists".into()));
+        assert!(logged(Some(log.clone()), tap.send(&caller, &locked)).await.is_err());
+        sent.fail_with(CallError::Invalid("bad".into()));
+        assert!(logged(Some(log.clone()), tap.send(&caller, &locked)).await.is_err());
+        assert_eq!(log.take(), [locked], "only the one refused for another reason is the reconcile's");
     }
 }

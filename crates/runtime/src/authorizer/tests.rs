@@ -63,6 +63,12 @@ fn child(ns: &str, name: &str, maker: Option<&str>, by: &str) -> Value {
 
 use body::PLUGIN_LABEL;
 
+/// `object` naming a resourceVersion.
+fn with_version(mut object: Value) -> Value {
+    object["metadata"]["resourceVersion"] = json!("7");
+    object
+}
+
 /// The world every row is decided in: what the cache holds, and what the API server holds.
 struct World {
     cache: Arc<Scoped>,
@@ -121,10 +127,14 @@ impl World {
                 Decision::Lookup(Lookup::Existing) => {
                     facts.existing = match self.cache.get(&t.kind, t.namespace.as_deref(), &t.name) {
                         Ok(Some(bytes)) => Existing::Cached(serde_json::from_slice(&bytes).unwrap()),
-                        _ => Existing::Server(server()),
+                        _ => Existing::Uncached,
                     }
                 }
                 Decision::Lookup(Lookup::Server) => facts.existing = Existing::Server(server()),
+                // The API server refuses it (a conflict) if the object exists: asked again on its copy.
+                Decision::AllowIfAbsent if server().is_some() => {
+                    facts = Facts { existing: Existing::Server(server()), ..Facts::default() }
+                }
                 decision => return decision,
             }
         }
@@ -166,6 +176,8 @@ fn namespace_plugin() -> Registration {
 enum Want {
     Allow,
     Mark,
+    /// Marked, and sent only if no such object exists.
+    IfAbsent,
     Absent,
     /// Refused, the reason containing this.
     Deny(&'static str),
@@ -238,13 +250,17 @@ fn table() -> Vec<Row> {
         row(ForNamespace, Get, ns.clone(), (None, "out"), Deny("namespace out is outside")),
         row(ForNamespace, Get, ns.clone(), (Some("in"), "out"), Deny("cluster-scoped")),
         // Apply of an owned kind without a write grant: mine, another plugin's, nobody's, not
-        // cached (another's), just created by me (managedFields), new; in and out of scope.
+        // cached (another's), just created by me (managedFields), new; in and out of scope. Not
+        // cached, it is sent only if absent, and judged on the server's copy if that refuses it.
         row(Owns, Apply, cm.clone(), (Some("in"), "mine"), Mark).body(child("in", "mine", None, "web")),
         row(Owns, Apply, cm.clone(), (Some("in"), "theirs"), Deny("did not make it")).body(child("in", "theirs", None, "web")),
         row(Owns, Apply, cm.clone(), (Some("in"), "nobodys"), Deny("did not make it")).body(child("in", "nobodys", None, "web")),
         row(Owns, Apply, cm.clone(), (Some("in"), "uncached"), Deny("did not make it")).body(child("in", "uncached", None, "web")),
         row(Owns, Apply, cm.clone(), (Some("in"), "fresh"), Mark).body(child("in", "fresh", None, "web")),
-        row(Owns, Apply, cm.clone(), (Some("in"), "new"), Mark).body(child("in", "new", None, "web")),
+        row(Owns, Apply, cm.clone(), (Some("in"), "new"), IfAbsent).body(child("in", "new", None, "web")),
+        // A body naming a resourceVersion has a lock of its own: the server's copy is read.
+        row(Owns, Apply, cm.clone(), (Some("in"), "new"), Mark).body(with_version(child("in", "new", None, "web"))),
+        row(Owns, Apply, cm.clone(), (Some("in"), "uncached"), Deny("did not make it")).body(with_version(child("in", "uncached", None, "web"))),
         row(Owns, Apply, cm.clone(), (Some("in"), "new"), Deny("is controlled by Deployment.apps other")).body(child("in", "new", None, "other")),
         row(Owns, Apply, cm.clone(), (Some("in"), "new"), Deny("no controller ownerReference"))
             .body(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "new", "namespace": "in"}})),
@@ -348,6 +364,7 @@ fn every_cell_of_the_authorizer_table_gets_its_decision() {
         let ok = match (&row.want, &got) {
             (Want::Allow, Decision::Allow { mark: false }) => true,
             (Want::Mark, Decision::Allow { mark: true }) => true,
+            (Want::IfAbsent, Decision::AllowIfAbsent) => true,
             (Want::Absent, Decision::Absent) => true,
             (Want::Deny(part), Decision::Deny(why)) => why.contains(part),
             _ => false,

@@ -9,16 +9,38 @@ use crate::state::{PluginCtx, PluginShared};
 /// How many facts a decision can need: the scope, the cached object, the server's copy.
 const MAX_LOOKUPS: usize = 3;
 
+/// A request the authorizer lets through, and how the host must send it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Permit {
+    /// Label the body as made by the plugin.
+    pub mark: bool,
+    /// Send it so that the API server takes it only if the object does not exist
+    /// ([`Decision::AllowIfAbsent`]); refused as a conflict, the request is judged again by
+    /// [`PluginCtx::authorize_on_server`].
+    pub only_if_absent: bool,
+}
+
 impl PluginCtx {
-    /// Whether the plugin may make `request`: `Ok(mark)` to send it (with `mark`, after labelling
-    /// the body as made by the plugin), `NotFound` when the object it would change does not
-    /// exist, `Forbidden` (remembered for the `AccessDenied` Event) when refused.
-    pub(crate) async fn authorize(&mut self, request: &Request<'_>) -> Result<bool, CallError> {
+    /// Whether the plugin may make `request`: a [`Permit`] to send it, `NotFound` when the object
+    /// it would change does not exist, `Forbidden` (remembered for the `AccessDenied` Event) when
+    /// refused.
+    pub(crate) async fn authorize(&mut self, request: &Request<'_>) -> Result<Permit, CallError> {
+        self.decide(request, Facts::default()).await
+    }
+
+    /// [`authorize`](Self::authorize) on the API server's copy of the object, read now: for a
+    /// write sent only-if-absent that found the object there (the cache had not seen it yet).
+    pub(crate) async fn authorize_on_server(&mut self, request: &Request<'_>) -> Result<Permit, CallError> {
+        let existing = Existing::Server(server_copy(&self.shared, request.target).await?);
+        self.decide(request, Facts { existing, ..Facts::default() }).await
+    }
+
+    async fn decide(&mut self, request: &Request<'_>, mut facts: Facts) -> Result<Permit, CallError> {
         let shared = self.shared.clone();
-        let mut facts = Facts::default();
         for _ in 0..=MAX_LOOKUPS {
             match shared.authorizer.decide(request, &facts) {
-                Decision::Allow { mark } => return Ok(mark),
+                Decision::Allow { mark } => return Ok(Permit { mark, only_if_absent: false }),
+                Decision::AllowIfAbsent => return Ok(Permit { mark: true, only_if_absent: true }),
                 Decision::Absent => return Err(CallError::NotFound),
                 Decision::Deny(why) => {
                     let message = shared.authorizer.message(request, &why);
@@ -27,10 +49,7 @@ impl PluginCtx {
                 }
                 Decision::Lookup(Lookup::Scope) => facts.scope = Some(shared.writer.scope(&request.target.kind).await?),
                 Decision::Lookup(Lookup::Existing) => {
-                    facts.existing = match cached(&shared, request.target) {
-                        Some(object) => Existing::Cached(object),
-                        None => Existing::Server(server_copy(&shared, request.target).await?),
-                    }
+                    facts.existing = cached(&shared, request.target).map_or(Existing::Uncached, Existing::Cached)
                 }
                 Decision::Lookup(Lookup::Server) => {
                     facts.existing = Existing::Server(server_copy(&shared, request.target).await?)

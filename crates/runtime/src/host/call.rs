@@ -91,6 +91,12 @@ impl ApiCall {
         }
     }
 
+    /// Whether the call is an apply sent only if no such object exists
+    /// ([`TypedObject::only_if_absent`]).
+    pub fn only_if_absent(&self) -> bool {
+        matches!(self, ApiCall::Apply { object, .. } if object.only_if_absent)
+    }
+
     /// Whether the call changes the cluster (everything but a get).
     pub fn is_write(&self) -> bool {
         !matches!(self, ApiCall::Get(_))

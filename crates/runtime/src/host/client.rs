@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::authorize::Permit;
 use super::{
     ApiCall, ApiReply, CallError, DeleteOptions, ObjectRef, Patch, PatchOptions, Preconditions, Propagation,
     TypedObject,
@@ -18,19 +19,28 @@ impl PluginCtx {
     /// sends it through the host's write path; a write the API server rejects as invalid is
     /// remembered for the `WriteRejected` Event.
     async fn send_authorized(&mut self, mut call: ApiCall) -> Result<ApiReply, CallError> {
-        let mark = self.authorize(&call.access()).await?;
-        if let (true, ApiCall::Apply { object, .. } | ApiCall::ApplyStatus { object, .. } | ApiCall::Create(object)) =
-            (mark, &mut call)
-        {
-            object.mark = Some(self.shared.authorizer.plugin().to_owned());
+        let permit = self.authorize(&call.access()).await?;
+        let mut result = self.send_permitted(&mut call, permit).await;
+        if permit.only_if_absent && matches!(result, Err(CallError::Conflict(_))) {
+            // The object exists after all (the cache had not seen it yet): judged again on the
+            // API server's copy, and sent as that decision says.
+            let permit = self.authorize_on_server(&call.access()).await?;
+            result = self.send_permitted(&mut call, permit).await;
         }
-        let result = self.shared.writer.send(&self.shared.caller, &call).await;
         // Kept for the `WriteRejected` Event: a plugin may swallow the error, and an operator
         // otherwise finds the rejection only in the host's log.
         if let (Err(CallError::Invalid(message)), true) = (&result, call.is_write()) {
             self.rejected.push(format!("{}: {message}", call.summary()));
         }
         result
+    }
+
+    async fn send_permitted(&mut self, call: &mut ApiCall, permit: Permit) -> Result<ApiReply, CallError> {
+        if let ApiCall::Apply { object, .. } | ApiCall::ApplyStatus { object, .. } | ApiCall::Create(object) = call {
+            object.mark = permit.mark.then(|| self.shared.authorizer.plugin().to_owned());
+            object.only_if_absent = permit.only_if_absent;
+        }
+        self.shared.writer.send(&self.shared.caller, call).await
     }
 
     async fn apply_authorized(&mut self, object: &[u8], force: bool, status: bool) -> Result<Vec<u8>, CallError> {

@@ -185,7 +185,17 @@ pub struct TypedObject {
     /// `kubewasm.dev/plugin` label, set by the authorizer's decision); recorders keep the
     /// plugin's own intent and leave it out.
     pub mark: Option<String>,
+    /// Send it so that the API server takes it only if no such object exists, and refuses it
+    /// with a conflict if one does: for an apply, by naming [`NO_OBJECT_HAS_THIS_VERSION`] as
+    /// its resourceVersion (set by the authorizer's decision, `Decision::AllowIfAbsent`).
+    pub only_if_absent: bool,
 }
+
+/// A resourceVersion no object has: u64::MAX, where kube-apiserver's are etcd revisions (positive
+/// int64s) parsed as u64. A server-side apply naming it creates the object if it does not exist;
+/// if it does, the optimistic lock refuses the apply with a conflict (checked against
+/// kube-apiserver 1.37 in `host/tests/all/first_writes.rs`).
+pub const NO_OBJECT_HAS_THIS_VERSION: &str = "18446744073709551615";
 
 impl TypedObject {
     /// The body as sent: with the host's mark, if it carries one.
@@ -218,7 +228,7 @@ impl TypedObject {
             namespace: field(&body, &["metadata", "namespace"]),
             name,
         };
-        Ok(Self { target, body, mark: None })
+        Ok(Self { target, body, mark: None, only_if_absent: false })
     }
 }
 
