@@ -202,12 +202,12 @@ impl KubeWriter {
         let name = &object.target.name;
         let stored = if status {
             api.patch_status(name, &params, &KubePatch::Apply(&object.body)).await
-        } else if object.only_if_absent {
-            let mut body = object.sent_body().into_owned();
-            body["metadata"]["resourceVersion"] = NO_OBJECT_HAS_THIS_VERSION.into();
-            api.patch(name, &params, &KubePatch::Apply(&body)).await
         } else {
-            api.patch(name, &params, &KubePatch::Apply(&*object.sent_body())).await
+            let mut body = object.sent_body();
+            if object.only_if_absent {
+                body.to_mut()["metadata"]["resourceVersion"] = NO_OBJECT_HAS_THIS_VERSION.into();
+            }
+            api.patch(name, &params, &KubePatch::Apply(&*body)).await
         };
         to_json(stored.map_err(|e| heard.error(e))?)
     }
