@@ -210,6 +210,29 @@ async fn a_heavy_plugin_is_paced_while_a_light_neighbour_writes_and_freed_once_i
     assert!(again > alone * 0.9, "back to full speed once the neighbour stopped: {again}/s against {alone}/s");
 }
 
+/// A neighbour whose writes are answered fast (5 ms, as a create-only apply is) and that writes
+/// one Namespace's worth every 50 ms: between its writes it has nothing in flight and has used
+/// the server for only a few milliseconds, yet it is writing, and a heavy plugin yields to it
+/// from its first answer on, not once its use has added up.
+#[tokio::test(start_paused = true)]
+async fn a_heavy_plugin_yields_from_a_neighbours_first_fast_answer_on() {
+    let scheduler = Scheduler::new(Config::default().max_seats(16).min_seats(16));
+    let start = Instant::now();
+    let written = greedy(&scheduler, "greedy", 16, start + Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut between = Vec::new();
+    for _ in 0..5 {
+        let seat = scheduler.seat("neighbour").await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        seat.done(Answer::Answered);
+        let before = written.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        between.push(written.load(Ordering::Relaxed) - before);
+    }
+    // Unpaced, 16 seats at 10 ms write 80 in 50 ms; paced from its least rate (10/s), one or two.
+    assert!(between.iter().all(|&n| n <= 5), "greedy writes in each 50 ms after a neighbour's answer: {between:?}");
+}
+
 /// The value of gauge `name`, or the sum of histogram `name` over all its plugins, in `registry`.
 fn sample(registry: &prometheus::Registry, name: &str) -> f64 {
     let family = registry.gather().into_iter().find(|f| f.name() == name).expect("the metric is registered");

@@ -43,9 +43,10 @@ const MAX_RATE: f64 = 10_000.0;
 const RATE_STEP: f64 = 1.0;
 
 /// A plugin counts as a neighbour to yield to while it has a request waiting or in flight, or
-/// its demand is at least this (one 35 ms request within the last second); an idle one's demand
-/// falls below it within seconds.
-const NEIGHBOUR_FLOOR: f64 = 0.05;
+/// had one done within this long. By time, not by its demand: a neighbour whose writes are
+/// answered in a few milliseconds uses too little to tell from idle by demand, and a heavy plugin
+/// unpaced between those writes is what slows the next one.
+const NEIGHBOUR_MEMORY: Duration = Duration::from_secs(1);
 
 /// With no answer from a light neighbour for this long (since pacing began or since its last),
 /// heavy plugins speed up by [`QUIET_GROWTH`] an answer of their own, as a flow does in slow
@@ -81,6 +82,8 @@ struct Use {
     demand: f64,
     outstanding: usize,
     at: Instant,
+    /// When its last request was done.
+    last_done: Option<Instant>,
     /// The earliest this plugin may start its next request while paced.
     next_start: Option<Instant>,
     smoothed: Option<f64>,
@@ -89,7 +92,7 @@ struct Use {
 
 impl Use {
     fn new(now: Instant) -> Self {
-        Self { demand: 0.0, outstanding: 0, at: now, next_start: None, smoothed: None, least: None }
+        Self { demand: 0.0, outstanding: 0, at: now, last_done: None, next_start: None, smoothed: None, least: None }
     }
 
     fn demand(&self, now: Instant) -> f64 {
@@ -107,7 +110,7 @@ impl Use {
 
     /// Whether this plugin writes now or lately, as a neighbour to yield to.
     fn active(&self, now: Instant) -> bool {
-        self.outstanding > 0 || self.demand(now) >= NEIGHBOUR_FLOOR
+        self.outstanding > 0 || self.last_done.is_some_and(|at| now - at < NEIGHBOUR_MEMORY)
     }
 }
 
@@ -174,6 +177,7 @@ impl Pacing {
         let heavy = self.heavy(plugin, now);
         let Some(u) = self.plugins.get_mut(plugin) else { return };
         u.outstanding(-1, now);
+        u.last_done = Some(now);
         if !answered {
             return;
         }
