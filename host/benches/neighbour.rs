@@ -5,10 +5,12 @@
 //! host against the real control plane. Goal (issue 15): p99 beside the neighbour ≤ 1.2× alone.
 //!
 //! Run: `make plugins control-plane && cargo bench -p kubewasm --bench neighbour`.
-//! `NEIGHBOUR_NAMESPACES` changes the number of Namespaces per variant (default 200), spread
+//! `NEIGHBOUR_NAMESPACES` changes the number of Namespaces per variant (default 800: the p99 of
+//! 800 is the eighth slowest, of 200 the third, which one slow moment of the VM decides), spread
 //! over `NEIGHBOUR_ROUNDS` interleaved rounds (default 4); `NEIGHBOUR_GREEDY_QPS=0,200` runs the
 //! greedy plugin under each of these write caps (`limits.writeQps`; default 0: no cap, the host's
 //! defaults, where only the fair write scheduler stands between the two plugins).
+//! `NEIGHBOUR_DEBUG=1` prints, per round, the greedy plugin's pace and the slowest Namespaces.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -101,6 +103,7 @@ async fn measure(client: &kube::Client, greedy_qps: Option<u32>, count: usize, r
     common::eventually("readiness", Duration::from_secs(60), || async { app.readiness().is_ready().then_some(()) })
         .await;
     let variant = greedy_qps.map_or("alone".to_owned(), |q| format!("beside{q}"));
+    let trace = std::env::var_os("NEIGHBOUR_DEBUG").is_some().then(|| Trace::start(app.registry().clone()));
     // Namespaces of earlier rounds are queued at start (FIFO): a warm-up Namespace, not
     // counted, waits behind that backlog, so only steady-state latency is measured.
     for i in 0..=count {
@@ -121,12 +124,96 @@ async fn measure(client: &kube::Client, greedy_qps: Option<u32>, count: usize, r
             continue;
         }
         samples.took.push(started.elapsed());
-        if std::env::var_os("NEIGHBOUR_DEBUG").is_some() && started.elapsed() > Duration::from_millis(500) {
-            eprintln!("slow: {ns} {:?}", started.elapsed());
+        if let Some(trace) = &trace {
+            trace.sample(&ns, started, started.elapsed());
         }
+    }
+    if let Some(trace) = trace {
+        trace.report(&variant);
     }
     samples.add_histogram(reconcile_histogram(app.registry()));
     app.shut_down(Duration::from_secs(30)).await;
+}
+
+/// `NEIGHBOUR_DEBUG`: the paced rate and the greedy plugin's writes, sampled every 20 ms, and
+/// each Namespace's converge time; the report gives the five slowest Namespaces with the greedy
+/// plugin's pace around them.
+struct Trace {
+    points: std::sync::Arc<std::sync::Mutex<Vec<(Instant, f64, f64)>>>,
+    took: std::sync::Mutex<Vec<(Instant, Duration, String)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Trace {
+    fn start(registry: prometheus::Registry) -> Self {
+        let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = points.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let families = registry.gather();
+                // A gauge or a counter (the other reads 0), summed over the greedy plugin's series.
+                let value = |name: &str| {
+                    families.iter().find(|f| f.name() == name).map_or(0.0, |f| {
+                        f.get_metric()
+                            .iter()
+                            .filter(|m| m.get_label().is_empty() || m.get_label().iter().any(|l| l.value() == "greedy"))
+                            .map(|m| m.get_gauge().get_value() + m.get_counter().get_value())
+                            .sum()
+                    })
+                };
+                let rate = value("kubewasm_write_paced_rate");
+                let writes = value("kubewasm_plugin_writes_total");
+                into.lock().unwrap().push((Instant::now(), rate, writes));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        Self { points, took: Default::default(), task }
+    }
+
+    fn sample(&self, ns: &str, started: Instant, took: Duration) {
+        self.took.lock().unwrap().push((started, took, ns.to_owned()));
+    }
+
+    fn report(self, variant: &str) {
+        self.task.abort();
+        let points = self.points.lock().unwrap();
+        let took = self.took.lock().unwrap();
+        let (Some(first), Some(last)) = (points.first(), points.last()) else { return };
+        let secs = (last.0 - first.0).as_secs_f64();
+        let mut rates: Vec<f64> = points.iter().map(|p| p.1).collect();
+        rates.sort_by(f64::total_cmp);
+        let q = |q: f64| rates[((rates.len() - 1) as f64 * q) as usize];
+        eprintln!(
+            "{variant}: greedy sent {:.1}/s; paced rate p10 {:.0} p50 {:.0} p90 {:.0} max {:.0}",
+            (last.2 - first.2) / secs,
+            q(0.1),
+            q(0.5),
+            q(0.9),
+            q(1.0)
+        );
+        let mut sorted: Vec<&(Instant, Duration, String)> = took.iter().collect();
+        sorted.sort_by_key(|t| std::cmp::Reverse(t.1));
+        for (started, took, ns) in sorted.into_iter().take(5) {
+            // The greedy plugin's writes a second and the paced rate over the slow Namespace.
+            let during: Vec<&(Instant, f64, f64)> = points
+                .iter()
+                .filter(|p| p.0 >= *started && p.0 <= *started + *took + Duration::from_millis(20))
+                .collect();
+            let before: Vec<&(Instant, f64, f64)> =
+                points.iter().filter(|p| p.0 + Duration::from_secs(1) >= *started && p.0 <= *started).collect();
+            let per_sec = |w: &[&(Instant, f64, f64)]| match (w.first(), w.last()) {
+                (Some(a), Some(b)) if b.0 > a.0 => (b.2 - a.2) / (b.0 - a.0).as_secs_f64(),
+                _ => 0.0,
+            };
+            eprintln!(
+                "  slow {ns} {:.1} ms: greedy {:.0}/s in the second before, {:.0}/s during; rate {:?}",
+                took.as_secs_f64() * 1e3,
+                per_sec(&before),
+                per_sec(&during),
+                during.iter().map(|p| p.1.round()).collect::<Vec<_>>()
+            );
+        }
+    }
 }
 
 fn reconcile_histogram(registry: &prometheus::Registry) -> Vec<(f64, u64)> {
@@ -146,7 +233,7 @@ fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
 
 fn main() {
     let cp = ControlPlane::shared().expect("the neighbour benchmark needs the control plane: `make control-plane`");
-    let count: usize = env("NEIGHBOUR_NAMESPACES").unwrap_or(200);
+    let count: usize = env("NEIGHBOUR_NAMESPACES").unwrap_or(800);
     let rounds: usize = env("NEIGHBOUR_ROUNDS").unwrap_or(4);
     // The greedy plugin's write cap(s); the host's default (none) first.
     let rates: Vec<u32> = std::env::var("NEIGHBOUR_GREEDY_QPS")
