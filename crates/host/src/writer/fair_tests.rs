@@ -233,6 +233,35 @@ async fn a_heavy_plugin_yields_from_a_neighbours_first_fast_answer_on() {
     assert!(between.iter().all(|&n| n <= 5), "greedy writes in each 50 ms after a neighbour's answer: {between:?}");
 }
 
+/// A neighbour that writes twice a second, answered within target each time, gives few answers
+/// to learn from; the heavy plugin's pace still grows with the time the neighbour stays within
+/// target, not with the count of its answers, so it is not held near its least rate for good.
+#[tokio::test(start_paused = true)]
+async fn a_heavy_plugin_beside_a_sparse_neighbour_within_target_regains_its_pace() {
+    let scheduler = Scheduler::new(Config::default().max_seats(16).min_seats(16));
+    let start = Instant::now();
+    let written = greedy(&scheduler, "greedy", 16, start + Duration::from_secs(30));
+    let neighbour = tokio::spawn({
+        let scheduler = scheduler.clone();
+        async move {
+            for i in 0..50u32 {
+                let seat = scheduler.seat("neighbour").await;
+                // 5 or 5.5 ms: steady, within 1.2× of its least.
+                tokio::time::sleep(Duration::from_micros(5_000 + 500 * u64::from(i % 2))).await;
+                seat.done(Answer::Answered);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let before = written.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rate = (written.load(Ordering::Relaxed) - before) as f64 / 2.0;
+    neighbour.abort();
+    // Alone it writes 1,600/s; a growth per answer (two a second) would hold it below 40/s.
+    assert!(rate >= 200.0, "the greedy plugin's pace ten seconds beside a quiet neighbour: {rate}/s");
+}
+
 /// The value of gauge `name`, or the sum of histogram `name` over all its plugins, in `registry`.
 fn sample(registry: &prometheus::Registry, name: &str) -> f64 {
     let family = registry.gather().into_iter().find(|f| f.name() == name).expect("the metric is registered");

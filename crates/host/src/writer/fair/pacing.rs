@@ -39,8 +39,13 @@ const MIN_RATE: f64 = 10.0;
 /// quiet never overflows into a rate a decrease cannot bring back.
 const MAX_RATE: f64 = 10_000.0;
 
-/// Rate added for each neighbour answer within target.
-const RATE_STEP: f64 = 1.0;
+/// How fast the paced rate grows (requests a second, each second) while the neighbour's answers
+/// stay within target. Grown by the time since the neighbour's previous answer, not by the count
+/// of answers: a neighbour writing twice a second does not hold a heavy plugin near [`MIN_RATE`]
+/// for good, and one answered 150 times a second does not let the rate outrun the latency it
+/// signals (one request a second per answer gave a neighbour p99 of 1.03–1.27× of alone; this,
+/// 0.93–0.99×; BENCHMARKS.md, "Greedy neighbour").
+const RATE_GROWTH: f64 = 40.0;
 
 /// A plugin counts as a neighbour to yield to while it has a request waiting or in flight, or
 /// had one done within this long. By time, not by its demand: a neighbour whose writes are
@@ -200,7 +205,7 @@ impl Pacing {
             }
             return;
         }
-        self.last_light_answer = Some(now);
+        let since = self.last_light_answer.replace(now).map_or(Duration::ZERO, |at| (now - at).min(QUIET_NEIGHBOUR));
         if smoothed > TARGET * least {
             if self.last_decrease.is_none_or(|at| now - at >= DECREASE_EVERY) {
                 *rate = (*rate * DECREASE).max(MIN_RATE);
@@ -209,7 +214,7 @@ impl Pacing {
         } else if !falling {
             // Not while the neighbour's latency still falls to a new least: that least is not
             // known yet, and rising then would settle on a loaded one.
-            *rate = (*rate + RATE_STEP).min(MAX_RATE);
+            *rate = (*rate + RATE_GROWTH * since.as_secs_f64()).min(MAX_RATE);
         }
     }
 
