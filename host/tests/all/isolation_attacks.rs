@@ -96,7 +96,7 @@ async fn a_status_write_reaches_only_objects_the_plugin_reconciles_and_changes_o
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_to_an_object_the_cache_does_not_hold_is_judged_on_the_servers_copy() {
+async fn a_forced_apply_to_another_namespaces_object_is_judged_on_that_object_not_on_its_body() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let trigger = cp.namespace("atk-miss").await;
@@ -104,9 +104,12 @@ async fn a_write_to_an_object_the_cache_does_not_hold_is_judged_on_the_servers_c
     let victims: Api<ConfigMap> = Api::namespaced(client.clone(), &elsewhere);
     let victim = create(&victims, json!({"metadata": {"name": "victim"}, "data": {"k": "original"}})).await;
 
-    // Contract 0.1: the watch's label selector selects the ConfigMap informer the owned kind
-    // shares, so the cache misses the (unlabelled) victim and only the body is checked, whose
-    // controller reference names the plugin's own Namespace.
+    // Contract 0.1, with a watch selector the (unlabelled) victim does not match. It once
+    // narrowed the ConfigMap informer the owned kind shared, so the cache missed the victim and
+    // only the body was checked, whose controller reference names the plugin's own Namespace.
+    // Owned kinds are now cached whole (`controller::wiring`), so the victim is judged on its
+    // cached copy; one missing from the cache would go out only if absent and, on the 409, be
+    // judged on the server's copy (`first_writes`).
     let settings = json!({
         "forSelector": format!("kubewasm.test/hostile-legacy={trigger}"),
         "watchSelector": format!("kubewasm.test/watched={trigger}"),
