@@ -44,7 +44,7 @@ const MAX_RATE: f64 = 10_000.0;
 /// of answers: a neighbour writing twice a second does not hold a heavy plugin near [`MIN_RATE`]
 /// for good, and one answered 150 times a second does not let the rate outrun the latency it
 /// signals (one request a second per answer gave a neighbour p99 of 1.03–1.27× of alone; this,
-/// 0.93–0.99×; BENCHMARKS.md, "Greedy neighbour").
+/// 0.93–1.14× over ten; BENCHMARKS.md, "Greedy neighbour").
 const RATE_GROWTH: f64 = 40.0;
 
 /// A plugin counts as a neighbour to yield to while it has a request waiting or in flight, or
