@@ -6,7 +6,7 @@
 //!
 //! Run: `make plugins control-plane && cargo bench -p kubewasm --bench neighbour`.
 //! `NEIGHBOUR_NAMESPACES` changes the number of Namespaces per variant (default 800: the p99 of
-//! 800 is the eighth slowest, of 200 the third, which one slow moment of the VM decides), spread
+//! 800 is the ninth slowest, of 200 the third, which one slow moment of the VM decides), spread
 //! over `NEIGHBOUR_ROUNDS` interleaved rounds (default 4); `NEIGHBOUR_GREEDY_QPS=0,200` runs the
 //! greedy plugin under each of these write caps (`limits.writeQps`; default 0: no cap, the host's
 //! defaults, where only the fair write scheduler stands between the two plugins).
@@ -136,8 +136,8 @@ async fn measure(client: &kube::Client, greedy_qps: Option<u32>, count: usize, r
 }
 
 /// `NEIGHBOUR_DEBUG`: the paced rate and the greedy plugin's writes, sampled every 20 ms, and
-/// each Namespace's converge time; the report gives the eight slowest Namespaces (the p99 of 800) with the greedy
-/// plugin's pace around them.
+/// each Namespace's converge time; the report gives each round's eight slowest Namespaces with
+/// the greedy plugin's pace around them.
 struct Trace {
     points: std::sync::Arc<std::sync::Mutex<Vec<(Instant, f64, f64)>>>,
     took: std::sync::Mutex<Vec<(Instant, Duration, String)>>,

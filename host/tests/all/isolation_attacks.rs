@@ -133,7 +133,7 @@ async fn a_forced_apply_to_another_namespaces_object_is_judged_on_that_object_no
     let managers = managers(&after.metadata);
     breaches.check(!managers.contains(&"kubewasm/cache-miss".into()), || format!("field managers {managers:?}"));
     breaches.refused(&app, "cache-miss", "client.apply", 1.0);
-    breaches.assert_none("a force-apply of an object the plugin's cache does not hold");
+    breaches.assert_none("a forced apply of another Namespace's object whose body claims the plugin's own");
     assert!(app.shut_down(Duration::from_secs(15)).await);
 }
 

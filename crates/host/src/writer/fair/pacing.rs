@@ -5,8 +5,8 @@
 //!
 //! Seats alone cannot do this: they share the API server's concurrency, not its CPU, so a plugin
 //! holding a few seats back to back still slows every other plugin's requests (measured in
-//! BENCHMARKS.md, "Greedy neighbour"). Pacing starts only when a neighbour writes, so a plugin
-//! alone, or plugins of like use, are never slowed by it; it starts low and rises while the
+//! benches/HISTORY.md, "Fair write scheduler"). Pacing starts only when a neighbour writes, so a
+//! plugin alone, or plugins of like use, are never slowed by it; it starts low and rises while the
 //! neighbour's latency stays within [`TARGET`] of its least, and falls by a fifth while it does
 //! not. Hand-written: it is a policy of the scheduler beside it, not a general limiter.
 
@@ -40,15 +40,18 @@ const MIN_RATE: f64 = 10.0;
 const MAX_RATE: f64 = 10_000.0;
 
 /// How fast the paced rate grows (requests a second, each second) while the neighbour's answers
-/// stay within target. Grown by the time since the neighbour's previous answer, not by the count
-/// of answers: a neighbour writing twice a second does not hold a heavy plugin near [`MIN_RATE`]
-/// for good, and one answered 150 times a second does not let the rate outrun the latency it
-/// signals (one request a second per answer gave a neighbour p99 of 1.03–1.27× of alone; this,
-/// 0.93–1.14× over ten; BENCHMARKS.md, "Greedy neighbour").
+/// stay within target. Grown by the time since the previous light answer (or since pacing
+/// began), at most [`QUIET_NEIGHBOUR`], not by the count of answers: a neighbour writing twice a
+/// second does not hold a heavy plugin near [`MIN_RATE`] for good, and one answered 150 times a
+/// second does not let the rate outrun the latency it signals (one request a second per answer
+/// gave a neighbour p99 of 0.95–1.27× of alone; this, 0.93–1.14×; BENCHMARKS.md, "Greedy
+/// neighbour: paced from a neighbour's first answer"). A neighbour quiet for longer than
+/// [`NEIGHBOUR_MEMORY`] ends the pacing, so one writing less than once a second meets a heavy
+/// plugin started again at [`MIN_RATE`] after each pause.
 const RATE_GROWTH: f64 = 40.0;
 
 /// A plugin counts as a neighbour to yield to while it has a request waiting or in flight, or
-/// had one done within this long. By time, not by its demand: a neighbour whose writes are
+/// had one answered within this long. By time, not by its demand: a neighbour whose writes are
 /// answered in a few milliseconds uses too little to tell from idle by demand, and a heavy plugin
 /// unpaced between those writes is what slows the next one.
 const NEIGHBOUR_MEMORY: Duration = Duration::from_secs(1);
@@ -76,7 +79,7 @@ pub(super) struct Pacing {
     /// Requests a second each heavy plugin may start; `None` while no plugin is paced.
     rate: Option<f64>,
     last_decrease: Option<Instant>,
-    /// When a plugin that is not heavy was last answered.
+    /// When a plugin that is not heavy was last answered, or pacing began.
     last_light_answer: Option<Instant>,
 }
 
@@ -87,8 +90,8 @@ struct Use {
     demand: f64,
     outstanding: usize,
     at: Instant,
-    /// When its last request was done.
-    last_done: Option<Instant>,
+    /// When its last request was answered by the API server.
+    last_answer: Option<Instant>,
     /// The earliest this plugin may start its next request while paced.
     next_start: Option<Instant>,
     smoothed: Option<f64>,
@@ -97,7 +100,7 @@ struct Use {
 
 impl Use {
     fn new(now: Instant) -> Self {
-        Self { demand: 0.0, outstanding: 0, at: now, last_done: None, next_start: None, smoothed: None, least: None }
+        Self { demand: 0.0, outstanding: 0, at: now, last_answer: None, next_start: None, smoothed: None, least: None }
     }
 
     fn demand(&self, now: Instant) -> f64 {
@@ -115,7 +118,7 @@ impl Use {
 
     /// Whether this plugin writes now or lately, as a neighbour to yield to.
     fn active(&self, now: Instant) -> bool {
-        self.outstanding > 0 || self.last_done.is_some_and(|at| now - at < NEIGHBOUR_MEMORY)
+        self.outstanding > 0 || self.last_answer.is_some_and(|at| now - at < NEIGHBOUR_MEMORY)
     }
 }
 
@@ -182,19 +185,21 @@ impl Pacing {
         let heavy = self.heavy(plugin, now);
         let Some(u) = self.plugins.get_mut(plugin) else { return };
         u.outstanding(-1, now);
-        u.last_done = Some(now);
         if !answered {
             return;
         }
+        u.last_answer = Some(now);
         let sample = held.as_secs_f64();
         let smoothed = u.smoothed.map_or(sample, |s| s + SMOOTHING * (sample - s));
         u.smoothed = Some(smoothed);
-        let least = match u.least {
-            Some((least, at)) => least * (1.0 + BASELINE_DRIFT_PER_SEC).powf((now - at).as_secs_f64()),
-            None => f64::INFINITY,
+        let (recorded, least) = match u.least {
+            Some((least, at)) => (least, least * (1.0 + BASELINE_DRIFT_PER_SEC).powf((now - at).as_secs_f64())),
+            None => (f64::INFINITY, f64::INFINITY),
         };
-        let falling = smoothed <= least;
-        if falling {
+        // Falling: below the least as recorded. Level with it is steady, not falling, or a
+        // neighbour whose latency never moves would never let the rate grow.
+        let falling = smoothed < recorded;
+        if smoothed <= least {
             u.least = Some((smoothed, now));
         }
         let least = least.min(smoothed);
