@@ -15,6 +15,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
@@ -103,7 +104,7 @@ async fn measure(client: &kube::Client, greedy_qps: Option<u32>, count: usize, r
     common::eventually("readiness", Duration::from_secs(60), || async { app.readiness().is_ready().then_some(()) })
         .await;
     let variant = greedy_qps.map_or("alone".to_owned(), |q| format!("beside{q}"));
-    let trace = std::env::var_os("NEIGHBOUR_DEBUG").is_some().then(|| Trace::start(app.registry().clone()));
+    let mut trace = std::env::var_os("NEIGHBOUR_DEBUG").is_some().then(|| Trace::start(app.registry().clone()));
     // Namespaces of earlier rounds are queued at start (FIFO): a warm-up Namespace, not
     // counted, waits behind that backlog, so only steady-state latency is measured.
     for i in 0..=count {
@@ -124,7 +125,7 @@ async fn measure(client: &kube::Client, greedy_qps: Option<u32>, count: usize, r
             continue;
         }
         samples.took.push(started.elapsed());
-        if let Some(trace) = &trace {
+        if let Some(trace) = &mut trace {
             trace.sample(&ns, started, started.elapsed());
         }
     }
@@ -139,14 +140,14 @@ async fn measure(client: &kube::Client, greedy_qps: Option<u32>, count: usize, r
 /// each Namespace's converge time; the report gives each round's eight slowest Namespaces with
 /// the greedy plugin's pace around them.
 struct Trace {
-    points: std::sync::Arc<std::sync::Mutex<Vec<(Instant, f64, f64)>>>,
-    took: std::sync::Mutex<Vec<(Instant, Duration, String)>>,
+    points: Arc<Mutex<Vec<(Instant, f64, f64)>>>,
+    took: Vec<(Instant, Duration, String)>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Trace {
     fn start(registry: prometheus::Registry) -> Self {
-        let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let points = Arc::new(Mutex::new(Vec::new()));
         let into = points.clone();
         let task = tokio::spawn(async move {
             loop {
@@ -170,14 +171,13 @@ impl Trace {
         Self { points, took: Default::default(), task }
     }
 
-    fn sample(&self, ns: &str, started: Instant, took: Duration) {
-        self.took.lock().unwrap().push((started, took, ns.to_owned()));
+    fn sample(&mut self, ns: &str, started: Instant, took: Duration) {
+        self.took.push((started, took, ns.to_owned()));
     }
 
     fn report(self, variant: &str) {
         self.task.abort();
         let points = self.points.lock().unwrap();
-        let took = self.took.lock().unwrap();
         let (Some(first), Some(last)) = (points.first(), points.last()) else { return };
         let secs = (last.0 - first.0).as_secs_f64();
         let mut rates: Vec<f64> = points.iter().map(|p| p.1).collect();
@@ -191,7 +191,7 @@ impl Trace {
             q(0.9),
             q(1.0)
         );
-        let mut sorted: Vec<&(Instant, Duration, String)> = took.iter().collect();
+        let mut sorted: Vec<&(Instant, Duration, String)> = self.took.iter().collect();
         sorted.sort_by_key(|t| std::cmp::Reverse(t.1));
         for (started, took, ns) in sorted.into_iter().take(8) {
             // The greedy plugin's writes a second and the paced rate over the slow Namespace.

@@ -58,7 +58,8 @@ const NEIGHBOUR_MEMORY: Duration = Duration::from_secs(1);
 
 /// With no answer from a light neighbour for this long (since pacing began or since its last),
 /// heavy plugins speed up by [`QUIET_GROWTH`] an answer of their own, as a flow does in slow
-/// start: a neighbour that stopped writing does not hold them at their least rate.
+/// start: a neighbour whose request waits or hangs, with nothing answered, does not hold them at
+/// their least rate (one that stopped writing ends the pacing after [`NEIGHBOUR_MEMORY`]).
 const QUIET_NEIGHBOUR: Duration = Duration::from_secs(1);
 const QUIET_GROWTH: f64 = 1.1;
 
