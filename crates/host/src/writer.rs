@@ -15,6 +15,8 @@ use serde::Serialize;
 
 pub mod elide;
 pub mod fair;
+#[cfg(test)]
+mod sent_path;
 pub mod unchanged;
 
 use self::fair::{Answer, Scheduler};
@@ -25,7 +27,7 @@ use serde_json::Value;
 
 use crate::plugin::host::{
     ApiCall, ApiReply, ApiWriter, CallError, Caller, DeleteOptions, NO_OBJECT_HAS_THIS_VERSION, ObjectRef, Patch,
-    PatchOptions, Preconditions, Propagation, TypedObject,
+    PatchOptions, Preconditions, Propagation, TypedObject, address,
 };
 
 /// Maps a kube error to the WIT error a plugin sees: 404 not-found, 409 conflict, 400/422
@@ -288,6 +290,9 @@ impl KubeWriter {
 #[async_trait]
 impl ApiWriter for KubeWriter {
     async fn send(&self, caller: &Caller, call: &ApiCall) -> Result<ApiReply, CallError> {
+        // The authorizer judged this address; checked again where it becomes a URL, so no
+        // caller's unchecked string can address another object than the one it names.
+        address::check(call.target())?;
         let result = if let ApiCall::Event(_) = call {
             self.send_call(&Heard::default(), caller, call).await
         } else {

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{ApiWriterExt, CallError, ObjectRef};
+use super::{ApiWriterExt, CallError, ObjectRef, address};
 use crate::authorizer::{Decision, Existing, Facts, Lookup, Request};
 use crate::state::{PluginCtx, PluginShared};
 
@@ -21,9 +21,9 @@ pub(crate) struct Permit {
 }
 
 impl PluginCtx {
-    /// Whether the plugin may make `request`: a [`Permit`] to send it, `NotFound` when the object
-    /// it would change does not exist, `Forbidden` (remembered for the `AccessDenied` Event) when
-    /// refused.
+    /// Whether the plugin may make `request`: a [`Permit`] to send it, `Invalid` when it names no
+    /// address an object could have ([`address::check`]), `NotFound` when the object it would
+    /// change does not exist, `Forbidden` (remembered for the `AccessDenied` Event) when refused.
     pub(crate) async fn authorize(&mut self, request: &Request<'_>) -> Result<Permit, CallError> {
         self.decide(request, Facts::default()).await
     }
@@ -36,6 +36,9 @@ impl PluginCtx {
     }
 
     async fn decide(&mut self, request: &Request<'_>, mut facts: Facts) -> Result<Permit, CallError> {
+        // What is judged is what is sent: an address a URL would read as another is refused
+        // before anything is looked up for it.
+        address::check(request.target)?;
         let shared = self.shared.clone();
         for _ in 0..=MAX_LOOKUPS {
             match shared.authorizer.decide(request, &facts) {

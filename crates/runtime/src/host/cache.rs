@@ -2,7 +2,7 @@
 
 use kube::core::GroupVersionKind;
 
-use super::{CallError, ListOptions};
+use super::{CallError, ListOptions, ObjectRef, address};
 use crate::bindings::v0_2::{cache as c2, types as t2};
 use crate::bindings::{cache, types};
 use crate::state::PluginCtx;
@@ -37,7 +37,10 @@ impl PluginCtx {
         namespace: Option<String>,
         name: String,
     ) -> Result<Option<Vec<u8>>, CallError> {
-        self.check_read(&kind).and_then(|()| self.shared.cache.get(&kind, namespace.as_deref(), &name))
+        let target = ObjectRef { kind, namespace, name };
+        address::check(&target)?;
+        self.check_read(&target.kind)
+            .and_then(|()| self.shared.cache.get(&target.kind, target.namespace.as_deref(), &target.name))
     }
 
     fn cache_by_index(

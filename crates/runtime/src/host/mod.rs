@@ -2,6 +2,7 @@
 //! [`CacheReader`] (the informer store) and [`ApiWriter`] (the API server) — so the runtime is
 //! testable without an API server.
 
+pub mod address;
 mod authorize;
 mod cache;
 mod call;
