@@ -20,13 +20,18 @@ pub fn mark(object: &Value) -> Option<&str> {
 }
 
 /// Whether `object` was made by the plugin with field manager `manager`: the host's mark names
-/// `plugin`, or (objects made before the mark) an entry of its managedFields names `manager`.
+/// `plugin`, or (objects made before the mark, so unmarked) an entry of its managedFields names
+/// `manager`. A mark naming another plugin decides, as it does for the admission policy: a
+/// handover (`kubewasm handover`) moves the mark, and the old manager's entries do not keep the
+/// object the old plugin's.
 pub fn made_by(object: &Value, plugin: &str, manager: &str) -> bool {
-    mark(object) == Some(plugin)
-        || object
+    match mark(object) {
+        Some(maker) => maker == plugin,
+        None => object
             .pointer("/metadata/managedFields")
             .and_then(Value::as_array)
-            .is_some_and(|entries| entries.iter().any(|e| e.get("manager").and_then(Value::as_str) == Some(manager)))
+            .is_some_and(|entries| entries.iter().any(|e| e.get("manager").and_then(Value::as_str) == Some(manager))),
+    }
 }
 
 /// Adds the host's mark naming `plugin` to an object body.
@@ -102,41 +107,104 @@ pub fn patch_refusal(patch: &Patch, plugin: &str, guard_owners: bool) -> Option<
     }
 }
 
-/// The first field outside `status` that writing `body` to the status subresource of
-/// `existing` would change, as a JSON pointer; `None` if it changes only `status`. An object
-/// body or a merge/strategic patch changes a field when it names it with another value (`null`
-/// removes); a JSON patch changes every path it names but `/status…` (`test` ops change nothing).
-pub fn status_write_changes(body: &StatusBody<'_>, existing: &Value) -> Option<String> {
+/// What writing a body to the status subresource would do to an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatusEffect {
+    /// It changes nothing outside `status`.
+    OnlyStatus,
+    /// It changes this field outside `status` (a JSON pointer).
+    Changes(String),
+    /// The patch does not apply to the object as given (a JSON patch whose path or `from` is
+    /// missing, or whose `test` fails), and why.
+    DoesNotApply(String),
+}
+
+/// What writing `body` to the status subresource of `existing` does outside `status`, judged on
+/// the object it would leave, not on how the body is spelled: the body is applied to
+/// `existing` (an object body or a merge patch merged, a JSON patch applied op by op) and the
+/// result compared with `existing` everywhere but `status`. A `move` whose `path` is under
+/// `/status` still removes its `from`, and so is refused. Strategic merge patches are merged as
+/// merge patches, which replace the lists a strategic patch would merge: that can only find a
+/// change where there is none, never miss one; their directives (`$patch`, `$retainKeys`, …)
+/// are refused outside `status`. The object's identity and resourceVersion (a precondition,
+/// not a change) may be named with any value.
+pub fn status_write_effect(body: &StatusBody<'_>, existing: &Value) -> StatusEffect {
+    let mut after = existing.clone();
     match body {
-        StatusBody::Object(_) | StatusBody::Patch(Patch::Merge(_) | Patch::Strategic(_)) => {
-            let object = match body {
-                StatusBody::Object(object) => *object,
-                StatusBody::Patch(Patch::Merge(object) | Patch::Strategic(object)) => object,
-                StatusBody::Patch(Patch::Json(_)) => return None,
-            };
-            let object = object.as_object()?;
-            object.iter().find_map(|(key, value)| match key.as_str() {
-                "status" | "apiVersion" | "kind" => None,
-                "metadata" => {
-                    let meta = value.as_object()?;
-                    meta.iter()
-                        .filter(|(k, _)| !IDENTITY.contains(&k.as_str()))
-                        .find_map(|(k, v)| {
-                            changes(v, existing.pointer("/metadata").and_then(|m| m.get(k)), &format!("/metadata/{k}"))
-                        })
-                        .or_else(|| value.is_null().then(|| "/metadata".to_owned()))
-                }
-                _ => changes(value, existing.get(key), &format!("/{key}")),
-            })
+        StatusBody::Object(object) => json_patch::merge(&mut after, object),
+        StatusBody::Patch(Patch::Merge(patch)) => json_patch::merge(&mut after, patch),
+        StatusBody::Patch(Patch::Strategic(patch)) => {
+            if let Some(path) = directive_outside_status(patch, "") {
+                return StatusEffect::Changes(path);
+            }
+            json_patch::merge(&mut after, patch);
         }
-        StatusBody::Patch(Patch::Json(ops)) => ops.as_array()?.iter().find_map(|op| {
-            let path = op.get("path").and_then(Value::as_str).unwrap_or_default();
-            let status = path == "/status" || path.starts_with("/status/");
-            let identity = IDENTITY.iter().any(|k| path == format!("/metadata/{k}"));
-            let harmless = op.get("op").and_then(Value::as_str) == Some("test") || status || identity;
-            (!harmless).then(|| path.to_owned())
-        }),
+        StatusBody::Patch(Patch::Json(ops)) => {
+            let ops: json_patch::Patch = match serde_json::from_value(ops.clone()) {
+                Ok(ops) => ops,
+                Err(e) => return StatusEffect::DoesNotApply(format!("it is not a JSON patch: {e}")),
+            };
+            if let Err(e) = json_patch::patch(&mut after, &ops) {
+                return StatusEffect::DoesNotApply(e.to_string());
+            }
+        }
     }
+    match difference_outside_status(existing, &after) {
+        Some(path) => StatusEffect::Changes(path),
+        None => StatusEffect::OnlyStatus,
+    }
+}
+
+/// The first path outside `status` at which `before` and `after` differ; the object's kind and
+/// metadata's identity fields are left out of the comparison.
+fn difference_outside_status(before: &Value, after: &Value) -> Option<String> {
+    let top = |k: &str| !matches!(k, "status" | "apiVersion" | "kind");
+    let (empty, meta) = (Value::Null, |k: &str| !IDENTITY.contains(&k));
+    object_difference(before, after, "", &top).or_else(|| {
+        let (b, a) = (before.get("metadata").unwrap_or(&empty), after.get("metadata").unwrap_or(&empty));
+        object_difference(b, a, "/metadata", &meta)
+    })
+}
+
+/// The first path under `path` at which `before` and `after` differ: objects key by key (those
+/// `compared` says, in key order; `metadata` at the top is compared by the caller), anything
+/// else as a whole.
+fn object_difference(before: &Value, after: &Value, path: &str, compared: &dyn Fn(&str) -> bool) -> Option<String> {
+    let (Value::Object(b), Value::Object(a)) = (before, after) else {
+        return (before != after).then(|| path.to_owned());
+    };
+    let keys: std::collections::BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+    keys.into_iter().filter(|k| compared(k) && !(path.is_empty() && k.as_str() == "metadata")).find_map(|key| {
+        let here = format!("{path}/{}", pointer_segment(key));
+        match (b.get(key), a.get(key)) {
+            (Some(b), Some(a)) => object_difference(b, a, &here, &|_| true),
+            (None, None) => None,
+            _ => Some(here),
+        }
+    })
+}
+
+/// The first key outside `status` of a strategic merge patch that is a directive (`$patch`,
+/// `$retainKeys`, `$setElementOrder/…`, `$deleteFromPrimitiveList/…`), as a JSON pointer.
+fn directive_outside_status(patch: &Value, path: &str) -> Option<String> {
+    match patch {
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let here = format!("{path}/{}", pointer_segment(k));
+            if path.is_empty() && k == "status" {
+                None
+            } else if k.starts_with('$') {
+                Some(here)
+            } else {
+                directive_outside_status(v, &here)
+            }
+        }),
+        Value::Array(items) => items.iter().find_map(|v| directive_outside_status(v, path)),
+        _ => None,
+    }
+}
+
+fn pointer_segment(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
 }
 
 /// What a status write carries: a whole object (apply) or a patch.
@@ -145,19 +213,4 @@ pub enum StatusBody<'a> {
     Object(&'a Value),
     /// A patch.
     Patch(&'a Patch),
-}
-
-/// The first path at which writing `wanted` over `current` changes something, merge-patch style:
-/// objects compare key by key (a key absent from `wanted` is left alone), anything else must be
-/// equal (`null` over an absent field changes nothing).
-fn changes(wanted: &Value, current: Option<&Value>, path: &str) -> Option<String> {
-    match (wanted, current) {
-        (Value::Null, None | Some(Value::Null)) => None,
-        (Value::Object(w), Some(Value::Object(c))) => w
-            .iter()
-            .find_map(|(k, v)| changes(v, c.get(k), &format!("{path}/{}", k.replace('~', "~0").replace('/', "~1")))),
-        (Value::Object(w), None) if w.is_empty() => None,
-        (w, Some(c)) if w == c => None,
-        _ => Some(path.to_owned()),
-    }
 }

@@ -104,6 +104,12 @@ impl World {
         for object in [by_q, by_p] {
             server.insert(key_of(&object), object);
         }
+        // Made by p, then handed over to q (`kubewasm handover` moved the mark, and p's field
+        // manager entry is still there).
+        let mut handed = child("in", "handed", Some("q"), "web");
+        handed["metadata"]["managedFields"] = json!([{"manager": "kubewasm/p", "operation": "Apply"}]);
+        cache.insert(&handed);
+        server.insert(key_of(&handed), handed);
         Self { cache: Arc::new(Scoped(cache)), server }
     }
 
@@ -237,6 +243,7 @@ fn table() -> Vec<Row> {
     let secret = gvk("", "v1", "Secret");
     let merge = |v: Value| super::Patch::Merge(v);
     let json_patch = |v: Value| super::Patch::Json(v);
+    let strategic = |v: Value| super::Patch::Strategic(v);
     vec![
         // Reads: any readable kind; the cache itself hides what lies outside the scope.
         row(Owns, Read, cm.clone(), (Some("in"), ""), Allow),
@@ -270,6 +277,11 @@ fn table() -> Vec<Row> {
         // Patch: only what it made and controls, never its ownerReferences or the mark.
         row(Owns, Patch, cm.clone(), (Some("in"), "mine"), Allow).patch(merge(json!({"data": {"a": "b"}}))),
         row(Owns, Patch, cm.clone(), (Some("in"), "theirs"), Deny("did not make it")).patch(merge(json!({"data": {"a": "b"}}))),
+        // The refusal names who holds it, and how an operator hands it over.
+        row(Owns, Patch, cm.clone(), (Some("in"), "theirs"), Deny("plugin `q` did (kubewasm.dev/plugin: q); an operator hands it over with `kubewasm handover --from q --to p`")).patch(merge(json!({"data": {"a": "b"}}))),
+        // The mark decides over a field manager entry, as for the admission policy.
+        row(Owns, Patch, cm.clone(), (Some("in"), "handed"), Deny("plugin `q` did")).patch(merge(json!({"data": {"a": "b"}}))),
+        row(Owns, Delete, cm.clone(), (Some("in"), "handed"), Deny("plugin `q` did")),
         row(Owns, Patch, cm.clone(), (Some("in"), "uncached"), Deny("did not make it")).patch(merge(json!({"data": {}}))),
         row(Owns, Patch, cm.clone(), (Some("in"), "new"), Absent).patch(merge(json!({"data": {}}))),
         row(Owns, Patch, cm.clone(), (Some("in"), "mine"), Deny("ownerReferences")).patch(merge(json!({"metadata": {"ownerReferences": []}}))),
@@ -315,8 +327,28 @@ fn table() -> Vec<Row> {
         row(Owns, Apply, dep.clone(), (Some("in"), "gone"), Absent).status()
             .body(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "gone", "namespace": "in"}, "status": {}})),
         row(Owns, Patch, dep.clone(), (Some("in"), "web"), Allow).status().patch(merge(json!({"status": {"replicas": 2}}))),
-        row(Owns, Patch, dep.clone(), (Some("in"), "web"), Deny("changes /spec")).status().patch(json_patch(json!([{"op": "add", "path": "/spec/replicas", "value": 3}]))),
+        row(Owns, Patch, dep.clone(), (Some("in"), "web"), Deny("changes /spec")).status().patch(json_patch(json!([{"op": "add", "path": "/spec", "value": {"replicas": 3}}]))),
         row(Owns, Patch, dep.clone(), (Some("in"), "web"), Deny("changes /metadata/finalizers")).status().patch(merge(json!({"metadata": {"finalizers": ["x"]}}))),
+        // Judged by what it does, not by its paths: a `move` into status removes its `from`.
+        row(Owns, Patch, dep.clone(), (Some("in"), "web"), Deny("host's mark")).status()
+            .patch(json_patch(json!([{"op": "move", "from": "/metadata/labels", "path": "/status/labels"}]))),
+        row(Owns, Patch, dep.clone(), (Some("in"), "web"), Allow).status()
+            .patch(json_patch(json!([{"op": "add", "path": "/status", "value": {}},
+                                     {"op": "copy", "from": "/metadata/name", "path": "/status/name"}]))),
+        row(Owns, Patch, dep.clone(), (Some("in"), "web"), Allow).status().patch(json_patch(json!([
+            {"op": "test", "path": "/metadata/labels/app", "value": "web"},
+            {"op": "add", "path": "/status", "value": {"replicas": 1}}]))),
+        row(Owns, Patch, dep.clone(), (Some("in"), "web"), Deny("changes /metadata/labels/app")).status()
+            .patch(json_patch(json!([{"op": "add", "path": "/status", "value": {}},
+                                     {"op": "move", "from": "/metadata/labels/app", "path": "/status/app"}]))),
+        row(Owns, Patch, dep.clone(), (Some("in"), "web"), Deny("does not apply")).status()
+            .patch(json_patch(json!([{"op": "remove", "path": "/metadata/finalizers"}]))),
+        row(Owns, Patch, dep.clone(), (Some("in"), "web"), Deny("changes /spec/$patch")).status()
+            .patch(strategic(json!({"spec": {"$patch": "delete"}}))),
+        row(Owns, Patch, dep.clone(), (Some("in"), "web"), Deny("changes /metadata/labels/app")).status()
+            .patch(merge(json!({"metadata": {"labels": {"app": null}}}))),
+        row(Owns, Patch, dep.clone(), (Some("in"), "web"), Allow).status()
+            .patch(strategic(json!({"metadata": {"labels": {"app": "web"}}, "status": {"$patch": "replace", "replicas": 1}}))),
         row(Owns, Apply, dep.clone(), (Some("in"), "web"), Deny("own the kind Deployment")).body(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "in"}})),
         // A cluster-scoped for kind: no namespace argument, scope judged on the Namespace's name.
         row(ForNamespace, Patch, ns.clone(), (Some("in"), "out"), Deny("cluster-scoped")).status().patch(merge(json!({"status": {}}))),
