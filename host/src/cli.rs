@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{check, compile_plugin, crd, dev, generate_key, new, push, rbac, record, run, test};
+use crate::commands::{check, compile_plugin, crd, dev, generate_key, handover, new, push, rbac, record, run, test};
 use crate::telemetry::LogArgs;
 
 /// Runs Kubernetes controllers whose reconcile logic is a sandboxed WebAssembly component.
@@ -27,6 +27,9 @@ pub enum Command {
     /// Print the least-privilege RBAC of one plugin's own identity (YAML): its ServiceAccount,
     /// the rules its effective grants need, and the host's right to impersonate it.
     Rbac(rbac::RbacArgs),
+    /// Hand what one plugin made (the host's mark, its field managers) over to another: after a
+    /// rename, or when another plugin took a child's name first. Run it as a person.
+    Handover(handover::HandoverArgs),
     /// Print the WasmPlugin CustomResourceDefinition (YAML).
     Crd,
     /// Run a plugin's reconciles without a cluster over objects from YAML files and print the
@@ -59,6 +62,7 @@ impl Command {
             Command::Run(args) => args.execute().await,
             Command::Check(args) => args.execute().await,
             Command::Rbac(args) => args.execute().await,
+            Command::Handover(args) => args.execute().await,
             Command::Crd => crd::execute(),
             Command::Test(args) => args.execute().await,
             Command::Record(args) => args.execute().await,

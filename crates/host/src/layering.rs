@@ -13,6 +13,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("breaker", &["plugin"]),
     ("event_sink", &["identity", "plugin"]),
     ("rbac", &["identity", "informer", "plugin"]),
+    ("handover", &["informer", "plugin"]),
     ("writer", &["event_sink", "identity", "informer", "plugin"]),
 ];
 

@@ -16,6 +16,7 @@ pub mod breaker;
 pub mod canary;
 pub mod controller;
 pub mod event_sink;
+pub mod handover;
 pub mod hotload;
 pub mod identity;
 #[cfg(test)]

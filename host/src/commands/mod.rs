@@ -5,6 +5,7 @@ pub mod compile_plugin;
 pub mod crd;
 pub mod dev;
 pub mod generate_key;
+pub mod handover;
 pub mod new;
 pub mod push;
 pub mod rbac;
