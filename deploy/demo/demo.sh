@@ -37,8 +37,11 @@ echo "== installing the CRDs (deploy/crds: WasmPlugin for the host; deploy/crds/
 "${kubectl[@]}" wait --for condition=established --timeout=60s crd/wasmplugins.kubewasm.dev
 
 echo "== starting kubewasm with the plugins in $work/plugins"
+# Each plugin runs as its own ServiceAccount (the default), whose RBAC the host makes here with
+# the local control plane's admin credentials, as `kubewasm dev` does; a deployment applies
+# what `kubewasm rbac` prints instead.
 "$bin/kubewasm" run --plugins "$work/plugins" --kubeconfig "$KUBECONFIG" --admin-addr "$admin" \
-  --log info 2> >(tee "$work/kubewasm.log" >&2) &
+  --provision-plugin-rbac --log info 2> >(tee "$work/kubewasm.log" >&2) &
 pids+=($!)
 for _ in $(seq 1 60); do curl -fsS "http://$admin/readyz" >/dev/null 2>&1 && break; sleep 1; done
 curl -fsS "http://$admin/readyz" || { echo "kubewasm did not become ready"; exit 1; }

@@ -38,13 +38,15 @@ pub struct RunArgs {
     /// Send each plugin's requests as its own ServiceAccount, `kubewasm-plugin-<name>` in the
     /// host's namespace (`Impersonate-User`), so RBAC bounds what it writes even where the host's
     /// checks would not (cached reads stay the host's); `kubewasm rbac` prints what each needs.
-    /// On in deploy/base.
-    #[arg(long, env = "KUBEWASM_IMPERSONATE_PLUGINS")]
+    /// On by default: `--impersonate-plugins=false` sends every plugin's requests as the host,
+    /// with the host's rights, and leaves the host's authorizer as the only layer.
+    #[arg(long, env = "KUBEWASM_IMPERSONATE_PLUGINS", default_value_t = true, num_args = 0..=1,
+          default_missing_value = "true", action = ArgAction::Set, overrides_with = "impersonate_plugins")]
     pub impersonate_plugins: bool,
-    /// With --impersonate-plugins: make each plugin's ServiceAccount and RBAC with the host's
-    /// own credentials when it loads. For `kubewasm dev` and tests, where the host is a cluster
-    /// admin; never give a deployed host the rights this needs.
-    #[arg(long, env = "KUBEWASM_PROVISION_PLUGIN_RBAC", requires = "impersonate_plugins")]
+    /// With impersonation: make each plugin's ServiceAccount and RBAC with the host's own
+    /// credentials when it loads. For `kubewasm dev`, the demo and tests, where the host is a
+    /// cluster admin; never give a deployed host the rights this needs.
+    #[arg(long, env = "KUBEWASM_PROVISION_PLUGIN_RBAC")]
     pub provision_plugin_rbac: bool,
     /// The host's own ServiceAccount (in its namespace), named in the RBAC that lets it
     /// impersonate plugins.
@@ -257,6 +259,21 @@ mod tests {
         let Command::Run(run) = Cli::try_parse_from(args).unwrap().command else { panic!("not run") };
         assert!(!run.watch_plugins && !run.wasm_plugins && !run.requeue_on_swap);
         assert_eq!(run.plugins, None);
+    }
+
+    /// Issue 49, class 7: `kubewasm run` sent every plugin request as the host unless told.
+    #[test]
+    fn plugins_are_sent_as_their_own_identities_unless_told_otherwise_and_the_last_flag_counts() {
+        let run = |args: &[&str]| {
+            let Command::Run(run) = Cli::try_parse_from([&["kubewasm", "run"], args].concat()).unwrap().command else {
+                panic!("not run")
+            };
+            run.impersonate_plugins
+        };
+        assert!(run(&[]), "on by default");
+        assert!(!run(&["--impersonate-plugins=false"]));
+        assert!(run(&["--impersonate-plugins=false", "--impersonate-plugins"]), "a bare flag turns it on");
+        assert!(!run(&["--impersonate-plugins", "--impersonate-plugins", "false"]));
     }
 
     #[test]

@@ -25,13 +25,16 @@ pub struct HostProcess {
     addr: OnceLock<SocketAddr>,
 }
 
-/// `kubewasm run --plugins <plugins> --admin-addr 127.0.0.1:0`, ready for more arguments.
+/// `kubewasm run --plugins <plugins> --admin-addr 127.0.0.1:0 --impersonate-plugins=false`, ready
+/// for more arguments: the tests that use it are about the host's process (shutdown, leadership,
+/// readiness, chaos) on a control plane without plugin identities, so plugins are sent as the
+/// host, as the flag says; a test of identities adds `--impersonate-plugins` (the last one counts).
 pub fn kubewasm_run(plugins: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kubewasm"));
     command
         .args(["--log", "warn", "run", "--plugins"])
         .arg(plugins)
-        .args(["--admin-addr", ANY_PORT])
+        .args(["--admin-addr", ANY_PORT, "--impersonate-plugins=false"])
         .stdout(Stdio::null());
     command
 }

@@ -32,6 +32,12 @@ impl PluginCtx {
         if let (Err(CallError::Invalid(message)), true) = (&result, call.is_write()) {
             self.rejected.push(format!("{}: {message}", call.summary()));
         }
+        // The host allowed it and the API server did not (the plugin's identity lacks a right,
+        // or an admission policy refused it): an `AccessDenied` Event too, or the operator would
+        // see a plugin that fails every reconcile and a status that says all is well.
+        if let Err(CallError::Forbidden(message)) = &result {
+            self.denied.push(format!("{}: the API server refused it: {message}", call.summary()));
+        }
         result
     }
 

@@ -50,6 +50,10 @@ fn budget_within(limit: u64) -> Option<u64> {
 
 /// `kubewasm run`: serve until `shutdown` is cancelled.
 pub async fn serve(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.impersonate_plugins || !args.provision_plugin_rbac,
+        "--provision-plugin-rbac makes the plugins' own identities, which --impersonate-plugins=false does not use"
+    );
     let config = config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     let client = Client::try_from(config.clone())?;
     let plugin_client = plugin_client(config)?;
