@@ -130,6 +130,8 @@ pub struct RuntimeConfig {
     write_rate: WriteRate,
     write_timeout: Duration,
     pub(crate) protected: Protected,
+    /// Every request allowed by the authorizer ([`authorizer_allows_everything`](Self::authorizer_allows_everything)).
+    authorizer_off: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -148,6 +150,7 @@ impl Default for RuntimeConfig {
             write_rate: WriteRate::default(),
             write_timeout: super::limits::DEFAULT_WRITE_TIMEOUT,
             protected: Protected::default(),
+            authorizer_off: false,
         }
     }
 }
@@ -273,6 +276,17 @@ impl RuntimeConfig {
         self
     }
 
+    /// Test builds only (feature `insecure-test-authorizer`): the authorizer allows every
+    /// request and sends it as the plugin wrote it (without the host's mark), so a test can show
+    /// what the API server alone refuses — the second layer proven independent of the first. No
+    /// flag, config or binary the project ships reaches it.
+    #[cfg(feature = "insecure-test-authorizer")]
+    #[must_use]
+    pub fn authorizer_allows_everything(mut self) -> Self {
+        self.authorizer_off = true;
+        self
+    }
+
     /// Record plugin metrics here.
     #[must_use]
     pub fn metrics(mut self, metrics: PluginMetrics) -> Self {
@@ -299,6 +313,7 @@ pub struct Runtime {
     pub(crate) max_concurrent_cap: u32,
     pub(crate) write_rate: WriteRate,
     pub(crate) protected: Protected,
+    pub(crate) authorizer_off: bool,
 }
 
 impl Runtime {
@@ -372,6 +387,7 @@ impl Runtime {
             max_concurrent_cap: config.max_concurrent_cap,
             write_rate: config.write_rate,
             protected: config.protected,
+            authorizer_off: config.authorizer_off,
         })
     }
 

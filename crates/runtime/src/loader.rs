@@ -186,7 +186,8 @@ impl Runtime {
             Arc::new(PluginShared {
                 name: name.into(),
                 caller: caller.clone(),
-                authorizer: Authorizer::new(&caller.plugin, grants, self.protected.clone(), cache.clone()),
+                authorizer: Authorizer::new(&caller.plugin, grants, self.protected.clone(), cache.clone())
+                    .allowing_everything(self.authorizer_off),
                 limits: config.limits.clone(),
                 settings: config.settings_json(),
                 cache: cache.clone(),

@@ -1,0 +1,182 @@
+//! The second layer on its own (issue 49): the host's authorizer switched off (a test build's
+//! `RuntimeConfig::authorizer_allows_everything`), each plugin sent as its own ServiceAccount
+//! with the RBAC its grants derive (as `kubewasm rbac` prints it, made by the host here), and the
+//! shipped admission policies of deploy/base installed. Every hostile request of the isolation
+//! tests that reaches the API server must be refused there. What the API server cannot see
+//! (cached reads, host memory, Events queueing, the address checks of the writer, which objects a
+//! plugin controls) is host-only, listed in SECURITY.md and tested in isolation*.rs.
+
+use crate::common;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, PostParams};
+use kubewasm_host::app::App;
+use kubewasm_host::hotload::Options;
+use kubewasm_host::identity::Identities;
+use kubewasm_host::plugin::RuntimeConfig;
+use kubewasm_host::rbac::Identity;
+use kubewasm_testenv::ControlPlane;
+use serde_json::{Value, json};
+
+use common::examples::{CONVERGE, deploy_dir};
+use common::hostile::{Breaches, config_map_kind, host_namespace, hostile, marker, namespace_kind};
+use common::{eventually, metric_value, run_ok};
+
+/// A host whose authorizer allows everything, sending each plugin as its own identity, whose
+/// RBAC it makes from the plugin's grants.
+fn unguarded_host(client: &kube::Client) -> App {
+    let identity = Identity { namespace: "kubewasm-system".into(), host_service_account: "kubewasm".into() };
+    let options = Options { identity: Some(identity), provision_rbac: true, ..Options::default() };
+    let runtime = RuntimeConfig::default().authorizer_allows_everything();
+    App::with_runtime(client.clone(), runtime, None, options).unwrap()
+}
+
+/// Installs the admission policies deploy/base ships, and waits until the API server enforces
+/// them: a probe identity that RBAC allows everything is refused a write in the host's namespace.
+async fn install_policies(cp: &ControlPlane, admin: &kube::Client, host_ns: &str) {
+    for file in ["base/plugin-mark-policy.yaml"] {
+        let mut apply = cp.kubectl();
+        apply.args(["apply", "--server-side", "-f"]).arg(deploy_dir().join(file));
+        run_ok(apply);
+    }
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "indep-probe-everything"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "kubewasm-plugin-indep-probe", "namespace": "kubewasm-system"}],
+    });
+    create(&Api::<ClusterRoleBinding>::all(admin.clone()), binding).await;
+    let probe = Identities::host(admin.clone()).impersonating("kubewasm-system").client("indep-probe");
+    let in_host: Api<ConfigMap> = Api::namespaced(probe, host_ns);
+    let mut n = 0;
+    eventually("the admission policies in force", Duration::from_secs(60), || {
+        n += 1;
+        let (api, name) = (in_host.clone(), format!("indep-probe-{n}"));
+        async move {
+            let body = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+            api.create(&PostParams::default(), &body).await.err().filter(|e| e.to_string().contains("host namespace"))
+        }
+    })
+    .await;
+}
+
+/// Results of `plugin`'s calls of `function` that ended as `result`.
+fn calls(app: &App, plugin: &str, function: &str, result: &str) -> f64 {
+    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    let labels = [("plugin", plugin), ("function", function), ("result", result)];
+    metric_value(&text, "kubewasm_plugin_host_calls_total", &labels).unwrap_or(0.0)
+}
+
+async fn create<K>(api: &Api<K>, body: Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.create(&PostParams::default(), &serde_json::from_value(body).unwrap()).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_hosts_authorizer_off_the_api_server_alone_refuses_every_hostile_write_that_reaches_it() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let host_ns = host_namespace(&client).await;
+    install_policies(&cp, &client, host_ns).await;
+    let ns = cp.namespace("indep").await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    // Made by another plugin: marked as its.
+    create(&config_maps, json!({"metadata": {"name": "theirs", "labels": {"kubewasm.dev/plugin": "other"}}})).await;
+    let guarded = json!({"metadata": {"name": format!("{ns}-guarded"), "labels": {"indep": "ns",
+                         "pod-security.kubernetes.io/enforce": "baseline"}}});
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    create(&namespaces, guarded).await;
+
+    // Each call is refused by the host when its authorizer is on (isolation*.rs); here only the
+    // API server stands in the way. A reconcile with a refused call fails and is retried, so the
+    // counts below grow; each call must be refused every time.
+    let secret_kind = json!({"version": "v1", "kind": "Secret"});
+    let policy_kind =
+        json!({"group": "admissionregistration.k8s.io", "version": "v1", "kind": "ValidatingAdmissionPolicy"});
+    let hostile_calls = json!([
+        // The host's namespace (mark policy, first rule).
+        {"op": "apply", "kind": config_map_kind(), "namespace": host_ns, "name": "indep-planted", "body": {"data": {"a": "b"}}},
+        // Another plugin's object (mark policy, second rule), changed and deleted.
+        {"op": "merge-patch", "kind": config_map_kind(), "namespace": "$trigger", "name": "theirs", "body": {"data": {"a": "b"}}},
+        {"op": "delete", "kind": config_map_kind(), "namespace": "$trigger", "name": "theirs"},
+        // A forged mark (mark policy, third rule).
+        {"op": "create", "kind": config_map_kind(), "namespace": "$trigger", "name": "forged",
+         "body": {"metadata": {"labels": {"kubewasm.dev/plugin": "other"}}}},
+        // Kinds its grants do not name (RBAC): a Secret read and written, an admission policy.
+        {"op": "get", "kind": secret_kind, "namespace": host_ns, "name": "anything"},
+        {"op": "apply", "kind": secret_kind, "namespace": "$trigger", "name": "planted", "body": {"stringData": {"a": "b"}}},
+        {"op": "apply", "kind": policy_kind, "name": "indep-freeze", "body": {"spec": {"validations": [{"expression": "false"}]}}},
+        marker("indep-done"),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = unguarded_host(&client);
+    let settings = json!({"selector": "indep=cm", "owns": [config_map_kind()], "onSelected": hostile_calls});
+    app.add_plugin(&hostile(dir.path(), "indep-cm", "", settings)).await.unwrap();
+    // A status write that strips a Namespace's Pod Security label (mark policy, fourth rule).
+    let strip =
+        json!([{"op": "move", "from": "/metadata/labels/pod-security.kubernetes.io~1enforce", "path": "/status/x"}]);
+    let settings = json!({"for": namespace_kind(), "selector": "indep=ns", "onSelected": [
+        {"op": "json-patch-status", "kind": namespace_kind(), "name": "$trigger", "body": strip},
+    ]});
+    app.add_plugin(&hostile(dir.path(), "indep-ns", "", settings)).await.unwrap();
+    create(&config_maps, json!({"metadata": {"name": "trigger", "labels": {"indep": "cm"}}})).await;
+
+    // Every hostile call refused at least once, as the policies' compile allows.
+    let wanted = [
+        ("indep-cm", "client.apply", 3.0),
+        ("indep-cm", "client.patch", 1.0),
+        ("indep-cm", "client.delete", 1.0),
+        ("indep-cm", "client.create", 1.0),
+        ("indep-cm", "client.get", 1.0),
+        ("indep-ns", "client.patch-status", 1.0),
+    ];
+    let short = || {
+        let counts = wanted
+            .iter()
+            .map(|(plugin, function, n)| (plugin, function, n, calls(&app, plugin, function, "forbidden")));
+        counts.filter(|(_, _, n, got)| got < n).map(|(p, f, n, got)| format!("{p} {f} {got} < {n}")).collect::<Vec<_>>()
+    };
+    let deadline = tokio::time::Instant::now() + CONVERGE;
+    while !short().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    let host_calls: Vec<&str> = text.lines().filter(|l| l.starts_with("kubewasm_plugin_host_calls_total")).collect();
+    assert!(short().is_empty(), "not refused as often as called: {:?}\n{}", short(), host_calls.join("\n"));
+
+    let mut breaches = Breaches::default();
+    let theirs = config_maps.get_opt("theirs").await.unwrap();
+    breaches.check(theirs.as_ref().is_some_and(|c| c.data.is_none()), || format!("theirs changed: {theirs:?}"));
+    let planted = Api::<ConfigMap>::namespaced(client.clone(), host_ns).get_opt("indep-planted").await.unwrap();
+    breaches.check(planted.is_none(), || "a ConfigMap planted in the host's namespace".into());
+    let forged = config_maps.get_opt("forged").await.unwrap();
+    breaches.check(forged.is_none(), || "an object made with another plugin's mark".into());
+    let secret = Api::<Secret>::namespaced(client.clone(), &ns).get_opt("planted").await.unwrap();
+    breaches.check(secret.is_none(), || "a Secret written without a grant".into());
+    let guarded = namespaces.get(&format!("{ns}-guarded")).await.unwrap().metadata.labels.unwrap_or_default();
+    let label = guarded.get("pod-security.kubernetes.io/enforce").map(String::as_str);
+    breaches.check(label == Some("baseline"), || format!("the Pod Security label stripped: {guarded:?}"));
+    let policies: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicy",
+        )),
+    );
+    let freeze = policies.get_opt("indep-freeze").await.unwrap();
+    breaches.check(freeze.is_none(), || "an admission policy made by a plugin".into());
+    // Calls that got through show as `ok`: none may, but the marker's applies (checked above
+    // by what exists).
+    for (plugin, function, _) in wanted.iter().filter(|(_, f, _)| *f != "client.apply") {
+        let through = calls(&app, plugin, function, "ok");
+        breaches.check(through == 0.0, || format!("{plugin}'s {function} answered ok {through} times"));
+    }
+    breaches.assert_none("a hostile request with the host's authorizer off");
+    assert!(app.shut_down(Duration::from_secs(15)).await);
+}

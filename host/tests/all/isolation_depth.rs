@@ -1,0 +1,216 @@
+//! The attacks of issue 49 against a real kube-apiserver + etcd: what the host judges is what it
+//! sends (an address a URL would read as another object is refused), a status write is judged
+//! by what it does, and the API server's own policy refuses the same status write when the
+//! request reaches it from a plugin identity that RBAC allows everything.
+
+use crate::common;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kubewasm_host::app::App;
+use kubewasm_host::identity::Identities;
+use kubewasm_testenv::ControlPlane;
+use serde_json::json;
+
+use common::examples::{CONVERGE, deploy_dir};
+use common::hostile::{Breaches, config_map_kind, host_namespace, hostile, marker, namespace_kind};
+use common::{eventually, metric_value, run_ok};
+
+/// Calls of `function` by `plugin` that ended as `result` (`ok`, `invalid`, `forbidden`, …).
+fn calls(app: &App, plugin: &str, function: &str, result: &str) -> f64 {
+    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    let labels = [("plugin", plugin), ("function", function), ("result", result)];
+    metric_value(&text, "kubewasm_plugin_host_calls_total", &labels).unwrap_or(0.0)
+}
+
+/// Waits until ConfigMap `ns/name` exists: the reconcile made every call before it.
+async fn written(client: &kube::Client, ns: &str, name: &str) {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    eventually(&format!("ConfigMap {ns}/{name} written"), CONVERGE, || async { api.get_opt(name).await.unwrap() })
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_spelled_as_a_path_to_a_secret_reads_no_secret() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let host_ns = host_namespace(&client).await;
+    let inside = cp.namespace("depth-path").await;
+    let secret = json!({"metadata": {"name": "depth-pull"}, "stringData": {"token": "s3cret"}});
+    let secrets = Api::<Secret>::namespaced(client.clone(), host_ns);
+    secrets.create(&PostParams::default(), &serde_json::from_value(secret).unwrap()).await.unwrap();
+
+    // A ConfigMap read, as the authorizer judges it; in a URL, a read of the host's Secret.
+    let spelled = format!("{host_ns}/secrets/depth-pull?x=");
+    // Unconfined, as the attack needs (a confined plugin's namespace is checked against its
+    // scope); only the labelled trigger makes the calls, not the marker it writes.
+    let settings = json!({"selector": "depth=path", "owns": [config_map_kind()], "onSelected": [
+        {"op": "get", "kind": config_map_kind(), "namespace": spelled, "name": "c"},
+        {"op": "get", "kind": config_map_kind(), "namespace": "$trigger", "name": "../../secrets/depth-pull"},
+        marker("path-done"),
+    ]});
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = App::new(client.clone(), None, None).unwrap();
+    app.add_plugin(&hostile(dir.path(), "path-reader", "grants: {read: [Secret]}\n", settings)).await.unwrap();
+    let trigger = json!({"metadata": {"name": "depth-trigger", "labels": {"depth": "path"}}});
+    let config_maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &inside);
+    config_maps.create(&PostParams::default(), &serde_json::from_value(trigger).unwrap()).await.unwrap();
+    written(&client, &inside, "path-done").await;
+
+    let mut breaches = Breaches::default();
+    let (read, invalid) =
+        (calls(&app, "path-reader", "client.get", "ok"), calls(&app, "path-reader", "client.get", "invalid"));
+    breaches.check(read == 0.0, || format!("{read} gets answered: the Secret was read through a ConfigMap's address"));
+    breaches.check(invalid >= 2.0, || format!("{invalid} gets refused as invalid, not 2"));
+    breaches.assert_none("an address a URL reads as another object's");
+    assert!(app.shut_down(Duration::from_secs(15)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_json_patch_is_judged_by_what_it_removes_not_by_its_paths() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let inside = cp.namespace("depth-move").await;
+    // What a `move` into status would strip: Pod Security Admission's label and a finalizer.
+    let guard = json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"},
+                                    "annotations": {"kubewasm.test/keep": "yes"}}});
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.patch(&inside, &PatchParams::default(), &Patch::Merge(&guard)).await.unwrap();
+    let before = namespaces.get(&inside).await.unwrap().metadata;
+
+    let moved = |from: &str, to: &str| {
+        json!({"op": "json-patch-status", "kind": namespace_kind(), "name": "$trigger",
+        "body": [{"op": "move", "from": from, "path": to}]})
+    };
+    let settings = json!({"for": namespace_kind(), "owns": [config_map_kind()], "onSelected": [
+        moved("/metadata/labels/pod-security.kubernetes.io~1enforce", "/status/enforce"),
+        moved("/metadata/annotations", "/status/annotations"),
+        marker("move-done"),
+    ]});
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = App::new(client.clone(), None, None).unwrap();
+    let grants = format!("grants: {{namespaces: {{names: [{inside}]}}}}\n");
+    app.add_plugin(&hostile(dir.path(), "status-mover", &grants, settings)).await.unwrap();
+    written(&client, &inside, "move-done").await;
+
+    let mut breaches = Breaches::default();
+    let after = namespaces.get(&inside).await.unwrap().metadata;
+    breaches.check(after.labels == before.labels, || format!("labels stripped: {:?}", after.labels));
+    breaches
+        .check(after.annotations == before.annotations, || format!("annotations stripped: {:?}", after.annotations));
+    breaches.refused(&app, "status-mover", "client.patch-status", 2.0);
+    breaches.assert_none("a status patch that moves metadata into status");
+    assert!(app.shut_down(Duration::from_secs(15)).await);
+}
+
+/// The second layer on its own: the plugin identity may do anything by RBAC, and no host stands
+/// between it and the API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_alone_refuses_a_plugin_identitys_status_write_that_changes_metadata() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let admin = cp.admin_client().await;
+    let mut apply = cp.kubectl();
+    apply.args(["apply", "--server-side", "-f"]).arg(deploy_dir().join("base/plugin-mark-policy.yaml"));
+    run_ok(apply);
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "depth-everything"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "kubewasm-plugin-depth", "namespace": "kubewasm-system"}],
+    });
+    let bindings = Api::<ClusterRoleBinding>::all(admin.clone());
+    bindings.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.unwrap();
+    let identities = Identities::host(admin.clone()).impersonating("kubewasm-system");
+    let as_plugin: Api<Namespace> = Api::all(identities.client("depth"));
+    let marked = json!({"metadata": {"name": "depth-api", "labels": {"kubewasm.dev/plugin": "depth",
+        "pod-security.kubernetes.io/enforce": "baseline"}, "annotations": {"kubewasm.test/keep": "yes"}}});
+    as_plugin.create(&PostParams::default(), &serde_json::from_value(marked).unwrap()).await.unwrap();
+
+    let params = PatchParams::default();
+    let strip_label = Patch::Json::<()>(
+        serde_json::from_value(json!([{"op": "move", "from": "/metadata/labels/pod-security.kubernetes.io~1enforce",
+                                       "path": "/status/enforce"}]))
+        .unwrap(),
+    );
+    // The policy takes effect once the API server has compiled it: until then the write passes,
+    // so the label is put back before each try.
+    let people: Api<Namespace> = Api::all(admin.clone());
+    let relabel = json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}});
+    let refused = eventually("the status write refused", Duration::from_secs(30), || async {
+        people.patch("depth-api", &params, &Patch::Merge(&relabel)).await.unwrap();
+        as_plugin.patch_status("depth-api", &params, &strip_label).await.err()
+    })
+    .await;
+    let expected = "may not change labels, annotations, finalizers or ownerReferences through status";
+    assert!(refused.to_string().contains(expected), "{refused}");
+    let strip_annotation = Patch::Json::<()>(
+        serde_json::from_value(json!([{"op": "remove", "path": "/metadata/annotations/kubewasm.test~1keep"}])).unwrap(),
+    );
+    let refusal = as_plugin.patch_status("depth-api", &params, &strip_annotation).await.err();
+    assert!(refusal.is_some_and(|e| e.to_string().contains(expected)), "annotations are guarded too");
+    let condition = json!({"status": {"conditions": [{"type": "Reconciled", "status": "True"}]}});
+    as_plugin.patch_status("depth-api", &params, &Patch::Merge(&condition)).await.expect("status itself is writable");
+    let after = people.get("depth-api").await.unwrap().metadata;
+    assert_eq!(
+        after.labels.unwrap_or_default().get("pod-security.kubernetes.io/enforce").map(String::as_str),
+        Some("baseline")
+    );
+}
+
+/// Class 6 of issue 49: a name another plugin made first (or the plugin made under an old name)
+/// is refused with the holder named, and an operator's handover gives it to the rightful plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_made_under_another_plugins_name_is_reported_and_handed_over_by_an_operator() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kubewasm_host::handover::Handover;
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("depth-handover").await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let trigger = json!({"metadata": {"name": "ho-trigger", "labels": {"depth": "handover"}}});
+    let trigger = config_maps.create(&PostParams::default(), &serde_json::from_value(trigger).unwrap()).await.unwrap();
+    let owner = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "ho-trigger",
+                       "uid": trigger.metadata.uid.unwrap(), "controller": true});
+    // Made by the plugin under its old name: marked, and controlled by the trigger.
+    let child = json!({"metadata": {"name": "ho-child", "labels": {"kubewasm.dev/plugin": "ho-old"},
+                                    "ownerReferences": [owner]}, "data": {"by": "old"}});
+    config_maps.create(&PostParams::default(), &serde_json::from_value(child).unwrap()).await.unwrap();
+
+    let settings = json!({"selector": "depth=handover", "owns": [config_map_kind()], "onSelected": [
+        {"op": "merge-patch", "kind": config_map_kind(), "namespace": "$trigger", "name": "ho-child",
+         "body": {"data": {"by": "new"}}},
+    ]});
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = App::new(client.clone(), None, None).unwrap();
+    app.add_plugin(&hostile(dir.path(), "ho-new", "", settings)).await.unwrap();
+    let note = eventually("an AccessDenied Event naming the holder", CONVERGE, || async {
+        common::hostile::access_denied(&client, &ns, "ho-new").await
+    })
+    .await;
+    assert!(
+        note.contains("plugin `ho-old` did") && note.contains("kubewasm handover --from ho-old --to ho-new"),
+        "{note}"
+    );
+
+    let handover = Handover {
+        from: "ho-old".into(),
+        to: "ho-new".into(),
+        kinds: vec!["ConfigMap".parse().unwrap()],
+        namespace: Some(ns.clone()),
+        dry_run: false,
+    };
+    let outcomes = handover.run(&client).await.expect("the operator hands it over");
+    assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+    assert_eq!(outcomes[0].failed, None, "{outcomes:?}");
+    let changed = eventually("the rightful plugin's write", CONVERGE, || async {
+        let child = config_maps.get("ho-child").await.unwrap();
+        (child.data.as_ref().and_then(|d| d.get("by")).map(String::as_str) == Some("new")).then_some(child)
+    })
+    .await;
+    let mark = changed.metadata.labels.unwrap_or_default().get("kubewasm.dev/plugin").cloned();
+    assert_eq!(mark.as_deref(), Some("ho-new"));
+    assert!(app.shut_down(Duration::from_secs(15)).await);
+}
