@@ -289,7 +289,7 @@ pub struct DeleteOptions {
     pub propagation: Propagation,
 }
 
-/// An event a plugin publishes.
+/// An event a plugin publishes, or the host reports about a plugin's calls.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventRecord {
     /// The object the event is about.
@@ -300,6 +300,10 @@ pub struct EventRecord {
     pub reason: String,
     /// Human-readable note.
     pub note: String,
+    /// Reported by the host about the plugin's calls (`AccessDenied`, `WriteRejected`), not
+    /// published by the plugin: still sent as the plugin, but queued apart from and ahead of
+    /// its Events, so no flood of them drops it. Never set from a plugin's call.
+    pub by_host: bool,
 }
 
 /// Who a request is made for: the plugin whose identity it is sent as, and its field manager.
