@@ -1,14 +1,20 @@
-//! `EventSink`: plugins' Kubernetes Events sent in the background, from a bounded queue, with
-//! repeats merged into an Event series, as client-go's events broadcaster does.
+//! `EventSink`: plugins' Kubernetes Events sent in the background, from a bounded queue per
+//! plugin, with repeats merged into an Event series, as client-go's events broadcaster does.
 //!
-//! A reconcile only enqueues (no API round trip on its critical path); when the queue is full
-//! the event is dropped and counted, as the WIT promises ("best-effort: the host batches and may
-//! drop them under load"). Hand-written: kube-runtime's `Recorder` publishes inline, one request
-//! per event and per repeat.
+//! A reconcile only enqueues (no API round trip on its critical path); when its plugin's queue
+//! is full the event is dropped and counted for that plugin, as the WIT promises ("best-effort:
+//! the host batches and may drop them under load"). The host's reports (its own, and the
+//! `AccessDenied` and `WriteRejected` it makes about a plugin's calls) queue apart from any
+//! plugin's Events and go first, so no plugin's flood drops them; the sender takes each batch
+//! from the plugins in turn ([`lanes`]). Hand-written: kube-runtime's `Recorder` publishes
+//! inline, one request per event and per repeat.
+
+mod lanes;
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -19,16 +25,21 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
-use prometheus::IntCounter;
-use tokio::sync::mpsc;
+use prometheus::{IntCounterVec, Opts};
+use tokio::sync::Notify;
 
+use self::lanes::{Lanes, Tier};
 use crate::identity::Identities;
 use crate::plugin::host::{Caller, EventRecord};
 
-/// Events waiting to be sent, per host (client-go `tools/events`: `maxQueuedEvents = 1000`).
+/// Events waiting to be sent, per plugin, and as many of the host's reports per plugin and of
+/// its own (client-go `tools/events`: `maxQueuedEvents = 1000` per broadcaster, which is one per
+/// controller process; each plugin is such a controller). One queue of 1000 for every plugin let
+/// one plugin's flood drop every other plugin's Events and every `AccessDenied` report.
 pub const QUEUE_LENGTH: usize = 1000;
 
-/// Events taken from the queue at once; identical ones among them become one request.
+/// Events taken from the queues at once, one plugin's after another's ([`lanes`]); identical
+/// ones among them become one request.
 pub const BATCH: usize = 100;
 
 /// Events of a batch sent at once. client-go's events broadcaster sends every Event from a
@@ -77,55 +88,97 @@ impl Queued {
     }
 }
 
-/// The host's event queue and its background sender.
+/// The host's event queues and their background sender.
 pub struct EventSink {
     identities: Identities,
-    sender: OnceLock<mpsc::Sender<Queued>>,
-    capacity: usize,
-    dropped: IntCounter,
+    queue: Arc<Queue>,
+    started: OnceLock<()>,
+}
+
+/// What the sink and its sender share.
+struct Queue {
+    lanes: Mutex<Lanes<Queued>>,
+    /// Woken on each event queued and when the sink is dropped.
+    ready: Notify,
+    /// The sink is gone: the sender sends what is queued, then stops.
+    closed: AtomicBool,
+    dropped: IntCounterVec,
 }
 
 impl EventSink {
-    /// A sink sending each plugin's events as `identities` says, with [`QUEUE_LENGTH`]; the
-    /// sender starts with the first event (on the runtime that publishes it).
+    /// A sink sending each plugin's events as `identities` says, with [`QUEUE_LENGTH`] per
+    /// plugin; the sender starts with the first event (on the runtime that publishes it).
     pub fn new(identities: Identities) -> Self {
-        let dropped =
-            IntCounter::new("kubewasm_events_dropped_total", "Events dropped because the event queue was full")
-                .expect("a valid metric");
-        Self { identities, sender: OnceLock::new(), capacity: QUEUE_LENGTH, dropped }
+        let opts = Opts::new(
+            "kubewasm_events_dropped_total",
+            "Events dropped because their plugin's event queue was full, by plugin (empty: the host's own)",
+        );
+        let dropped = IntCounterVec::new(opts, &["plugin"]).expect("a valid metric");
+        let queue = Queue {
+            lanes: Mutex::new(Lanes::new(QUEUE_LENGTH)),
+            ready: Notify::new(),
+            closed: AtomicBool::new(false),
+            dropped,
+        };
+        Self { identities, queue: Arc::new(queue), started: OnceLock::new() }
     }
 
-    /// Events dropped so far, for the host's registry.
-    pub fn dropped(&self) -> IntCounter {
-        self.dropped.clone()
+    /// Events dropped so far, by plugin, for the host's registry.
+    pub fn dropped(&self) -> IntCounterVec {
+        self.queue.dropped.clone()
     }
 
-    /// Enqueues `event` reported by `caller`, sent as the caller; drops and counts it when the
-    /// queue is full.
+    /// Enqueues `event` about `caller`'s work, sent as the caller: in its plugin's queue of
+    /// Events, or of the host's reports if the host made it ([`EventRecord::by_host`]). Drops
+    /// and counts it when that queue is full.
     pub fn publish(&self, caller: &Caller, event: &EventRecord) {
         let plugin = Some(caller.plugin.clone());
-        self.enqueue(Queued { manager: caller.manager.clone(), plugin, event: event.clone() });
+        let tier = if event.by_host { Tier::Report } else { Tier::Event };
+        self.enqueue(tier, Queued { manager: caller.manager.clone(), plugin, event: event.clone() });
     }
 
-    /// Enqueues `event` reported by the host itself as `manager`, sent as the host.
+    /// Enqueues `event` reported by the host itself as `manager`, sent as the host, in the
+    /// host's own queue.
     pub fn publish_own(&self, manager: &str, event: &EventRecord) {
-        self.enqueue(Queued { manager: manager.to_owned(), plugin: None, event: event.clone() });
+        self.enqueue(Tier::Report, Queued { manager: manager.to_owned(), plugin: None, event: event.clone() });
     }
 
-    fn enqueue(&self, queued: Queued) {
-        let sender = self.sender.get_or_init(|| {
-            let (tx, rx) = mpsc::channel(self.capacity);
-            tokio::spawn(send_all(self.identities.clone(), rx));
-            tx
+    fn enqueue(&self, tier: Tier, queued: Queued) {
+        self.started.get_or_init(|| {
+            tokio::spawn(send_all(self.identities.clone(), self.queue.clone()));
         });
-        enqueue(sender, &self.dropped, queued);
+        self.queue.push(tier, queued);
     }
 }
 
-/// `try_send`, counting what does not fit.
-fn enqueue(sender: &mpsc::Sender<Queued>, dropped: &IntCounter, queued: Queued) {
-    if sender.try_send(queued).is_err() {
-        dropped.inc();
+impl Drop for EventSink {
+    fn drop(&mut self) {
+        self.queue.closed.store(true, Ordering::Release);
+        self.queue.ready.notify_one();
+    }
+}
+
+impl Queue {
+    /// Queues `queued` in its plugin's lane, counting it as that plugin's if it does not fit.
+    fn push(&self, tier: Tier, queued: Queued) {
+        let lane = queued.plugin.clone();
+        let refused = self.lanes.lock().push(lane, tier, queued);
+        match refused {
+            Ok(()) => self.ready.notify_one(),
+            Err(queued) => self.dropped.with_label_values(&[queued.plugin.as_deref().unwrap_or_default()]).inc(),
+        }
+    }
+
+    /// The next batch, waiting for one; empty once the sink is dropped and all is taken.
+    async fn next_batch(&self) -> Vec<Queued> {
+        loop {
+            let batch = self.lanes.lock().take(BATCH);
+            if !batch.is_empty() || self.closed.load(Ordering::Acquire) {
+                return batch;
+            }
+            // A permit stored by a push or the drop since `take` makes this return at once.
+            self.ready.notified().await;
+        }
     }
 }
 
@@ -153,17 +206,20 @@ struct Series {
     last: Timestamp,
 }
 
-/// The background sender: takes batches off the queue until every sink is dropped, and sends
+/// The background sender: takes batches off the queues until the sink is dropped, and sends
 /// each batch [`IN_FLIGHT`] at a time. Events in one batch are of different series (`merge`), so
 /// no two requests in flight touch the same series.
-async fn send_all(identities: Identities, mut rx: mpsc::Receiver<Queued>) {
+async fn send_all(identities: Identities, queue: Arc<Queue>) {
     let series: Mutex<HashMap<Key, Series>> = Mutex::default();
-    let mut batch = Vec::with_capacity(BATCH);
-    while rx.recv_many(&mut batch, BATCH).await > 0 {
+    loop {
+        let batch = queue.next_batch().await;
+        if batch.is_empty() {
+            return;
+        }
         let now = Timestamp::now();
         let window = k8s_openapi::jiff::SignedDuration::try_from(SERIES_WINDOW).unwrap_or_default();
         series.lock().retain(|_, s| s.last + window > now);
-        futures::stream::iter(merge(std::mem::take(&mut batch)).into_iter().zip(0u32..))
+        futures::stream::iter(merge(batch).into_iter().zip(0u32..))
             .for_each_concurrent(IN_FLIGHT, |((queued, count), nth)| {
                 let (client, series) = (identities.client_of(queued.plugin.as_deref()), &series);
                 async move {
@@ -257,21 +313,8 @@ mod tests {
         Queued {
             manager: manager.into(),
             plugin: Some(manager.trim_start_matches("kubewasm/").into()),
-            event: EventRecord { regarding, warning: false, reason: reason.into(), note: "n".into() },
+            event: EventRecord { regarding, warning: false, reason: reason.into(), note: "n".into(), by_host: false },
         }
-    }
-
-    #[test]
-    fn a_full_queue_drops_the_event_and_counts_it() {
-        let (tx, mut rx) = mpsc::channel(2);
-        let dropped = IntCounter::new("dropped", "dropped").unwrap();
-        for name in ["a", "b", "c"] {
-            enqueue(&tx, &dropped, queued("kubewasm/p", name, "Applied"));
-        }
-        assert_eq!(dropped.get(), 1);
-        assert_eq!(rx.try_recv().unwrap().event.regarding.name, "a");
-        assert_eq!(rx.try_recv().unwrap().event.regarding.name, "b");
-        assert!(rx.try_recv().is_err(), "the third event was dropped, not queued");
     }
 
     #[test]
@@ -325,7 +368,61 @@ mod tests {
             let body = Body::from(serde_json::to_vec(&created).unwrap());
             respond.send_response(Response::builder().status(201).body(body).unwrap());
         }
-        assert_eq!(sink.dropped().get(), 0);
+        assert_eq!(sink.dropped().with_label_values(&["p"]).get(), 0);
+    }
+
+    /// Answers every request the sink sends (201, the Event as sent) until none comes for 30 s
+    /// of virtual time, and returns each created Event's reporting controller and reason.
+    async fn answer_all(
+        server: &mut tower_test::mock::Handle<http::Request<kube::client::Body>, http::Response<kube::client::Body>>,
+    ) -> Vec<(String, String)> {
+        use http_body_util::BodyExt as _;
+        let mut created = Vec::new();
+        while let Ok(Some((request, respond))) =
+            tokio::time::timeout(Duration::from_secs(30), server.next_request()).await
+        {
+            let body = request.into_body().collect().await.expect("a request body").to_bytes();
+            let event: Event = serde_json::from_slice(&body).expect("an Event created");
+            created.push((
+                event.reporting_controller.clone().unwrap_or_default(),
+                event.reason.clone().unwrap_or_default(),
+            ));
+            let body = kube::client::Body::from(body.to_vec());
+            respond.send_response(http::Response::builder().status(201).body(body).unwrap());
+        }
+        created
+    }
+
+    /// Plugin `a` publishes more Events than its queue holds before the sender runs (this test's
+    /// runtime has one thread); then plugin `b` publishes one, the runtime reports `a`'s refused
+    /// call (`AccessDenied`, sent as `a`) and the host reports one of its own. Only `a`'s
+    /// overflow is dropped, counted as `a`'s; the other three are sent.
+    #[tokio::test(start_paused = true)]
+    async fn one_plugins_flood_drops_only_its_own_events_not_anothers_nor_the_hosts_reports() {
+        let (service, mut server) = tower_test::mock::pair();
+        let sink = EventSink::new(Identities::host(Client::new(service, "default")));
+        let over = 500;
+        for i in 0..QUEUE_LENGTH + over {
+            sink.publish(&Caller::new("a"), &queued("kubewasm/a", &format!("a-{i}"), "Flood").event);
+        }
+        sink.publish(&Caller::new("b"), &queued("kubewasm/b", "b", "Applied").event);
+        let denied = EventRecord { by_host: true, ..queued("kubewasm/a", "a-0", "AccessDenied").event };
+        sink.publish(&Caller::new("a"), &denied);
+        sink.publish_own("kubewasm-host", &queued("kubewasm-host", "h", "CanaryFailed").event);
+        let dropped = |plugin: &str| sink.dropped().with_label_values(&[plugin]).get();
+        assert_eq!(dropped("a"), over as u64, "a's Events past its queue are dropped, counted as a's");
+        assert_eq!((dropped("b"), dropped("")), (0, 0), "neither b's Event nor the host's report is dropped");
+        let created = answer_all(&mut server).await;
+        for (manager, reason) in
+            [("kubewasm/b", "Applied"), ("kubewasm/a", "AccessDenied"), ("kubewasm-host", "CanaryFailed")]
+        {
+            assert!(
+                created.iter().any(|(m, r)| m == manager && r == reason),
+                "{manager}'s {reason} was not sent after a's flood"
+            );
+        }
+        let flood = created.iter().filter(|(_, r)| r == "Flood").count();
+        assert_eq!(flood, QUEUE_LENGTH, "a's queue was sent whole");
     }
 
     #[test]

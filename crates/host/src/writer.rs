@@ -120,8 +120,9 @@ impl KubeWriter {
         Self { dry_run, ..self }
     }
 
-    /// Events dropped because the event queue was full (`kubewasm_events_dropped_total`).
-    pub fn events_dropped(&self) -> prometheus::IntCounter {
+    /// Events dropped because their plugin's event queue was full, by plugin
+    /// (`kubewasm_events_dropped_total`).
+    pub fn events_dropped(&self) -> prometheus::IntCounterVec {
         self.events.dropped()
     }
 }

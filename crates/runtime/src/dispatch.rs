@@ -219,7 +219,7 @@ impl Plugin {
             namespace: key.namespace().map(str::to_owned),
             name: key.name().to_owned(),
         };
-        let event = EventRecord { regarding, warning: true, reason: reason.into(), note };
+        let event = EventRecord { regarding, warning: true, reason: reason.into(), note, by_host: true };
         if let Err(err) = self.shared.writer.publish_event(&self.shared.caller, event).await {
             tracing::warn!(plugin = %self.shared.name, error = %err, reason, "could not publish the event");
         }

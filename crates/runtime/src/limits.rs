@@ -179,16 +179,27 @@ pub enum LimitHit {
     Resource(String),
 }
 
-/// wasmtime [`ResourceLimiter`] for one store; records the first limit hit.
+/// wasmtime [`ResourceLimiter`] for one store; records the first limit hit and the linear
+/// memory its instance holds.
 #[derive(Debug)]
 pub(crate) struct Limiter {
     limits: Limits,
     pub(crate) hit: Option<LimitHit>,
+    /// Bytes of linear memory granted so far, over all the instance's memories (wasmtime asks
+    /// from 0 when it creates a memory, so this counts initial sizes too).
+    linear: u64,
 }
 
 impl Limiter {
     pub(crate) fn new(limits: Limits) -> Self {
-        Self { limits, hit: None }
+        Self { limits, hit: None, linear: 0 }
+    }
+
+    /// Bytes of `limits.memoryBytes` the instance's linear memory leaves: what the host may
+    /// copy for it in one call, so linear memory and the host's copy together stay within the
+    /// plugin's limit.
+    pub(crate) fn memory_left(&self) -> u64 {
+        self.limits.memory_bytes.saturating_sub(self.linear)
     }
 
     fn fail(&mut self, hit: LimitHit) -> wasmtime::Result<bool> {
@@ -198,10 +209,11 @@ impl Limiter {
 }
 
 impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired as u64 > self.limits.memory_bytes {
             return self.fail(LimitHit::Memory { requested: desired, limit: self.limits.memory_bytes });
         }
+        self.linear = self.linear.saturating_add(desired.saturating_sub(current) as u64);
         Ok(true)
     }
 
@@ -237,6 +249,18 @@ mod tests {
         let err = limiter.memory_growing(1 << 20, (1 << 20) + 65536, None).unwrap_err();
         assert!(err.to_string().contains("memory limit"), "{err}");
         assert!(matches!(limiter.hit, Some(LimitHit::Memory { limit, .. }) if limit == 1 << 20));
+    }
+
+    #[test]
+    fn what_the_memory_limit_leaves_shrinks_as_each_memory_grows() {
+        let mut limiter = Limiter::new(Limits::default().with_memory_bytes(8 << 20));
+        assert_eq!(limiter.memory_left(), 8 << 20);
+        assert!(limiter.memory_growing(0, 1 << 20, None).unwrap());
+        assert!(limiter.memory_growing(1 << 20, 3 << 20, None).unwrap());
+        assert!(limiter.memory_growing(0, 1 << 20, None).unwrap(), "a second memory");
+        assert_eq!(limiter.memory_left(), 4 << 20);
+        assert!(limiter.memory_growing(0, 5 << 20, None).unwrap());
+        assert_eq!(limiter.memory_left(), 0, "never below nothing");
     }
 
     #[test]

@@ -64,14 +64,21 @@ impl CacheReader for ReadRecorder {
         kind: &GroupVersionKind,
         ns: Option<&str>,
         selector: Option<&str>,
+        max_bytes: usize,
     ) -> Result<Vec<Vec<u8>>, CallError> {
-        let found = self.inner.list(kind, ns, selector)?;
+        let found = self.inner.list(kind, ns, selector, max_bytes)?;
         self.saw(&found);
         Ok(found)
     }
 
-    fn by_index(&self, kind: &GroupVersionKind, index: &str, value: &str) -> Result<Vec<Vec<u8>>, CallError> {
-        let found = self.inner.by_index(kind, index, value)?;
+    fn by_index(
+        &self,
+        kind: &GroupVersionKind,
+        index: &str,
+        value: &str,
+        max_bytes: usize,
+    ) -> Result<Vec<Vec<u8>>, CallError> {
+        let found = self.inner.by_index(kind, index, value, max_bytes)?;
         self.saw(&found);
         Ok(found)
     }

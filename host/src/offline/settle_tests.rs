@@ -87,6 +87,7 @@ fn a_create_of_an_existing_object_and_an_event_change_nothing() {
         warning: false,
         reason: "R".into(),
         note: "n".into(),
+        by_host: false,
     });
     assert!(state.write(MANAGER, &event).is_empty());
     assert_eq!(only(&state)["data"]["k"], "v");

@@ -478,3 +478,28 @@ async fn an_explicit_write_grant_lets_a_plugin_write_its_owned_kind_anywhere() {
     assert_eq!(plugin.reconcile(&key(Some("default"), "trigger"), 0).await.unwrap(), Action::Done);
     assert_eq!(h.writer.calls().len(), 2);
 }
+
+/// A `cache.list` (contract 0.1, no paging) of more bytes than the plugin's memory limit leaves
+/// it is refused with an error the plugin can act on, before the host copies the objects: the
+/// copy is host memory no limit counted (issue 49, class 4). Before, the host copied all of it
+/// and the plugin trapped on its memory limit only when the copy was handed to it.
+#[tokio::test]
+async fn a_cache_list_larger_than_the_plugins_memory_limit_is_refused_with_a_clear_error() {
+    let h = Harness::new();
+    let cap: u64 = 16 << 20;
+    let settings = json!({"report": "report"});
+    let config = PluginConfig { settings: Some(settings), ..limits(|l| l.with_memory_bytes(cap)) };
+    let plugin = h.load("lister", "fixture_intruder.wasm", config).await.unwrap();
+    let mebibyte = "x".repeat(1 << 20);
+    for i in 0..20 {
+        h.cache.insert(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("big-{i}"), "namespace": "default"}, "data": {"x": mebibyte}}));
+    }
+    let err = plugin.reconcile(&key(Some("default"), "big-0"), 0).await.unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, CallFailed::Plugin(_)), "the plugin got an error, it did not trap: {err:?}");
+    assert!(message.contains("cache.list of ConfigMap would copy 20.0 MiB"), "{message}");
+    assert!(message.contains("memory limit") && message.contains("page it"), "{message}");
+    assert!(!message.contains("more than the 16.0 MiB"), "the plugin's linear memory is not left to copy: {message}");
+    assert!(h.writer.calls().is_empty(), "the plugin wrote nothing: {:?}", h.writer.calls());
+}

@@ -16,7 +16,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::informer::{CONTROLLER_OWNER_INDEX, CachedObject, IndexFunc, Informer, LABEL_INDEX, NAMESPACE_INDEX};
 use crate::plugin::grants::{KindRef, NamespaceScope};
-use crate::plugin::host::{CacheReader, CallError, FieldSelector, ListOptions, ObjectList, list_page};
+use crate::plugin::host::{CacheReader, CallError, FieldSelector, ListOptions, ObjectList, copy_within, list_page};
 
 /// The store name of a custom index of one plugin version (`prefix` is
 /// [`PluginCache::index_prefix`]). Built-in index names pass through unchanged.
@@ -100,8 +100,23 @@ impl PluginCache {
         }
     }
 
-    fn visible_only(&self, kind: &GroupVersionKind, objects: Vec<Arc<CachedObject>>) -> Vec<Vec<u8>> {
-        objects.iter().filter(|o| self.visible(kind, o)).map(|o| o.json().to_vec()).collect()
+    /// The JSON of the `objects` the plugin may see, if together within `max_bytes` (counted
+    /// on the cached objects before any is copied).
+    fn visible_only(
+        &self,
+        kind: &GroupVersionKind,
+        objects: Vec<Arc<CachedObject>>,
+        max_bytes: usize,
+        what: &str,
+    ) -> Result<Vec<Vec<u8>>, CallError> {
+        let visible: Vec<Arc<CachedObject>> = objects.into_iter().filter(|o| self.visible(kind, o)).collect();
+        copy_within(
+            &visible,
+            |o| o.json().len(),
+            |o| o.json().to_vec(),
+            max_bytes,
+            || format!("{what} of {}", kind.kind),
+        )
     }
 
     /// The prefix of this version's custom index names.
@@ -163,6 +178,7 @@ impl CacheReader for PluginCache {
         kind: &GroupVersionKind,
         namespace: Option<&str>,
         label_selector: Option<&str>,
+        max_bytes: usize,
     ) -> Result<Vec<Vec<u8>>, CallError> {
         let informer = self.informer(kind)?;
         let store = informer.store();
@@ -173,12 +189,17 @@ impl CacheReader for PluginCache {
                 store.list_selected(ns, selector).map_err(|e| CallError::Invalid(format!("label selector: {e}")))?
             }
         };
-        Ok(self.visible_only(kind, objects))
+        self.visible_only(kind, objects, max_bytes, "cache.list")
     }
 
     /// Pages over the parsed objects: field selection and ordering read the cached key, never
-    /// the JSON, and only the page's objects are copied.
-    fn list_page(&self, kind: &GroupVersionKind, options: &ListOptions) -> Result<ObjectList, CallError> {
+    /// the JSON, and only the page's objects are copied, within `max_bytes`.
+    fn list_page(
+        &self,
+        kind: &GroupVersionKind,
+        options: &ListOptions,
+        max_bytes: usize,
+    ) -> Result<ObjectList, CallError> {
         let fields = options.field_selector.as_deref().map(FieldSelector::parse).transpose()?;
         let informer = self.informer(kind)?;
         let store = informer.store();
@@ -193,17 +214,24 @@ impl CacheReader for PluginCache {
         let keep = |o: &Arc<CachedObject>| {
             fields.as_ref().is_none_or(|f| f.matches(o.namespace(), o.name())) && self.visible(kind, o)
         };
-        Ok(list_page(keyed, options, keep, |o| o.json().to_vec()))
+        let (len, json) = (|o: &Arc<CachedObject>| o.json().len(), |o: Arc<CachedObject>| o.json().to_vec());
+        list_page(keyed, options, keep, len, json, max_bytes, || format!("cache.list of {}", kind.kind))
     }
 
-    fn by_index(&self, kind: &GroupVersionKind, index: &str, value: &str) -> Result<Vec<Vec<u8>>, CallError> {
+    fn by_index(
+        &self,
+        kind: &GroupVersionKind,
+        index: &str,
+        value: &str,
+        max_bytes: usize,
+    ) -> Result<Vec<Vec<u8>>, CallError> {
         let informer = self.informer(kind)?;
         let name = index_name(&self.prefix, index);
-        informer
+        let objects = informer
             .store()
             .by_index(&name, value)
-            .map(|objects| self.visible_only(kind, objects))
-            .map_err(|_| CallError::Invalid(format!("no index `{index}` on {}", KindRef::of(kind))))
+            .map_err(|_| CallError::Invalid(format!("no index `{index}` on {}", KindRef::of(kind))))?;
+        self.visible_only(kind, objects, max_bytes, "cache.by-index")
     }
 
     fn hide(&self, protected: &crate::plugin::protected::Protected) {
@@ -217,5 +245,57 @@ impl CacheReader for PluginCache {
     fn for_write(&self, kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
         let informer = self.informer(kind).ok().filter(Informer::has_synced)?;
         informer.store().get(namespace, name).filter(|o| self.visible(kind, o))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache over `count` ConfigMaps in `default` of `bytes` of data each.
+    fn config_maps(count: usize, bytes: usize) -> (PluginCache, GroupVersionKind) {
+        let kind = GroupVersionKind::gvk("", "v1", "ConfigMap");
+        let objects = (0..count).map(|i| {
+            let json = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("cm-{i}"), "namespace": "default"}, "data": {"x": "x".repeat(bytes)}});
+            CachedObject::from_json(serde_json::to_vec(&json).unwrap()).unwrap()
+        });
+        let cache = PluginCache::new("p");
+        cache.insert(Informer::seeded(&kind, objects).unwrap());
+        (cache, kind)
+    }
+
+    #[tokio::test]
+    async fn a_list_or_by_index_of_more_bytes_than_the_bound_is_refused_and_within_it_served() {
+        let (cache, kind) = config_maps(8, 1 << 10);
+        let all = cache.list(&kind, None, None, usize::MAX).unwrap();
+        let bytes: usize = all.iter().map(Vec::len).sum();
+        let err = cache.list(&kind, None, None, bytes - 1).unwrap_err();
+        assert!(
+            matches!(&err, CallError::Invalid(m) if m.starts_with("cache.list of ConfigMap would copy 8 KiB")),
+            "{err}"
+        );
+        assert_eq!(cache.list(&kind, Some("default"), None, bytes).unwrap().len(), 8, "at the bound: served");
+        let err = cache.by_index(&kind, NAMESPACE_INDEX, "default", bytes - 1).unwrap_err();
+        assert!(matches!(&err, CallError::Invalid(m) if m.starts_with("cache.by-index of ConfigMap")), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_page_with_a_limit_ends_at_the_bound_and_the_next_page_goes_on_from_there() {
+        let (cache, kind) = config_maps(8, 1 << 10);
+        let one = cache.get(&kind, Some("default"), "cm-0").unwrap().unwrap().len();
+        let mut options = ListOptions { limit: Some(5), ..ListOptions::default() };
+        let mut pages = Vec::new();
+        loop {
+            let page = cache.list_page(&kind, &options, 3 * one).unwrap();
+            pages.push(page.items.len());
+            match page.continue_token {
+                Some(token) => options.continue_token = Some(token),
+                None => break,
+            }
+        }
+        assert_eq!(pages, [3, 3, 2], "pages of at most three objects' bytes, all eight read");
+        let unlimited = cache.list_page(&kind, &ListOptions::default(), 3 * one);
+        assert!(matches!(unlimited, Err(CallError::Invalid(_))), "a list without a limit over the bound is refused");
     }
 }

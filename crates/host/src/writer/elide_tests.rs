@@ -28,10 +28,16 @@ impl CacheReader for Cache {
     fn get(&self, _: &GroupVersionKind, _: Option<&str>, _: &str) -> Result<Option<Vec<u8>>, CallError> {
         Ok(self.0.lock().as_ref().map(|o| o.json().to_vec()))
     }
-    fn list(&self, _: &GroupVersionKind, _: Option<&str>, _: Option<&str>) -> Result<Vec<Vec<u8>>, CallError> {
+    fn list(
+        &self,
+        _: &GroupVersionKind,
+        _: Option<&str>,
+        _: Option<&str>,
+        _: usize,
+    ) -> Result<Vec<Vec<u8>>, CallError> {
         Ok(Vec::new())
     }
-    fn by_index(&self, _: &GroupVersionKind, _: &str, _: &str) -> Result<Vec<Vec<u8>>, CallError> {
+    fn by_index(&self, _: &GroupVersionKind, _: &str, _: &str, _: usize) -> Result<Vec<Vec<u8>>, CallError> {
         Ok(Vec::new())
     }
     fn for_write(&self, _: &GroupVersionKind, _: Option<&str>, _: &str) -> Option<Arc<CachedObject>> {

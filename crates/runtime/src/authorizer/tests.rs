@@ -19,14 +19,26 @@ impl CacheReader for Scoped {
     fn get(&self, kind: &GroupVersionKind, ns: Option<&str>, name: &str) -> Result<Option<Vec<u8>>, CallError> {
         self.0.get(kind, ns, name)
     }
-    fn list(&self, kind: &GroupVersionKind, ns: Option<&str>, sel: Option<&str>) -> Result<Vec<Vec<u8>>, CallError> {
-        self.0.list(kind, ns, sel)
+    fn list(
+        &self,
+        kind: &GroupVersionKind,
+        ns: Option<&str>,
+        sel: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<Vec<u8>>, CallError> {
+        self.0.list(kind, ns, sel, max)
     }
-    fn list_page(&self, kind: &GroupVersionKind, options: &ListOptions) -> Result<ObjectList, CallError> {
-        self.0.list_page(kind, options)
+    fn list_page(&self, kind: &GroupVersionKind, options: &ListOptions, max: usize) -> Result<ObjectList, CallError> {
+        self.0.list_page(kind, options, max)
     }
-    fn by_index(&self, kind: &GroupVersionKind, index: &str, value: &str) -> Result<Vec<Vec<u8>>, CallError> {
-        self.0.by_index(kind, index, value)
+    fn by_index(
+        &self,
+        kind: &GroupVersionKind,
+        index: &str,
+        value: &str,
+        max: usize,
+    ) -> Result<Vec<Vec<u8>>, CallError> {
+        self.0.by_index(kind, index, value, max)
     }
     fn in_scope(&self, namespace: &str) -> bool {
         namespace == "in"

@@ -49,7 +49,15 @@ impl PluginCtx {
         index: String,
         value: String,
     ) -> Result<Vec<Vec<u8>>, CallError> {
-        self.check_read(&kind).and_then(|()| self.shared.cache.by_index(&kind, &index, &value))
+        let max_bytes = self.copy_bound();
+        self.check_read(&kind).and_then(|()| self.shared.cache.by_index(&kind, &index, &value, max_bytes))
+    }
+
+    /// Bytes a cached read may copy for this instance: what its memory limit leaves of
+    /// `limits.memoryBytes` beside its linear memory. The copy is host memory the limit does
+    /// not otherwise count, and the guest needs as much again to take it in.
+    fn copy_bound(&self) -> usize {
+        usize::try_from(self.limiter.memory_left()).unwrap_or(usize::MAX)
     }
 }
 
@@ -67,10 +75,10 @@ impl cache::Host for PluginCtx {
         label_selector: Option<String>,
     ) -> CallResult<Vec<Vec<u8>>> {
         self.charge()?;
-        let kind = kind.into();
-        let result = self
-            .check_read(&kind)
-            .and_then(|()| self.shared.cache.list(&kind, namespace.as_deref(), label_selector.as_deref()));
+        let (kind, max_bytes) = (kind.into(), self.copy_bound());
+        let (namespace, selector) = (namespace.as_deref(), label_selector.as_deref());
+        let result =
+            self.check_read(&kind).and_then(|()| self.shared.cache.list(&kind, namespace, selector, max_bytes));
         Ok(self.finish("cache.list", result))
     }
 
@@ -95,7 +103,7 @@ impl c2::Host for PluginCtx {
 
     async fn list(&mut self, kind: t2::Gvk, options: c2::ListOptions) -> CallResult2<c2::ObjectList> {
         self.charge()?;
-        let kind = kind.into();
+        let (kind, max_bytes) = (kind.into(), self.copy_bound());
         let options = ListOptions {
             namespace: options.namespace,
             label_selector: options.label_selector,
@@ -105,7 +113,7 @@ impl c2::Host for PluginCtx {
         };
         let result = self
             .check_read(&kind)
-            .and_then(|()| self.shared.cache.list_page(&kind, &options))
+            .and_then(|()| self.shared.cache.list_page(&kind, &options, max_bytes))
             .map(|page| c2::ObjectList { items: page.items, continue_token: page.continue_token });
         Ok(self.finish("cache.list", result))
     }

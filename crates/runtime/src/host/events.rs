@@ -28,7 +28,8 @@ impl PluginCtx {
         if reason.is_empty() || reason.len() > MAX_REASON {
             return Err(CallError::Invalid(format!("event reason must be 1..={MAX_REASON} characters")));
         }
-        let call = ApiCall::Event(EventRecord { regarding, warning, reason, note: truncate(note, MAX_NOTE) });
+        let note = truncate(note, MAX_NOTE);
+        let call = ApiCall::Event(EventRecord { regarding, warning, reason, note, by_host: false });
         self.authorize(&call.access()).await?;
         // Events are droppable (WIT) and have a bucket of their own: past it an Event is dropped
         // and counted, so a reconcile never waits for an Event, nor its writes behind Events.

@@ -91,21 +91,83 @@ pub fn sort_key(namespace: Option<&str>, name: &str) -> String {
 }
 
 /// One page of `objects` (each with its [`sort_key`]): those `keep` keeps (the caller's field
-/// selector and visibility), after the continue token, sorted, at most `limit`.
+/// selector and visibility), after the continue token, sorted, at most `limit`, and at most
+/// `max_bytes` of JSON (`len` of each, summed before `json` copies any): a page asked with a
+/// limit ends early at the bound (the API server too may return fewer than `limit`, with a
+/// token); one asked without a limit, or whose first object alone is larger, is refused as
+/// [`too_large`], `what` naming the read.
 pub fn page<T>(
     objects: impl IntoIterator<Item = (String, T)>,
     options: &ListOptions,
     keep: impl Fn(&T) -> bool,
+    len: impl Fn(&T) -> usize,
     json: impl Fn(T) -> Vec<u8>,
-) -> ObjectList {
+    max_bytes: usize,
+    what: impl FnOnce() -> String,
+) -> Result<ObjectList, CallError> {
     let after = options.continue_token.as_deref();
     let mut selected: Vec<(String, T)> =
         objects.into_iter().filter(|(key, o)| after.is_none_or(|a| key.as_str() > a) && keep(o)).collect();
     selected.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let limit = options.limit.filter(|l| *l > 0).map_or(usize::MAX, |l| l as usize);
-    let continue_token = (selected.len() > limit).then(|| selected[limit - 1].0.clone());
+    let limited = options.limit.filter(|l| *l > 0);
+    let limit = limited.map_or(usize::MAX, |l| l as usize);
+    let mut more = selected.len() > limit;
     selected.truncate(limit);
-    ObjectList { items: selected.into_iter().map(|(_, o)| json(o)).collect(), continue_token }
+    let mut total = 0usize;
+    let fits = selected.iter().take_while(|(_, o)| {
+        total = total.saturating_add(len(o));
+        total <= max_bytes
+    });
+    let fits = fits.count();
+    if fits < selected.len() {
+        if limited.is_none() || fits == 0 {
+            let bytes =
+                if fits == 0 { total } else { selected.iter().map(|(_, o)| len(o)).fold(0, usize::saturating_add) };
+            return Err(too_large(&what(), bytes, max_bytes));
+        }
+        selected.truncate(fits);
+        more = true;
+    }
+    let continue_token = selected.last().filter(|_| more).map(|(key, _)| key.clone());
+    Ok(ObjectList { items: selected.into_iter().map(|(_, o)| json(o)).collect(), continue_token })
+}
+
+/// The JSON of `objects`, if together they are at most `max_bytes` (`len` of each, summed
+/// before `json` copies any); else [`too_large`], `what` naming the read. Bounds what one cached
+/// read copies into host memory for a plugin, which no memory limit of the plugin counts.
+pub fn copy_within<T>(
+    objects: &[T],
+    len: impl Fn(&T) -> usize,
+    json: impl Fn(&T) -> Vec<u8>,
+    max_bytes: usize,
+    what: impl FnOnce() -> String,
+) -> Result<Vec<Vec<u8>>, CallError> {
+    let bytes = objects.iter().map(len).fold(0, usize::saturating_add);
+    if bytes > max_bytes {
+        return Err(too_large(&what(), bytes, max_bytes));
+    }
+    Ok(objects.iter().map(json).collect())
+}
+
+/// The error of a cached read (`what`: "cache.list of ConfigMap") that would copy `bytes`, more
+/// than the `max_bytes` the plugin's memory limit leaves it.
+pub fn too_large(what: &str, bytes: usize, max_bytes: usize) -> CallError {
+    CallError::Invalid(format!(
+        "{what} would copy {}, more than the {} the plugin's memory limit leaves it; page it (contract 0.2 list with a limit) or select fewer",
+        size(bytes),
+        size(max_bytes)
+    ))
+}
+
+/// `bytes` as a person reads it: "80.0 MiB", "12 KiB", "300 bytes".
+fn size(bytes: usize) -> String {
+    const KIB: usize = 1 << 10;
+    const MIB: usize = 1 << 20;
+    match bytes {
+        b if b >= MIB => format!("{:.1} MiB", b as f64 / MIB as f64),
+        b if b >= KIB => format!("{} KiB", b / KIB),
+        b => format!("{b} bytes"),
+    }
 }
 
 #[cfg(test)]
@@ -135,7 +197,8 @@ mod tests {
         let mut options = ListOptions { limit: Some(2), ..ListOptions::default() };
         let mut seen = Vec::new();
         loop {
-            let page = page(objects(), &options, |_| true, String::into_bytes);
+            let page =
+                page(objects(), &options, |_| true, String::len, String::into_bytes, usize::MAX, String::new).unwrap();
             assert!(page.items.len() <= 2);
             seen.extend(page.items.into_iter().map(|b| String::from_utf8(b).unwrap()));
             match page.continue_token {
@@ -144,7 +207,65 @@ mod tests {
             }
         }
         assert_eq!(seen, ["a/0", "a/1", "b/1", "b/2", "c/3"]);
-        let all = page(objects(), &ListOptions::default(), |_| true, String::into_bytes);
+        let all = page(
+            objects(),
+            &ListOptions::default(),
+            |_| true,
+            String::len,
+            String::into_bytes,
+            usize::MAX,
+            String::new,
+        );
+        let all = all.unwrap();
         assert_eq!((all.items.len(), all.continue_token), (5, None), "no limit: one page");
+    }
+
+    fn what() -> String {
+        "cache.list of ConfigMap".to_owned()
+    }
+
+    #[test]
+    fn a_list_of_more_bytes_than_the_bound_is_refused_before_any_copy() {
+        let objects = ["aaaa", "bbbb", "cccc"];
+        let copied = std::cell::Cell::new(0);
+        let copy = |o: &&str| {
+            copied.set(copied.get() + 1);
+            o.as_bytes().to_vec()
+        };
+        let err = copy_within(&objects, |o| o.len(), copy, 11, what).unwrap_err();
+        assert_eq!(copied.get(), 0, "nothing was copied");
+        let CallError::Invalid(message) = err else { panic!("{err:?}") };
+        assert_eq!(
+            message,
+            "cache.list of ConfigMap would copy 12 bytes, more than the 11 bytes the plugin's memory limit leaves it; \
+             page it (contract 0.2 list with a limit) or select fewer"
+        );
+        assert_eq!(copy_within(&objects, |o| o.len(), copy, 12, what).unwrap().len(), 3, "at the bound: copied");
+    }
+
+    #[test]
+    fn a_limited_page_ends_early_at_the_bound_and_an_unlimited_one_over_it_is_refused() {
+        let objects = || ["a/0", "a/1", "b/0", "b/1"].map(|k| (k.to_owned(), k.to_owned()));
+        let bounded = |limit, after: Option<&str>| {
+            let options = ListOptions { limit, continue_token: after.map(str::to_owned), ..ListOptions::default() };
+            page(objects(), &options, |_| true, String::len, String::into_bytes, 7, what)
+        };
+        let first = bounded(Some(3), None).unwrap();
+        assert_eq!(first.items, [b"a/0".to_vec(), b"a/1".to_vec()], "two of 3 bytes fit in 7");
+        assert_eq!(first.continue_token.as_deref(), Some("a/1"));
+        let last = bounded(Some(3), Some("a/1")).unwrap();
+        assert_eq!((last.items.len(), last.continue_token), (2, None));
+        let err = bounded(None, None).unwrap_err();
+        assert!(matches!(&err, CallError::Invalid(m) if m.contains("would copy 12 bytes")), "{err}");
+        let one = page(
+            objects(),
+            &ListOptions { limit: Some(1), ..ListOptions::default() },
+            |_| true,
+            String::len,
+            String::into_bytes,
+            2,
+            what,
+        );
+        assert!(one.is_err(), "a first object larger than the bound is refused, not an empty page with a token");
     }
 }

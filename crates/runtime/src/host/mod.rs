@@ -12,7 +12,7 @@ mod config;
 mod events;
 pub use events::{MAX_NOTE, MAX_REASON};
 mod list;
-pub use list::{FieldSelector, ListOptions, ObjectList, page as list_page, sort_key};
+pub use list::{FieldSelector, ListOptions, ObjectList, copy_within, page as list_page, sort_key, too_large};
 mod log;
 mod recording;
 pub use recording::RecordingWriter;
@@ -112,22 +112,37 @@ impl From<v0_2::types::Error> for CallError {
 
 /// Reads the informer cache; implemented by the informer store, and by
 /// [`testing::MemoryCache`] in tests. Reads are local and synchronous.
+///
+/// A read of many objects copies at most `max_bytes` of JSON, counted before it copies any
+/// ([`copy_within`]), else fails as [`too_large`]: the copy is host memory, which the plugin's
+/// memory limit (linear memory only) does not count, so the runtime passes what that limit
+/// leaves the plugin.
 pub trait CacheReader: Send + Sync + 'static {
     /// The object's JSON, if cached.
     fn get(&self, kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> Result<Option<Vec<u8>>, CallError>;
-    /// Cached objects of `kind`, optionally in one namespace and matching a label selector.
+    /// Cached objects of `kind`, optionally in one namespace and matching a label selector,
+    /// within `max_bytes`.
     fn list(
         &self,
         kind: &GroupVersionKind,
         namespace: Option<&str>,
         label_selector: Option<&str>,
+        max_bytes: usize,
     ) -> Result<Vec<Vec<u8>>, CallError>;
-    /// One page of the cached objects of `kind` matching `options` (contract 0.2). The default
-    /// pages over [`list`](Self::list), reading each object's namespace and name from its JSON;
-    /// the informer cache overrides it with its parsed objects.
-    fn list_page(&self, kind: &GroupVersionKind, options: &ListOptions) -> Result<ObjectList, CallError> {
+    /// One page of the cached objects of `kind` matching `options` (contract 0.2), within
+    /// `max_bytes` ([`list_page`]). The default pages over the whole [`list`](Self::list),
+    /// reading each object's namespace and name from its JSON (a reader holding JSON only has
+    /// nothing cheaper); the informer cache overrides it with its parsed objects and copies
+    /// only the page.
+    fn list_page(
+        &self,
+        kind: &GroupVersionKind,
+        options: &ListOptions,
+        max_bytes: usize,
+    ) -> Result<ObjectList, CallError> {
         let fields = options.field_selector.as_deref().map(FieldSelector::parse).transpose()?;
-        let objects = self.list(kind, options.namespace.as_deref(), options.label_selector.as_deref())?;
+        let (namespace, selector) = (options.namespace.as_deref(), options.label_selector.as_deref());
+        let objects = self.list(kind, namespace, selector, usize::MAX)?;
         let keyed = objects.into_iter().map(|json| {
             let meta: Value = serde_json::from_slice(&json).unwrap_or(Value::Null);
             let field = |f: &str| meta.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).map(str::to_owned);
@@ -137,10 +152,17 @@ pub trait CacheReader: Send + Sync + 'static {
         let keep = |(ns, name, _): &(Option<String>, String, Vec<u8>)| {
             fields.as_ref().is_none_or(|f| f.matches(ns.as_deref(), name))
         };
-        Ok(list_page(keyed, options, keep, |(_, _, json)| json))
+        let what = || format!("cache.list of {}", kind.kind);
+        list_page(keyed, options, keep, |(_, _, json)| json.len(), |(_, _, json)| json, max_bytes, what)
     }
-    /// Cached objects of `kind` whose index `index` has `value`.
-    fn by_index(&self, kind: &GroupVersionKind, index: &str, value: &str) -> Result<Vec<Vec<u8>>, CallError>;
+    /// Cached objects of `kind` whose index `index` has `value`, within `max_bytes`.
+    fn by_index(
+        &self,
+        kind: &GroupVersionKind,
+        index: &str,
+        value: &str,
+        max_bytes: usize,
+    ) -> Result<Vec<Vec<u8>>, CallError>;
     /// Whether the plugin may see and write objects in `namespace` (`grants.namespaces`); reads
     /// already leave out what it may not see.
     fn in_scope(&self, namespace: &str) -> bool {
@@ -290,7 +312,7 @@ pub struct DeleteOptions {
     pub propagation: Propagation,
 }
 
-/// An event a plugin publishes.
+/// An event a plugin publishes, or the host reports about a plugin's calls.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventRecord {
     /// The object the event is about.
@@ -301,6 +323,10 @@ pub struct EventRecord {
     pub reason: String,
     /// Human-readable note.
     pub note: String,
+    /// Reported by the host about the plugin's calls (`AccessDenied`, `WriteRejected`), not
+    /// published by the plugin: still sent as the plugin, but queued apart from and ahead of
+    /// its Events, so no flood of them drops it. Never set from a plugin's call.
+    pub by_host: bool,
 }
 
 /// Who a request is made for: the plugin whose identity it is sent as, and its field manager.

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 pub use super::RecordingWriter;
-use super::{CacheReader, CallError, TypedObject};
+use super::{CacheReader, CallError, TypedObject, copy_within};
 
 type Key = (String, String, Option<String>, String);
 
@@ -33,14 +33,23 @@ impl MemoryCache {
         self.objects.lock().insert(key(&t.kind, t.namespace.as_deref(), &t.name), json.to_string().into_bytes());
     }
 
-    fn matching(&self, kind: &GroupVersionKind, keep: impl Fn(&Key, &Value) -> bool) -> Vec<Vec<u8>> {
-        self.objects
-            .lock()
+    /// The objects of `kind` that `keep` keeps, copied only if within `max_bytes`, as the
+    /// informer cache does (`what` names the read in the error).
+    fn matching(
+        &self,
+        kind: &GroupVersionKind,
+        keep: impl Fn(&Key, &Value) -> bool,
+        max_bytes: usize,
+        what: &str,
+    ) -> Result<Vec<Vec<u8>>, CallError> {
+        let objects = self.objects.lock();
+        let kept: Vec<&Vec<u8>> = objects
             .iter()
             .filter(|(k, _)| k.0 == kind.group && k.1 == kind.kind)
             .filter(|(k, v)| keep(k, &serde_json::from_slice(v).unwrap_or(Value::Null)))
-            .map(|(_, v)| v.clone())
-            .collect()
+            .map(|(_, v)| v)
+            .collect();
+        copy_within(&kept, |v| v.len(), |v| v.to_vec(), max_bytes, || format!("{what} of {}", kind.kind))
     }
 }
 
@@ -61,16 +70,24 @@ impl CacheReader for MemoryCache {
         kind: &GroupVersionKind,
         namespace: Option<&str>,
         selector: Option<&str>,
+        max_bytes: usize,
     ) -> Result<Vec<Vec<u8>>, CallError> {
-        Ok(self.matching(kind, |k, v| {
+        let keep = |k: &Key, v: &Value| {
             namespace.is_none_or(|ns| k.2.as_deref() == Some(ns)) && selector.is_none_or(|s| labels_match(v, s))
-        }))
+        };
+        self.matching(kind, keep, max_bytes, "cache.list")
     }
 
-    fn by_index(&self, kind: &GroupVersionKind, index: &str, value: &str) -> Result<Vec<Vec<u8>>, CallError> {
+    fn by_index(
+        &self,
+        kind: &GroupVersionKind,
+        index: &str,
+        value: &str,
+        max_bytes: usize,
+    ) -> Result<Vec<Vec<u8>>, CallError> {
         match index {
-            "namespace" => Ok(self.matching(kind, |k, _| k.2.as_deref() == Some(value))),
-            "label" => Ok(self.matching(kind, |_, v| labels_match(v, value))),
+            "namespace" => self.matching(kind, |k, _| k.2.as_deref() == Some(value), max_bytes, "cache.by-index"),
+            "label" => self.matching(kind, |_, v| labels_match(v, value), max_bytes, "cache.by-index"),
             _ => Err(CallError::Invalid(format!("no index `{index}` on {}", kind.kind))),
         }
     }

@@ -58,7 +58,10 @@ impl WasmPluginSource {
         let mut note = format!("candidate {short} on {}: {}", difference.key, difference.detail);
         note.truncate(note.floor_char_boundary(MAX_NOTE));
         let regarding = ObjectRef { kind: gvk(), namespace: None, name: name.to_owned() };
-        self.events.publish_own(STATUS_MANAGER, &EventRecord { regarding, warning: true, reason: reason.into(), note });
+        self.events.publish_own(
+            STATUS_MANAGER,
+            &EventRecord { regarding, warning: true, reason: reason.into(), note, by_host: true },
+        );
     }
 }
 
