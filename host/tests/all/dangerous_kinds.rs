@@ -42,6 +42,26 @@ fn admission_policy(who: &str) -> (GroupVersionKind, &'static str, Value) {
     )
 }
 
+/// The other admission-policy kinds beyond the shipped policy's reach, as [`admission_policy`]:
+/// a binding in audit mode and a mutating policy that sets nothing, both for `who`'s policy.
+fn other_admission_policies(who: &str) -> Vec<(GroupVersionKind, Value)> {
+    let admission = |kind| GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+    vec![
+        (
+            admission("ValidatingAdmissionPolicyBinding"),
+            json!({"metadata": {"name": format!("{who}-binding")},
+                "spec": {"policyName": format!("{who}-policy"), "validationActions": ["Audit"]}}),
+        ),
+        (
+            admission("MutatingAdmissionPolicy"),
+            json!({"metadata": {"name": format!("{who}-mutating")}, "spec": {"reinvocationPolicy": "Never",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"],
+                    "operations": ["UPDATE"], "resources": ["leases"]}]},
+                "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{}"}}]}}),
+        ),
+    ]
+}
+
 /// Three dangerous kinds, each with an object of it named after `who` (harmless: no webhook, a
 /// binding for a ServiceAccount that does not exist, a CRD of a test group): (kind, resource as
 /// the policy names it, object).
@@ -131,6 +151,9 @@ async fn a_plugin_bound_to_cluster_admin_is_refused_dangerous_kinds_unless_exemp
     let unguarded = "kube-apiserver now runs admission policies on admission policies: say so in \
                      plugin-dangerous-kinds-policy.yaml and README's Security model, and expect a refusal here";
     assert_eq!(create(&hostile, &policy, &object, false).await, None, "{unguarded}");
+    for (kind, object) in other_admission_policies("hostile") {
+        assert_eq!(create(&hostile, &kind, &object, false).await, None, "{}: {unguarded}", kind.kind);
+    }
     for (kind, resource, object) in dangerous_objects("people").into_iter().chain([admission_policy("people")]) {
         assert_eq!(create(&admin, &kind, &object, false).await, None, "a person makes a {resource}");
     }
