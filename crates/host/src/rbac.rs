@@ -331,6 +331,26 @@ mod tests {
     }
 
     #[test]
+    fn a_dangerous_kind_gets_rules_only_once_its_operator_approved_it_as_dangerous() {
+        let registration = Registration {
+            owns: vec![GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration")],
+            ..Registration::new(GroupVersionKind::gvk("", "v1", "ConfigMap"))
+        };
+        let rules_under = |config: &str| {
+            let config = serde_yaml::from_str::<GrantConfig>(config).unwrap();
+            Grants::resolve(&registration, &config).map(|grants| rules(&grants, &ResourceNames::guessed()))
+        };
+        let kind = "ValidatingWebhookConfiguration.admissionregistration.k8s.io";
+        for config in ["{}".to_owned(), format!("write: [{kind}]")] {
+            let refused = rules_under(&config).expect_err("no rules, the plugin is refused");
+            assert!(refused.dangerous.contains(&kind.parse().unwrap()), "{config}: {refused}");
+        }
+        let approved = rules_under(&format!("write: [{kind}]\ndangerous: [{kind}]")).unwrap();
+        let webhooks = rule(&approved, "admissionregistration.k8s.io", "create");
+        assert_eq!(webhooks.resources, Some(vec!["validatingwebhookconfigurations".to_owned()]));
+    }
+
+    #[test]
     fn an_unconfined_plugin_gets_a_cluster_role() {
         let yaml =
             manifest("defaults", &grants("write: [Deployment.apps]"), &identity(), &ResourceNames::guessed()).unwrap();

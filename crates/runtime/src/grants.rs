@@ -3,18 +3,24 @@
 //! A plugin's registration says what it needs; the operator's config says what it may have.
 //! Defaults (DESIGN.md): a plugin may read its for/owns/watches kinds, write the objects of its
 //! owned kinds that it controls (see [`WriteScope::Controlled`]) and the status of its for kind. Everything else it registers under `reads`/`writes` must be
-//! granted, and so must [`SENSITIVE`] kinds wherever they appear. The effective set is what the
-//! registration asks for and the grants allow — never more than asked, so a registration is an
-//! honest manifest of the plugin's access.
+//! granted, and so must [`SENSITIVE`] kinds wherever they appear. Writing a [`DANGEROUS`] kind
+//! (owning it, listing it under `writes`, or reconciling it, which writes its status) needs its
+//! `write` grant and the operator's approval by name in `dangerous`, both. The effective set is
+//! what the registration asks for and the grants allow — never more than asked, so a
+//! registration is an honest manifest of the plugin's access.
 
 use std::collections::BTreeSet;
-use std::fmt;
-use std::str::FromStr;
 
 use kube::core::GroupVersionKind;
 use serde::{Deserialize, Serialize};
 
 use super::registration::Registration;
+
+mod dangerous;
+mod kind_ref;
+
+pub use dangerous::{DANGEROUS, is_dangerous};
+pub use kind_ref::KindRef;
 
 /// Kinds that always need an explicit grant, even as a for/owns/watches kind: reading them leaks
 /// credentials, or writing them escalates privileges (RBAC, and kubewasm's own WasmPlugin, which
@@ -28,76 +34,6 @@ pub const SENSITIVE: &[(&str, &str)] = &[
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
     ("kubewasm.dev", "WasmPlugin"),
 ];
-
-/// A kind regardless of version, written as kubectl does: `Kind.group`, or `Kind` for the core
-/// group (`Secret`, `Deployment.apps`, `ConfigMapSync.examples.kubewasm.dev`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct KindRef {
-    /// API group; empty for the core group.
-    pub group: String,
-    /// Kind.
-    pub kind: String,
-}
-
-impl KindRef {
-    /// The kind of `gvk`, version dropped.
-    pub fn of(gvk: &GroupVersionKind) -> Self {
-        Self { group: gvk.group.clone(), kind: gvk.kind.clone() }
-    }
-
-    fn is_sensitive(&self) -> bool {
-        SENSITIVE.iter().any(|(g, k)| *g == self.group && *k == self.kind)
-    }
-}
-
-impl schemars::JsonSchema for KindRef {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "KindRef".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "string",
-            "description": "A kind as kubectl writes it: `Kind.group`, or `Kind` for the core group.",
-            "pattern": "^[A-Za-z0-9]+(\\.[a-z0-9.-]+)?$"
-        })
-    }
-}
-
-impl fmt::Display for KindRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.group.is_empty() { f.write_str(&self.kind) } else { write!(f, "{}.{}", self.kind, self.group) }
-    }
-}
-
-impl FromStr for KindRef {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (kind, group) = s.split_once('.').unwrap_or((s, ""));
-        if kind.is_empty() || !kind.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Err(format!("`{s}` is not a kind: write `Kind` or `Kind.group`, e.g. `Deployment.apps`"));
-        }
-        Ok(Self { group: group.to_owned(), kind: kind.to_owned() })
-    }
-}
-
-impl TryFrom<String> for KindRef {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
-
-impl From<KindRef> for String {
-    fn from(k: KindRef) -> String {
-        k.to_string()
-    }
-}
 
 /// Whether `set` holds `kind`'s group and kind. Checked on every host call, so it compares in
 /// place instead of building a `KindRef`; the sets hold a handful of kinds.
@@ -181,34 +117,59 @@ pub struct GrantConfig {
     /// Kinds the plugin may write anywhere: besides its owned kinds, and for owned kinds beyond
     /// the objects it controls.
     pub write: BTreeSet<KindRef>,
+    /// Kinds that control the cluster (see `DANGEROUS`: admission webhooks and policies, CRDs,
+    /// RBAC, Nodes, …) the operator approves the plugin to write; each also needs its `write`
+    /// grant.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub dangerous: BTreeSet<KindRef>,
     /// Confine the plugin's reads and writes to these namespaces (unset: the whole cluster).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespaces: Option<NamespaceScope>,
 }
 
 /// A registration asked for access the operator did not grant. Its message says what to add
-/// to the plugin's config (`<name>.yaml`, or a WasmPlugin's spec).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the plugin asks for access it was not granted: {}; if it should have it, add to its config `{}`", .missing.join(", "), self.fix())]
+/// to the plugin's config (`<name>.yaml`, or a WasmPlugin's spec), every missing grant at once.
+#[derive(Clone, Debug, Default, PartialEq, Eq, thiserror::Error)]
+#[error("the plugin asks for access it was not granted: {}; if it should have it, add to its config `{}`{}", .missing.join(", "), self.fix(), self.dangerous_note())]
 pub struct NotGranted {
-    /// One entry per missing grant, e.g. `read Secret`.
+    /// One entry per missing grant, e.g. `read Secret`, `approve Node as dangerous`.
     pub missing: Vec<String>,
     /// The kinds to add to `grants.read`.
     pub read: BTreeSet<KindRef>,
     /// The kinds to add to `grants.write`.
     pub write: BTreeSet<KindRef>,
+    /// The kinds to add to `grants.dangerous`.
+    pub dangerous: BTreeSet<KindRef>,
 }
 
 impl NotGranted {
-    /// The grants to add, as the config file writes them: `grants: {read: [Secret]}`.
+    /// The grants to add, as the config file writes them:
+    /// `grants: {read: [Secret], write: [Node], dangerous: [Node]}`.
     pub fn fix(&self) -> String {
         let list = |kinds: &BTreeSet<KindRef>| kinds.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
-        let keys: Vec<String> = [("read", &self.read), ("write", &self.write)]
+        let keys: Vec<String> = [("read", &self.read), ("write", &self.write), ("dangerous", &self.dangerous)]
             .into_iter()
             .filter(|(_, kinds)| !kinds.is_empty())
             .map(|(key, kinds)| format!("{key}: [{}]", list(kinds)))
             .collect();
         format!("grants: {{{}}}", keys.join(", "))
+    }
+
+    /// Notes a missing grant once.
+    fn note(&mut self, entry: String) {
+        if !self.missing.contains(&entry) {
+            self.missing.push(entry);
+        }
+    }
+
+    /// Why a dangerous kind needs two entries, when one is missing.
+    fn dangerous_note(&self) -> &'static str {
+        if self.dangerous.is_empty() {
+            ""
+        } else {
+            " (a dangerous kind controls the cluster: writing it needs both its `write` grant and its name in \
+             `dangerous`)"
+        }
     }
 }
 
@@ -235,17 +196,26 @@ impl Grants {
             namespaces: config.namespaces.clone(),
             ..Grants::default()
         };
-        let mut missing = NotGranted { missing: Vec::new(), read: BTreeSet::new(), write: BTreeSet::new() };
+        let mut missing = NotGranted::default();
+        let approved = |kind: &KindRef| !kind.is_dangerous() || config.dangerous.contains(kind);
+        // A kind goes into `set` if the defaults or the grants allow it; else each missing grant
+        // is noted, and a written dangerous kind needs its approval besides its grant.
         let mut need =
             |set: &mut BTreeSet<KindRef>, kind: KindRef, by_default: bool, verb: &str, granted: &BTreeSet<KindRef>| {
-                if (by_default && !kind.is_sensitive()) || granted.contains(&kind) {
+                let write = verb != "read";
+                let sensitive = kind.is_sensitive() || (write && kind.is_dangerous());
+                let allowed = (by_default && !sensitive) || granted.contains(&kind);
+                let is_approved = !write || approved(&kind);
+                if !allowed {
+                    missing.note(format!("{verb} {kind}"));
+                    if write { &mut missing.write } else { &mut missing.read }.insert(kind.clone());
+                }
+                if !is_approved {
+                    missing.note(format!("approve {kind} as dangerous"));
+                    missing.dangerous.insert(kind.clone());
+                }
+                if allowed && is_approved {
                     set.insert(kind);
-                } else {
-                    let entry = format!("{verb} {kind}");
-                    if !missing.missing.contains(&entry) {
-                        missing.missing.push(entry);
-                    }
-                    if verb == "read" { &mut missing.read } else { &mut missing.write }.insert(kind);
                 }
             };
         let for_kind = KindRef::of(&registration.for_kind);
@@ -253,7 +223,7 @@ impl Grants {
         need(&mut grants.write_status, for_kind, true, "write status of", &config.write);
         for kind in registration.owns.iter().map(KindRef::of) {
             need(&mut grants.read, kind.clone(), true, "read", &config.read);
-            if config.write.contains(&kind) {
+            if config.write.contains(&kind) && approved(&kind) {
                 grants.write.insert(kind);
             } else {
                 need(&mut grants.write_controlled, kind, true, "write", &config.write);
@@ -332,6 +302,13 @@ impl Grants {
     /// Kinds writable where the plugin controls the object, for RBAC generation and diagnostics.
     pub fn writable_controlled(&self) -> impl Iterator<Item = &KindRef> {
         self.write_controlled.iter()
+    }
+
+    /// The [`DANGEROUS`] kinds the plugin may write in some way (each approved by its operator),
+    /// sorted, for diagnostics.
+    pub fn dangerous(&self) -> impl Iterator<Item = &KindRef> {
+        let written = self.write.iter().chain(&self.write_controlled).chain(&self.write_status);
+        written.filter(|k| k.is_dangerous()).collect::<BTreeSet<_>>().into_iter()
     }
 }
 

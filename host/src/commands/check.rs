@@ -85,6 +85,11 @@ impl CheckArgs {
             "writes where it controls the object: {}",
             join(plugin.grants().writable_controlled().map(ToString::to_string).collect())
         );
+        let dangerous: Vec<String> = plugin.grants().dangerous().map(ToString::to_string).collect();
+        println!(
+            "dangerous kinds it may write (approved): {}",
+            if dangerous.is_empty() { "-".to_owned() } else { join(dangerous) }
+        );
         println!("max-concurrent: {}", plugin.max_concurrent());
         Ok(())
     }

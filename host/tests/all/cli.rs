@@ -70,11 +70,17 @@ fn kubewasm_rbac_reads_a_wasm_plugin_manifest_as_the_plugins_config_and_name() {
 /// `kubewasm check` on a copy of the contract fixture in a directory of its own, with `config`
 /// as its `contract.yaml` (none if `None`): (success, stdout, stderr).
 fn check_contract(config: Option<&str>) -> (bool, String, String) {
+    check_fixture("fixture_contract.wasm", "contract", config)
+}
+
+/// `kubewasm check` on a copy of the fixture `built` named `name` in a directory of its own, with
+/// `config` as its `<name>.yaml` (none if `None`): (success, stdout, stderr).
+fn check_fixture(built: &str, name: &str, config: Option<&str>) -> (bool, String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let wasm = dir.path().join("contract.wasm");
-    std::fs::copy(common::plugin_dir().join("fixture_contract.wasm"), &wasm).unwrap();
+    let wasm = dir.path().join(format!("{name}.wasm"));
+    std::fs::copy(common::plugin_dir().join(built), &wasm).unwrap();
     if let Some(config) = config {
-        std::fs::write(dir.path().join("contract.yaml"), config).unwrap();
+        std::fs::write(dir.path().join(format!("{name}.yaml")), config).unwrap();
     }
     let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
         .args(["--log", "warn", "check"])
@@ -152,4 +158,44 @@ fn a_relative_compile_cache_is_taken_from_the_working_directory() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(std::fs::read_dir(work.path().join("relative/cache")).unwrap().next().is_some(), "the cache was filled");
+}
+
+/// A hostile plugin that reconciles Nodes (so writes their status) and registers writes of an
+/// admission webhook and a ClusterRoleBinding: each is a dangerous kind.
+const SELF_DECLARED: &str = "settings:\n  for: {version: v1, kind: Node}\n  writes:\n    \
+    - {group: admissionregistration.k8s.io, version: v1, kind: ValidatingWebhookConfiguration}\n    \
+    - {group: rbac.authorization.k8s.io, version: v1, kind: ClusterRoleBinding}\n";
+
+#[test]
+fn a_plugin_declaring_dangerous_kinds_is_refused_at_load_with_every_approval_to_paste() {
+    // Sorted by group, then kind.
+    let write = "write: [Node, ValidatingWebhookConfiguration.admissionregistration.k8s.io, \
+                 ClusterRoleBinding.rbac.authorization.k8s.io]";
+    let (ok, _, stderr) = check_fixture("fixture_hostile.wasm", "hostile", Some(SELF_DECLARED));
+    assert!(!ok, "a plugin with no grants loaded owning dangerous kinds: {stderr}");
+    assert!(stderr.contains("DIR/hostile.yaml"), "the config file is to blame: {stderr}");
+    let dangerous = write.replacen("write", "dangerous", 1);
+    assert!(stderr.contains(&format!("`grants: {{{write}, {dangerous}}}`")), "{stderr}");
+    let (ok, _, stderr) =
+        check_fixture("fixture_hostile.wasm", "hostile", Some(&format!("grants: {{{write}}}\n{SELF_DECLARED}")));
+    assert!(!ok && stderr.contains(&format!("`grants: {{{dangerous}}}`")), "write alone is not enough: {stderr}");
+}
+
+#[test]
+fn check_prints_the_dangerous_kinds_a_plugin_was_approved_to_write() {
+    let kinds = "[Node, ValidatingWebhookConfiguration.admissionregistration.k8s.io, \
+                 ClusterRoleBinding.rbac.authorization.k8s.io]";
+    let grants = format!("grants:\n  write: {kinds}\n  dangerous: {kinds}\n");
+    let (ok, stdout, stderr) =
+        check_fixture("fixture_hostile.wasm", "hostile", Some(&format!("{grants}{SELF_DECLARED}")));
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(
+            "dangerous kinds it may write (approved): Node, \
+             ValidatingWebhookConfiguration.admissionregistration.k8s.io, ClusterRoleBinding.rbac.authorization.k8s.io\n"
+        ),
+        "{stdout}"
+    );
+    let (ok, stdout, stderr) = check_contract(Some(CONTRACT_GRANTS));
+    assert!(ok && stdout.contains("dangerous kinds it may write (approved): -\n"), "{stderr}{stdout}");
 }

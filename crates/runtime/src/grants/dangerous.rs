@@ -1,0 +1,167 @@
+//! Dangerous kinds: kinds whose objects control the cluster, written only with the operator's approval by name.
+//!
+//! Kubernetes' own list of escalating resources (RBAC good practices, "privilege escalation
+//! risks") is the start; kinds that change how the API server treats every request (admission,
+//! CRDs, aggregation, flow control) are added because one object of them reaches every other
+//! user. A plugin that owns or writes one of these kinds, or reconciles one (it writes that
+//! kind's status), needs its `grants.write` entry **and** its name in `grants.dangerous`; reads
+//! need neither (reads of [`SENSITIVE`](super::SENSITIVE) kinds still need `grants.read`).
+//! `deploy/base/plugin-dangerous-kinds-policy.yaml` refuses the same kinds to every plugin
+//! identity at the API server, whatever its RBAC, unless the operator exempts the plugin there
+//! too.
+//!
+//! Left off on purpose: Secrets (already [`SENSITIVE`](super::SENSITIVE): no plugin reads or
+//! writes them without a grant), workloads (a Pod can mount any Secret of its namespace, but
+//! making Pods is what controllers are for; `grants.namespaces` bounds where) and Namespaces
+//! (the most common kind to reconcile; what a plugin may change on one is the authorizer's and
+//! the mark policy's to judge).
+
+/// Kinds that control the cluster, as `(group, kind)`: writing one needs `grants.write` and
+/// `grants.dangerous` both. Each group of entries says what writing it would let a plugin do.
+pub const DANGEROUS: &[(&str, &str)] = &[
+    // Admission webhooks see (and mutating ones change) every request they match, Secrets
+    // included, and a failing one can refuse every write in the cluster: a plugin pointing one
+    // at its own URL receives every Secret created from then on.
+    ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+    // Admission policies and their bindings refuse or rewrite any request: one froze the host's
+    // Lease (the host lost leadership) and refused every other plugin's writes.
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
+    ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding"),
+    // A CRD defines an API (and its conversion webhook receives every object of it); replacing
+    // or deleting one deletes every object of the kind, other controllers' included.
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    // An APIService sends a whole API group to a service of the plugin's choosing, which then
+    // answers (and sees the credentials of) every request to it.
+    ("apiregistration.k8s.io", "APIService"),
+    // Flow control decides whose requests the API server serves first: a plugin could starve
+    // the host, the controllers, or every other user.
+    ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+    ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+    // A CertificateSigningRequest (and its approval) yields a client certificate for any user
+    // or node; a ClusterTrustBundle makes pods trust a certificate authority of its choosing.
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+    ("certificates.k8s.io", "ClusterTrustBundle"),
+    // Nodes: taints, labels and addresses steer every pod (and the kubelet's credentials);
+    // a PersistentVolume can point at any host path, which a pod then mounts.
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    // Storage and runtime classes choose the driver and the runtime handler every pod that names
+    // them runs with; a VolumeAttachment attaches a volume to any node.
+    ("storage.k8s.io", "StorageClass"),
+    ("storage.k8s.io", "CSIDriver"),
+    ("storage.k8s.io", "VolumeAttachment"),
+    ("node.k8s.io", "RuntimeClass"),
+    // A PriorityClass with a high value lets pods preempt (evict) every other pod.
+    ("scheduling.k8s.io", "PriorityClass"),
+    // RBAC: a plugin that writes roles or bindings grants itself (or anyone) more.
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    // A ServiceAccount is an identity: its tokens (`serviceaccounts/token`) act with whatever
+    // is bound to it.
+    ("", "ServiceAccount"),
+    // A WasmPlugin says what code the host runs and with which grants: writing one would let a
+    // plugin grant itself (or a plugin of its choosing) anything, this list included.
+    ("kubewasm.dev", "WasmPlugin"),
+];
+
+/// Whether writing `kind` of `group` needs the operator's approval as dangerous.
+pub fn is_dangerous(group: &str, kind: &str) -> bool {
+    DANGEROUS.iter().any(|(g, k)| *g == group && *k == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::GroupVersionKind;
+
+    use super::super::{GrantConfig, Grants, KindRef, SENSITIVE, WriteScope};
+    use crate::registration::Registration;
+
+    const POLICY: &str = "ValidatingAdmissionPolicy.admissionregistration.k8s.io";
+
+    fn policy() -> GroupVersionKind {
+        GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy")
+    }
+
+    fn owning_a_policy() -> Registration {
+        Registration { owns: vec![policy()], ..Registration::new(GroupVersionKind::gvk("", "v1", "ConfigMap")) }
+    }
+
+    fn config(yaml: &str) -> GrantConfig {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn owning_an_admission_policy_without_approval_is_refused_with_the_dangerous_fix() {
+        let err = Grants::resolve(&owning_a_policy(), &GrantConfig::default()).unwrap_err();
+        assert_eq!(err.missing, [format!("write {POLICY}"), format!("approve {POLICY} as dangerous")]);
+        assert_eq!(err.fix(), format!("grants: {{write: [{POLICY}], dangerous: [{POLICY}]}}"));
+        let message = err.to_string();
+        assert!(message.contains("needs both its `write` grant and its name in `dangerous`"), "{message}");
+    }
+
+    #[test]
+    fn a_write_grant_alone_or_an_approval_alone_is_not_enough() {
+        let err = Grants::resolve(&owning_a_policy(), &config(&format!("write: [{POLICY}]"))).unwrap_err();
+        assert_eq!(err.missing, [format!("approve {POLICY} as dangerous")]);
+        assert_eq!(err.fix(), format!("grants: {{dangerous: [{POLICY}]}}"));
+        let err = Grants::resolve(&owning_a_policy(), &config(&format!("dangerous: [{POLICY}]"))).unwrap_err();
+        assert_eq!(err.fix(), format!("grants: {{write: [{POLICY}]}}"));
+    }
+
+    #[test]
+    fn owning_an_admission_policy_with_write_and_dangerous_resolves_and_says_so() {
+        let grants =
+            Grants::resolve(&owning_a_policy(), &config(&format!("write: [{POLICY}]\ndangerous: [{POLICY}]"))).unwrap();
+        assert_eq!(grants.write_scope(&policy()), Some(WriteScope::Anywhere));
+        assert_eq!(grants.dangerous().map(ToString::to_string).collect::<Vec<_>>(), [POLICY]);
+    }
+
+    #[test]
+    fn writing_reconciling_or_owning_dangerous_kinds_lists_every_missing_approval_at_once() {
+        let registration = Registration {
+            owns: vec![GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition")],
+            writes: vec![
+                GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
+                GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            ],
+            ..Registration::new(GroupVersionKind::gvk("", "v1", "Node"))
+        };
+        let err = Grants::resolve(&registration, &config("write: [Deployment.apps]")).unwrap_err();
+        // Sorted by group, then kind.
+        let approvals = "dangerous: [Node, CustomResourceDefinition.apiextensions.k8s.io, \
+                         ClusterRoleBinding.rbac.authorization.k8s.io]";
+        assert!(err.fix().ends_with(&format!("{approvals}}}")), "{}", err.fix());
+        assert!(err.missing.contains(&"write status of Node".to_owned()), "the for kind's status: {:?}", err.missing);
+    }
+
+    #[test]
+    fn reading_a_dangerous_kind_needs_no_approval() {
+        let registration = Registration {
+            reads: vec![GroupVersionKind::gvk("storage.k8s.io", "v1", "StorageClass")],
+            ..Registration::new(GroupVersionKind::gvk("", "v1", "ConfigMap"))
+        };
+        let grants = Grants::resolve(&registration, &config("read: [StorageClass.storage.k8s.io]")).unwrap();
+        assert!(grants.can_read(&GroupVersionKind::gvk("storage.k8s.io", "v1", "StorageClass")));
+        assert_eq!(grants.dangerous().count(), 0);
+    }
+
+    #[test]
+    fn every_sensitive_kind_but_secret_is_dangerous_to_write() {
+        for (group, kind) in SENSITIVE.iter().filter(|(_, k)| *k != "Secret") {
+            let kind = KindRef { group: (*group).into(), kind: (*kind).into() };
+            assert!(kind.is_dangerous(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn the_config_takes_dangerous_approvals_strictly() {
+        assert_eq!(config("dangerous: [Node]").dangerous, ["Node".parse().unwrap()].into());
+        assert!(serde_yaml::from_str::<GrantConfig>("danger: [Node]").is_err());
+        assert!(serde_yaml::from_str::<GrantConfig>("dangerous: [nodes/v1]").is_err());
+    }
+}
