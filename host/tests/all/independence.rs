@@ -37,7 +37,7 @@ fn unguarded_host(client: &kube::Client) -> App {
 /// Installs the admission policies deploy/base ships, and waits until the API server enforces
 /// them: a probe identity that RBAC allows everything is refused a write in the host's namespace.
 async fn install_policies(cp: &ControlPlane, admin: &kube::Client, host_ns: &str) {
-    for file in ["base/plugin-mark-policy.yaml"] {
+    for file in ["base/plugin-mark-policy.yaml", "base/plugin-dangerous-kinds-policy.yaml"] {
         let mut apply = cp.kubectl();
         apply.args(["apply", "--server-side", "-f"]).arg(deploy_dir().join(file));
         run_ok(apply);
