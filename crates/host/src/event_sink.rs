@@ -51,6 +51,12 @@ pub const IN_FLIGHT: usize = 16;
 /// `finishTime = 6 * time.Minute`; kube-runtime's `CACHE_TTL` is the same).
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 
+/// Series remembered at once, across plugins (client-go's events correlator keeps an LRU of
+/// 4096). Protects the host's memory from a plugin that publishes ever-new reasons or objects:
+/// past it a repeat is created as an Event of its own instead of joining its series, so
+/// nothing is lost, only not merged.
+pub const MAX_SERIES: usize = 4096;
+
 /// What makes two events the same for a series (client-go's `getKey`: reporting controller,
 /// regarding object, type, reason; the note of the first one is kept).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -263,7 +269,10 @@ async fn send(
     let namespace = event.metadata.namespace.clone().unwrap_or_default();
     let created = Api::<Event>::namespaced(client.clone(), &namespace).create(&PostParams::default(), &event).await?;
     let name = created.metadata.name.unwrap_or_default();
-    series.lock().insert(key, Series { namespace, name, count, last: now });
+    let mut series = series.lock();
+    if series.len() < MAX_SERIES {
+        series.insert(key, Series { namespace, name, count, last: now });
+    }
     Ok(())
 }
 

@@ -400,10 +400,11 @@ impl Authorizer {
         if !body::made_by(existing, &self.plugin, &self.manager) {
             let holder = match body::mark(existing) {
                 Some(maker) => format!(
-                    "plugin `{maker}` did ({}: {maker}); an operator hands it over with \
-                     `kubewasm handover --from {maker} --to {}`",
+                    "plugin `{maker}` did ({}: {maker}); if this plugin should own it, an operator \
+                     hands it over with `kubewasm handover --from {maker} --to {} --kind {kind}{}`",
                     body::PLUGIN_LABEL,
-                    self.plugin
+                    self.plugin,
+                    req.target.namespace.as_deref().map(|ns| format!(" --namespace {ns}")).unwrap_or_default(),
                 ),
                 None => format!("no {} label naming it", body::PLUGIN_LABEL),
             };

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use kubewasm_host::identity::Identities;
@@ -117,14 +116,7 @@ async fn a_plugin_bound_to_cluster_admin_is_refused_dangerous_kinds_unless_exemp
     exempt.arg(patch.to_string());
     run_ok(exempt);
     for plugin in ["hostile", "exempt"] {
-        let binding = json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": format!("everything-{plugin}")},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"kind": "ServiceAccount", "name": format!("kubewasm-plugin-{plugin}"), "namespace": "kubewasm-system"}],
-        });
-        let bindings = Api::<ClusterRoleBinding>::all(admin.clone());
-        bindings.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.unwrap();
+        common::hostile::bind_cluster_admin(&admin, plugin).await;
     }
     let identities = Identities::host(admin.clone()).impersonating("kubewasm-system");
     let (hostile, exempted) = (identities.client("hostile"), identities.client("exempt"));

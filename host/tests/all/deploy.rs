@@ -164,14 +164,7 @@ async fn the_mark_policy_lets_only_the_plugin_that_made_an_object_change_it_and_
     apply.args(["apply", "--server-side", "-f"]).arg(deploy_dir().join("base/plugin-mark-policy.yaml"));
     run_ok(apply);
     for plugin in ["alpha", "beta"] {
-        let binding = serde_json::json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": format!("everything-{plugin}")},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"kind": "ServiceAccount", "name": format!("kubewasm-plugin-{plugin}"), "namespace": "kubewasm-system"}],
-        });
-        let bindings = Api::<ClusterRoleBinding>::all(admin.clone());
-        bindings.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.unwrap();
+        common::hostile::bind_cluster_admin(&admin, plugin).await;
     }
     let identities = Identities::host(admin.clone()).impersonating("kubewasm-system");
     let as_plugin = |plugin: &str| Api::<ConfigMap>::namespaced(identities.client(plugin), "default");

@@ -11,7 +11,6 @@ use crate::common;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, PostParams};
 use kubewasm_host::app::App;
 use kubewasm_host::hotload::Options;
@@ -22,8 +21,10 @@ use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 
 use common::examples::{CONVERGE, deploy_dir};
-use common::hostile::{Breaches, config_map_kind, host_namespace, hostile, marker, namespace_kind};
-use common::{eventually, metric_value, run_ok};
+use common::hostile::{
+    Breaches, bind_cluster_admin, calls, config_map_kind, host_namespace, hostile, marker, namespace_kind,
+};
+use common::{eventually, run_ok};
 
 /// A host whose authorizer allows everything, sending each plugin as its own identity, whose
 /// RBAC it makes from the plugin's grants.
@@ -42,13 +43,7 @@ async fn install_policies(cp: &ControlPlane, admin: &kube::Client, host_ns: &str
         apply.args(["apply", "--server-side", "-f"]).arg(deploy_dir().join(file));
         run_ok(apply);
     }
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "indep-probe-everything"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": "kubewasm-plugin-indep-probe", "namespace": "kubewasm-system"}],
-    });
-    create(&Api::<ClusterRoleBinding>::all(admin.clone()), binding).await;
+    bind_cluster_admin(admin, "indep-probe").await;
     let probe = Identities::host(admin.clone()).impersonating("kubewasm-system").client("indep-probe");
     let in_host: Api<ConfigMap> = Api::namespaced(probe, host_ns);
     let mut n = 0;
@@ -61,13 +56,6 @@ async fn install_policies(cp: &ControlPlane, admin: &kube::Client, host_ns: &str
         }
     })
     .await;
-}
-
-/// Results of `plugin`'s calls of `function` that ended as `result`.
-fn calls(app: &App, plugin: &str, function: &str, result: &str) -> f64 {
-    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
-    let labels = [("plugin", plugin), ("function", function), ("result", result)];
-    metric_value(&text, "kubewasm_plugin_host_calls_total", &labels).unwrap_or(0.0)
 }
 
 async fn create<K>(api: &Api<K>, body: Value) -> K

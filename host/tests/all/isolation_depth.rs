@@ -8,7 +8,6 @@ use crate::common;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubewasm_host::app::App;
 use kubewasm_host::identity::Identities;
@@ -16,15 +15,10 @@ use kubewasm_testenv::ControlPlane;
 use serde_json::json;
 
 use common::examples::{CONVERGE, deploy_dir};
-use common::hostile::{Breaches, config_map_kind, host_namespace, hostile, marker, namespace_kind};
-use common::{eventually, metric_value, run_ok};
-
-/// Calls of `function` by `plugin` that ended as `result` (`ok`, `invalid`, `forbidden`, …).
-fn calls(app: &App, plugin: &str, function: &str, result: &str) -> f64 {
-    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
-    let labels = [("plugin", plugin), ("function", function), ("result", result)];
-    metric_value(&text, "kubewasm_plugin_host_calls_total", &labels).unwrap_or(0.0)
-}
+use common::hostile::{
+    Breaches, bind_cluster_admin, calls, config_map_kind, host_namespace, hostile, marker, namespace_kind,
+};
+use common::{eventually, run_ok};
 
 /// Waits until ConfigMap `ns/name` exists: the reconcile made every call before it.
 async fn written(client: &kube::Client, ns: &str, name: &str) {
@@ -115,14 +109,7 @@ async fn the_api_server_alone_refuses_a_plugin_identitys_status_write_that_chang
     let mut apply = cp.kubectl();
     apply.args(["apply", "--server-side", "-f"]).arg(deploy_dir().join("base/plugin-mark-policy.yaml"));
     run_ok(apply);
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "depth-everything"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": "kubewasm-plugin-depth", "namespace": "kubewasm-system"}],
-    });
-    let bindings = Api::<ClusterRoleBinding>::all(admin.clone());
-    bindings.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.unwrap();
+    bind_cluster_admin(&admin, "depth").await;
     let identities = Identities::host(admin.clone()).impersonating("kubewasm-system");
     let as_plugin: Api<Namespace> = Api::all(identities.client("depth"));
     let marked = json!({"metadata": {"name": "depth-api", "labels": {"kubewasm.dev/plugin": "depth",
@@ -191,7 +178,8 @@ async fn a_child_made_under_another_plugins_name_is_reported_and_handed_over_by_
     })
     .await;
     assert!(
-        note.contains("plugin `ho-old` did") && note.contains("kubewasm handover --from ho-old --to ho-new"),
+        note.contains("plugin `ho-old` did")
+            && note.contains(&format!("kubewasm handover --from ho-old --to ho-new --kind ConfigMap --namespace {ns}")),
         "{note}"
     );
 

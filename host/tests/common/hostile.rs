@@ -62,9 +62,27 @@ pub fn marker(name: &str) -> Value {
 
 /// Calls of `function` by `plugin` the host refused as forbidden.
 pub fn forbidden_calls(app: &App, plugin: &str, function: &str) -> f64 {
+    calls(app, plugin, function, "forbidden")
+}
+
+/// Calls of `function` by `plugin` that ended as `result` (`ok`, `invalid`, `forbidden`, …).
+pub fn calls(app: &App, plugin: &str, function: &str, result: &str) -> f64 {
     let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
-    let labels = [("plugin", plugin), ("function", function), ("result", "forbidden")];
+    let labels = [("plugin", plugin), ("function", function), ("result", result)];
     metric_value(&text, "kubewasm_plugin_host_calls_total", &labels).unwrap_or(0.0)
+}
+
+/// Binds plugin `plugin`'s identity (`kubewasm-plugin-<plugin>` in `kubewasm-system`) to
+/// `cluster-admin`, so that only admission stands between it and the API server.
+pub async fn bind_cluster_admin(admin: &Client, plugin: &str) {
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("everything-{plugin}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": format!("kubewasm-plugin-{plugin}"), "namespace": "kubewasm-system"}],
+    });
+    let bindings = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin.clone());
+    bindings.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.unwrap();
 }
 
 /// Events in `ns` reported by `kubewasm/<plugin>`.

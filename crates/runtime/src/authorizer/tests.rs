@@ -290,7 +290,7 @@ fn table() -> Vec<Row> {
         row(Owns, Patch, cm.clone(), (Some("in"), "mine"), Allow).patch(merge(json!({"data": {"a": "b"}}))),
         row(Owns, Patch, cm.clone(), (Some("in"), "theirs"), Deny("did not make it")).patch(merge(json!({"data": {"a": "b"}}))),
         // The refusal names who holds it, and how an operator hands it over.
-        row(Owns, Patch, cm.clone(), (Some("in"), "theirs"), Deny("plugin `q` did (kubewasm.dev/plugin: q); an operator hands it over with `kubewasm handover --from q --to p`")).patch(merge(json!({"data": {"a": "b"}}))),
+        row(Owns, Patch, cm.clone(), (Some("in"), "theirs"), Deny("plugin `q` did (kubewasm.dev/plugin: q); if this plugin should own it, an operator hands it over with `kubewasm handover --from q --to p --kind ConfigMap --namespace in`")).patch(merge(json!({"data": {"a": "b"}}))),
         // The mark decides over a field manager entry, as for the admission policy.
         row(Owns, Patch, cm.clone(), (Some("in"), "handed"), Deny("plugin `q` did")).patch(merge(json!({"data": {"a": "b"}}))),
         row(Owns, Delete, cm.clone(), (Some("in"), "handed"), Deny("plugin `q` did")),

@@ -53,11 +53,12 @@ impl PluginCtx {
         self.check_read(&kind).and_then(|()| self.shared.cache.by_index(&kind, &index, &value, max_bytes))
     }
 
-    /// Bytes a cached read may copy for this instance: what its memory limit leaves of
-    /// `limits.memoryBytes` beside its linear memory. The copy is host memory the limit does
-    /// not otherwise count, and the guest needs as much again to take it in.
+    /// Bytes a cached read may copy for this instance: half of what its memory limit leaves of
+    /// `limits.memoryBytes` beside its linear memory. The host's copy is alive while the guest
+    /// grows to take it in, so the two together stay within the limit the pool reserved for
+    /// the instance (a full share each would let an instance hold about twice its reservation).
     fn copy_bound(&self) -> usize {
-        usize::try_from(self.limiter.memory_left()).unwrap_or(usize::MAX)
+        usize::try_from(self.limiter.memory_left() / 2).unwrap_or(usize::MAX)
     }
 }
 
