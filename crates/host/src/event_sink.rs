@@ -6,7 +6,7 @@
 //! the host batches and may drop them under load"). The host's reports (its own, and the
 //! `AccessDenied` and `WriteRejected` it makes about a plugin's calls) queue apart from any
 //! plugin's Events and go first, so no plugin's flood drops them; the sender takes each batch
-//! from the plugins in turn ([`lanes`]). Hand-written: kube-runtime's `Recorder` publishes
+//! from the plugins in turn (`event_sink::lanes`). Hand-written: kube-runtime's `Recorder` publishes
 //! inline, one request per event and per repeat.
 
 mod lanes;
@@ -38,7 +38,7 @@ use crate::plugin::host::{Caller, EventRecord};
 /// one plugin's flood drop every other plugin's Events and every `AccessDenied` report.
 pub const QUEUE_LENGTH: usize = 1000;
 
-/// Events taken from the queues at once, one plugin's after another's ([`lanes`]); identical
+/// Events taken from the queues at once, one plugin's after another's (`lanes`); identical
 /// ones among them become one request.
 pub const BATCH: usize = 100;
 
