@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::plugin::authorizer::body::PLUGIN_LABEL;
 use crate::plugin::grants::KindRef;
-use crate::plugin::host::FIELD_MANAGER_PREFIX;
+use crate::plugin::host::{FIELD_MANAGER_PREFIX, address};
 
 /// Why a handover could not start.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +60,7 @@ impl Handover {
     /// Hands every object `from` made (of the chosen kinds, in the chosen namespace) to `to`.
     pub async fn run(&self, client: &Client) -> Result<Vec<Outcome>, Error> {
         for name in [&self.from, &self.to] {
-            if !is_plugin_name(name) {
+            if !address::is_label(name) {
                 return Err(Error::Name(name.clone()));
             }
         }
@@ -166,15 +166,6 @@ impl Handover {
         });
         Some(entries.collect())
     }
-}
-
-/// A plugin name: a DNS-1123 label, as a plugin file's or WasmPlugin's name is.
-fn is_plugin_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
 }
 
 #[cfg(test)]

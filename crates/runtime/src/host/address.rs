@@ -49,8 +49,9 @@ const LABEL: &str = "a namespace or version is a DNS-1123 label: at most 63 lowe
 const SUBDOMAIN: &str = "a group is a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'";
 const NAME: &str = "a name is 1 to 253 letters, digits and '-', '.', '_', ':' or '@', and not '.' or '..'";
 
-/// A DNS-1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most [`MAX_NAMESPACE`] long.
-fn is_label(s: &str) -> bool {
+/// A DNS-1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most [`MAX_NAMESPACE`] long (a
+/// namespace, a version, a plugin's name).
+pub fn is_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= MAX_NAMESPACE
