@@ -92,7 +92,7 @@ fn main() {
             let runtime = Runtime::new(variant.config.clone()).unwrap();
             let writer = Arc::new(RecordingWriter::default());
             let plugin = runtime
-                .load("getter", variant.module.clone(), PluginConfig::default(), cache.clone(), writer)
+                .load("getter", variant.module.clone(), PluginConfig::approving_requests(), cache.clone(), writer)
                 .await
                 .unwrap();
             for _ in 0..WARMUP {

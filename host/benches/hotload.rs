@@ -43,8 +43,9 @@ fn plugins(client: kube::Client, runtime: Runtime) -> LoadedPlugins {
 }
 
 fn config(version: usize, selector: &str) -> PluginConfig {
-    let yaml =
-        format!("grants: {{write: [ConfigMap]}}\nsettings:\n  version: v{version}\n  selector: \"{selector}\"\n");
+    let yaml = format!(
+        "grants: {{read: [ConfigMap], write: [ConfigMap]}}\nsettings:\n  version: v{version}\n  selector: \"{selector}\"\n"
+    );
     PluginConfig::from_yaml(&yaml).unwrap()
 }
 

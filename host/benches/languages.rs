@@ -54,7 +54,7 @@ fn cache() -> Arc<MemoryCache> {
 async fn load(runtime: &Runtime, file: &str, limits: Limits) -> Result<Plugin, String> {
     // Writes go to an in-memory recorder, so no write rate limit: this measures the dispatch,
     // not the token bucket that protects the API server (200 writes/s by default).
-    let config = PluginConfig { limits: limits.with_write_rate(0, 0), ..Default::default() };
+    let config = PluginConfig { limits: limits.with_write_rate(0, 0), ..PluginConfig::approving_requests() };
     let writer = Arc::new(RecordingWriter::default());
     runtime.load("nd", common::plugin_wasm(file), config, cache(), writer).await.map_err(|e| e.to_string())
 }

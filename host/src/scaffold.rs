@@ -243,7 +243,8 @@ mod tests {
         assert!(!files.iter().any(|(_, t, _)| t.contains("{{")), "every placeholder filled");
         let config = PluginConfig::from_yaml(&text("hello-ns.yaml")).unwrap();
         assert_eq!(config.check_settings(), Ok(()));
-        assert!(config.grants.write.is_empty(), "least privilege: the ConfigMaps it owns need no grant");
+        assert!(config.grants.write.is_empty(), "least privilege: only the ConfigMaps it controls");
+        assert_eq!(config.grants.own, ["ConfigMap".parse().unwrap()].into(), "its owned kind, approved");
         assert!(text("src/lib.rs").contains("deny_unknown_fields"), "settings are strict, as in every SDK");
         let typo = PluginConfig { settings: Some(serde_json::json!({"greting": "hi"})), ..config };
         assert!(typo.check_settings().is_err(), "the schema refuses a misspelled setting");

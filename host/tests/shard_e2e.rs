@@ -402,9 +402,13 @@ async fn a_sharded_host_says_in_each_wasm_plugins_status_whether_its_keys_are_sp
         (
             "stamper",
             "stamper",
-            serde_json::json!({"grants": {"write": ["ConfigMap"]}, "settings": {"version": "v1", "selector": label}}),
+            serde_json::json!({"grants": common::approved("fixture_stamper.wasm", serde_json::json!({"write": ["ConfigMap"]})), "settings": {"version": "v1", "selector": label}}),
         ),
-        ("defaults", "defaults", serde_json::json!({"settings": {"optOutLabel": "kubewasm.dev/no-defaults"}})),
+        (
+            "defaults",
+            "defaults",
+            serde_json::json!({"grants": common::approved("namespace_defaults.wasm", serde_json::json!({})), "settings": {"optOutLabel": "kubewasm.dev/no-defaults"}}),
+        ),
     ] {
         let mut spec = spec;
         spec["module"] = serde_json::json!({"configMap": {"name": module, "key": "plugin.wasm"}});

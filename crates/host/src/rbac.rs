@@ -90,8 +90,21 @@ impl ResourceNames {
 
 /// The rules `grants` need, one per API group and verb set, resources sorted.
 pub fn rules(grants: &Grants, names: &ResourceNames) -> Vec<PolicyRule> {
+    rules_where(grants, names, &|_| true, true)
+}
+
+/// The rules of the kinds `keep` keeps (and of Events, with `events`).
+fn rules_where(
+    grants: &Grants,
+    names: &ResourceNames,
+    keep: &dyn Fn(&KindRef) -> bool,
+    events: bool,
+) -> Vec<PolicyRule> {
     let mut by_verbs: BTreeMap<(String, &[&str]), Vec<String>> = BTreeMap::new();
     let mut add = |kind: &KindRef, verbs: &'static [&'static str], suffix: &str| {
+        if !keep(kind) {
+            return;
+        }
         let entry = by_verbs.entry((kind.group.clone(), verbs)).or_default();
         let name = format!("{}{suffix}", names.plural(kind));
         if !entry.contains(&name) {
@@ -111,7 +124,9 @@ pub fn rules(grants: &Grants, names: &ResourceNames) -> Vec<PolicyRule> {
     if let Some(for_kind) = grants.for_kind() {
         add(&KindRef::of(for_kind), FINALIZERS, "/finalizers");
     }
-    add(&events_kind(), EVENTS, "");
+    if events {
+        add(&events_kind(), EVENTS, "");
+    }
     by_verbs
         .into_iter()
         .map(|((group, verbs), mut resources)| {
@@ -134,11 +149,36 @@ fn events_kind() -> KindRef {
 /// `grants.namespaces` names, plus Events in `default` (where Events about cluster-scoped objects
 /// go); or cluster-wide (`None`). A selector over Namespaces cannot be written as RBAC: such a
 /// plugin gets cluster-wide rules, and the host's authorizer alone keeps it to its namespaces.
-pub fn scopes(grants: &Grants, names: &ResourceNames) -> Vec<(Option<String>, Vec<PolicyRule>)> {
-    let rules = rules(grants, names);
-    let Some(names) = grants.namespaces().filter(|s| s.selector.is_none()).map(|s| &s.names) else {
-        return vec![(None, rules)];
+/// The rules of its sensitive kinds (Secrets) are bound only in the namespaces
+/// `grants.sensitive.namespaces` names (within its confinement), and nothing is bound in
+/// `host_namespace`, the host's own.
+pub fn scopes(grants: &Grants, names: &ResourceNames, host_namespace: &str) -> Vec<(Option<String>, Vec<PolicyRule>)> {
+    let sensitive: Vec<&KindRef> = grants.sensitive().collect();
+    let rules = rules_where(grants, names, &|k| !sensitive.contains(&k), true);
+    let confined = grants.namespaces().filter(|s| s.selector.is_none()).map(|s| &s.names);
+    let mut scopes = match confined {
+        None => vec![(None, rules)],
+        Some(names) => confined_scopes(names, rules),
     };
+    let sensitive_rules = rules_where(grants, names, &|k| sensitive.contains(&k), false);
+    if !sensitive_rules.is_empty() {
+        let named = grants.sensitive_namespaces().iter().filter(|ns| confined.is_none_or(|c| c.contains(*ns)));
+        for ns in named {
+            match scopes.iter_mut().find(|(scope, _)| scope.as_deref() == Some(ns)) {
+                Some((_, rules)) => rules.extend(sensitive_rules.iter().cloned()),
+                None => scopes.push((Some(ns.clone()), sensitive_rules.clone())),
+            }
+        }
+    }
+    scopes.retain(|(ns, _)| ns.as_deref() != Some(host_namespace));
+    scopes
+}
+
+/// `rules` in each of `names`, and Events in `default` besides.
+fn confined_scopes(
+    names: &std::collections::BTreeSet<String>,
+    rules: Vec<PolicyRule>,
+) -> Vec<(Option<String>, Vec<PolicyRule>)> {
     let mut scopes: Vec<_> = names.iter().map(|ns| (Some(ns.clone()), rules.clone())).collect();
     if !names.contains(CLUSTER_EVENTS_NAMESPACE) {
         let events = PolicyRule {
@@ -188,7 +228,7 @@ pub fn objects(plugin: &str, grants: &Grants, identity: &Identity, names: &Resou
     };
     let mut docs =
         vec![typed(ServiceAccount { metadata: meta(&sa, Some(&identity.namespace)), ..ServiceAccount::default() })];
-    for (namespace, rules) in scopes(grants, names) {
+    for (namespace, rules) in scopes(grants, names, &identity.namespace) {
         match namespace {
             Some(ns) => {
                 docs.push(typed(Role { metadata: meta(&sa, Some(&ns)), rules: Some(rules) }));
@@ -254,7 +294,11 @@ mod tests {
             writes: vec![GroupVersionKind::gvk("apps", "v1", "Deployment")],
             ..Registration::new(GroupVersionKind::gvk("", "v1", "Namespace"))
         };
-        Grants::resolve(&registration, &serde_yaml::from_str::<GrantConfig>(config).unwrap()).unwrap()
+        // What the registration asks for, approved; `config` adds to it.
+        let approved = "read: [Namespace, ConfigMap, NetworkPolicy.networking.k8s.io]\nstatus: [Namespace]\n\
+                        own: [ConfigMap, NetworkPolicy.networking.k8s.io]\n";
+        Grants::resolve(&registration, &serde_yaml::from_str::<GrantConfig>(&format!("{approved}{config}")).unwrap())
+            .unwrap()
     }
 
     fn identity() -> Identity {
@@ -336,18 +380,43 @@ mod tests {
             owns: vec![GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration")],
             ..Registration::new(GroupVersionKind::gvk("", "v1", "ConfigMap"))
         };
+        let kind = "ValidatingWebhookConfiguration.admissionregistration.k8s.io";
         let rules_under = |config: &str| {
-            let config = serde_yaml::from_str::<GrantConfig>(config).unwrap();
+            let config = format!("read: [ConfigMap, {kind}]\nstatus: [ConfigMap]\n{config}");
+            let config = serde_yaml::from_str::<GrantConfig>(&config).unwrap();
             Grants::resolve(&registration, &config).map(|grants| rules(&grants, &ResourceNames::guessed()))
         };
-        let kind = "ValidatingWebhookConfiguration.admissionregistration.k8s.io";
-        for config in ["{}".to_owned(), format!("write: [{kind}]")] {
+        for config in [String::new(), format!("own: [{kind}]")] {
             let refused = rules_under(&config).expect_err("no rules, the plugin is refused");
             assert!(refused.dangerous.contains(&kind.parse().unwrap()), "{config}: {refused}");
         }
-        let approved = rules_under(&format!("write: [{kind}]\ndangerous: [{kind}]")).unwrap();
+        let approved = rules_under(&format!("own: [{kind}]\ndangerous: [{kind}]")).unwrap();
         let webhooks = rule(&approved, "admissionregistration.k8s.io", "create");
         assert_eq!(webhooks.resources, Some(vec!["validatingwebhookconfigurations".to_owned()]));
+    }
+
+    #[test]
+    fn secret_rules_are_bound_only_in_the_namespaces_named_for_them_and_nothing_in_the_hosts() {
+        let registration = Registration {
+            reads: vec![GroupVersionKind::gvk("", "v1", "Secret")],
+            ..Registration::new(GroupVersionKind::gvk("", "v1", "ConfigMap"))
+        };
+        let config = "{read: [ConfigMap, Secret], status: [ConfigMap], \
+                      sensitive: {namespaces: [vault, kubewasm-system]}}";
+        let grants = Grants::resolve(&registration, &serde_yaml::from_str::<GrantConfig>(config).unwrap()).unwrap();
+        let scopes = scopes(&grants, &ResourceNames::guessed(), "kubewasm-system");
+        let secrets_in = |scope: Option<&str>| {
+            scopes
+                .iter()
+                .filter(|(ns, _)| ns.as_deref() == scope)
+                .flat_map(|(_, rules)| rules)
+                .any(|r| r.resources.as_ref().unwrap().iter().any(|res| res == "secrets"))
+        };
+        assert_eq!(scopes.iter().map(|(ns, _)| ns.as_deref()).collect::<Vec<_>>(), [None, Some("vault")]);
+        assert!(!secrets_in(None), "no cluster-wide Secret rule: {scopes:?}");
+        assert!(secrets_in(Some("vault")));
+        let cluster = &scopes[0].1;
+        assert!(cluster.iter().any(|r| r.resources.as_ref().unwrap().contains(&"configmaps".to_owned())));
     }
 
     #[test]

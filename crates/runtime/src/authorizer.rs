@@ -169,10 +169,35 @@ pub struct Authorizer {
     allow_all: bool,
 }
 
+/// What the cache leaves out of a plugin's reads: what no plugin reads (the host's Secrets,
+/// [`Protected::hides`]), and the plugin's sensitive kinds outside the namespaces its operator
+/// named for them. The authorizer installs it in the plugin's cache ([`CacheReader::hide`]).
+#[derive(Clone, Debug, Default)]
+pub struct Hidden {
+    protected: Protected,
+    sensitive: std::collections::BTreeSet<KindRef>,
+    namespaces: std::collections::BTreeSet<String>,
+}
+
+impl Hidden {
+    /// Whether an object of `kind` in `namespace` is left out of the plugin's reads. Asked for
+    /// every cached object a plugin reads: a plugin with no sensitive kind answers from
+    /// [`Protected::hides`] alone.
+    pub fn hides(&self, kind: &GroupVersionKind, namespace: Option<&str>) -> bool {
+        let sensitive = || self.sensitive.iter().any(|k| k.kind == kind.kind && k.group == kind.group);
+        self.protected.hides(kind, namespace).is_some()
+            || (!self.sensitive.is_empty() && sensitive() && !namespace.is_some_and(|ns| self.namespaces.contains(ns)))
+    }
+}
+
 impl Authorizer {
     /// The authorizer of plugin `plugin` (whose field manager is `kubewasm/<plugin>`).
     pub fn new(plugin: &str, grants: Grants, protected: Protected, cache: std::sync::Arc<dyn CacheReader>) -> Self {
-        cache.hide(&protected);
+        cache.hide(Hidden {
+            protected: protected.clone(),
+            sensitive: grants.sensitive().cloned().collect(),
+            namespaces: grants.sensitive_namespaces().clone(),
+        });
         Self {
             plugin: plugin.to_owned(),
             manager: format!("kubewasm/{plugin}"),
@@ -202,7 +227,7 @@ impl Authorizer {
     /// Whether the plugin may see an object at this address: namespaced objects in its
     /// namespaces, Namespaces by name, other cluster-scoped objects always.
     pub fn sees(&self, kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> bool {
-        if self.protected.hides(kind, namespace).is_some() {
+        if self.protected.hides(kind, namespace).is_some() || self.sensitive_refusal(kind, namespace).is_some() {
             return false;
         }
         // Asked for every trigger event: an unconfined plugin (most) answers without a lock.
@@ -216,6 +241,24 @@ impl Authorizer {
         }
     }
 
+    /// Why the plugin may not touch an object of `kind` in `namespace`, if `kind` is sensitive
+    /// to it and the namespace is not one its operator named for sensitive kinds.
+    fn sensitive_refusal(&self, kind: &GroupVersionKind, namespace: Option<&str>) -> Option<String> {
+        if self.allow_all || !self.grants.is_sensitive(kind) {
+            return None;
+        }
+        let named = self.grants.sensitive_namespaces();
+        match namespace {
+            Some(ns) if named.contains(ns) => None,
+            Some(ns) => Some(format!(
+                "{} is sensitive: the plugin touches it only in the namespaces of grants.sensitive.namespaces, \
+                 not {ns}",
+                KindRef::of(kind)
+            )),
+            None => Some(format!("{} is sensitive: the plugin touches it only in named namespaces", KindRef::of(kind))),
+        }
+    }
+
     /// Whether the plugin may read `kind` at all: [`Verb::Read`]'s whole rule (the cache shows a
     /// confined plugin only what it may see), here without building a request, since every
     /// cache read asks.
@@ -225,7 +268,7 @@ impl Authorizer {
         } else {
             let kind = KindRef::of(kind);
             Err(format!(
-                "register the kind {kind} in describe() (for, owns, watches or reads); a `reads` kind also needs \
+                "register the kind {kind} in describe() (for, owns, watches or reads), approved as \
                  `grants.read: [{kind}]` in the plugin's config ({}.yaml)",
                 self.plugin
             ))
@@ -257,6 +300,9 @@ impl Authorizer {
             if let Some(why) = self.protected.hides(kind, target.namespace.as_deref()) {
                 return Err(why);
             }
+        }
+        if let Some(why) = self.sensitive_refusal(kind, target.namespace.as_deref()) {
+            return Err(why);
         }
         if req.verb == Verb::Read {
             return Ok(Decision::Allow { mark: false });
@@ -308,8 +354,8 @@ impl Authorizer {
         }
         match write {
             None => Err(format!(
-                "own the kind {0} (its controlled objects), or register it under writes in describe() with \
-                 `grants.write: [{0}]` in the plugin's config ({1}.yaml)",
+                "own the kind {0} (its controlled objects, approved as `grants.own: [{0}]`), or register it under \
+                 writes in describe() with `grants.write: [{0}]` in the plugin's config ({1}.yaml)",
                 kind_ref(),
                 self.plugin
             )),

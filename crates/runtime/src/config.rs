@@ -14,7 +14,7 @@ use kubewasm_queue::rate_limiter::LimiterConfig;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct PluginConfig {
-    /// Access beyond the defaults.
+    /// What the operator approves the plugin to read and write.
     pub grants: GrantConfig,
     /// Sandbox limits.
     pub limits: Limits,
@@ -35,6 +35,15 @@ pub struct PluginConfig {
     /// README's "Writes that change nothing"); unset: the host's `--elide-unchanged-writes`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elide_unchanged_writes: Option<bool>,
+}
+
+impl PluginConfig {
+    /// Test builds only (feature `insecure-test-authorizer`): defaults, with every kind the
+    /// plugin asks for approved ([`GrantConfig::approving_requests`]).
+    #[cfg(feature = "insecure-test-authorizer")]
+    pub fn approving_requests() -> Self {
+        Self { grants: GrantConfig::approving_requests(), ..Self::default() }
+    }
 }
 
 /// A plugin file's dry-run canary: a candidate version run beside the serving one with its
@@ -213,6 +222,7 @@ mod tests {
             "limits: {x: 1}\n",
             "grants: {x: 1}\n",
             "grants: {namespaces: {x: 1}}\n",
+            "grants: {sensitive: {x: 1}}\n",
             "rateLimiter: {x: 1}\n",
             "canary: {x: 1}\n",
         ] {

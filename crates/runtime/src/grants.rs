@@ -1,12 +1,14 @@
 //! Grants: which kinds a plugin may read and write, checked at load and at every host call.
 //!
-//! A plugin's registration says what it needs; the operator's config says what it may have.
-//! Defaults (DESIGN.md): a plugin may read its for/owns/watches kinds, write the objects of its
-//! owned kinds that it controls (see [`WriteScope::Controlled`]) and the status of its for kind. Everything else it registers under `reads`/`writes` must be
-//! granted, and so must [`SENSITIVE`] kinds wherever they appear. Writing a [`DANGEROUS`] kind
-//! (owning it, listing it under `writes`, or reconciling it, which writes its status) needs its
-//! `write` grant and the operator's approval by name in `dangerous`, both. The effective set is
-//! what the registration asks for and the grants allow — never more than asked, so a
+//! A plugin asks and its operator approves. The registration asks: reconciling a kind asks to
+//! read it and write its status, owning a kind asks to read it and write the objects the plugin
+//! controls (see [`WriteScope::Controlled`]), watching asks to read, and `reads`/`writes` ask
+//! for what they name. The operator's config approves each kind for each verb (`read`,
+//! `status`, `own`, `write`; `write` covers the narrower `status` and `own`), and a plugin that
+//! asks for anything not approved is refused at load with the whole list and the config that
+//! would approve it. Writing a [`DANGEROUS`] kind (owning it, listing it under `writes`, or
+//! reconciling it) also needs the operator's approval by name in `dangerous`. The effective set
+//! is what the registration asks for and the operator approved — never more than asked, so a
 //! registration is an honest manifest of the plugin's access.
 
 use std::collections::BTreeSet;
@@ -22,18 +24,10 @@ mod kind_ref;
 pub use dangerous::{DANGEROUS, is_dangerous};
 pub use kind_ref::KindRef;
 
-/// Kinds that always need an explicit grant, even as a for/owns/watches kind: reading them leaks
-/// credentials, or writing them escalates privileges (RBAC, and kubewasm's own WasmPlugin, which
-/// would let a plugin grant itself more).
-pub const SENSITIVE: &[(&str, &str)] = &[
-    ("", "Secret"),
-    ("", "ServiceAccount"),
-    ("rbac.authorization.k8s.io", "Role"),
-    ("rbac.authorization.k8s.io", "ClusterRole"),
-    ("rbac.authorization.k8s.io", "RoleBinding"),
-    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
-    ("kubewasm.dev", "WasmPlugin"),
-];
+/// Kinds whose objects hold credentials, always sensitive: a plugin reads or writes them (a write
+/// answers with the object) only in the namespaces its operator names for them
+/// ([`SensitiveScope`]), and `kubewasm rbac` grants them only there.
+pub const SENSITIVE: &[(&str, &str)] = &[("", "Secret")];
 
 /// Whether `set` holds `kind`'s group and kind. Checked on every host call, so it compares in
 /// place instead of building a `KindRef`; the sets hold a handful of kinds.
@@ -95,6 +89,25 @@ impl schemars::JsonSchema for NamespaceSelector {
     }
 }
 
+/// Where a plugin may touch its sensitive kinds: [`SENSITIVE`] ones and any its operator marks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct SensitiveScope {
+    /// Kinds the operator marks sensitive, besides Secret.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub kinds: BTreeSet<KindRef>,
+    /// The only namespaces where the plugin reads or writes its sensitive kinds; a plugin that
+    /// reads or writes one needs at least one.
+    pub namespaces: BTreeSet<String>,
+}
+
+impl SensitiveScope {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty() && self.namespaces.is_empty()
+    }
+}
+
 /// Namespaces a plugin is confined to: its cache shows, and its writes reach, only namespaced
 /// objects in them (and of Namespace objects, only them). A namespace is in scope when it is
 /// listed or its labels match the selector.
@@ -108,38 +121,121 @@ pub struct NamespaceScope {
     pub selector: Option<NamespaceSelector>,
 }
 
-/// What the operator grants a plugin beyond the defaults.
+/// What the operator approves a plugin to do, kind by kind (`kubewasm check` prints what a
+/// plugin asks for; `kubewasm new` writes what its scaffold asks for).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct GrantConfig {
-    /// Kinds the plugin may read besides its for/owns/watches kinds.
+    /// Kinds the plugin may read: its for, owns and watches kinds, and any it `reads`.
     pub read: BTreeSet<KindRef>,
-    /// Kinds the plugin may write anywhere: besides its owned kinds, and for owned kinds beyond
-    /// the objects it controls.
+    /// Kinds whose status the plugin may write: its for kind.
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub status: BTreeSet<KindRef>,
+    /// Kinds the plugin may own: create, change and delete the objects it controls (those with
+    /// a controller ownerReference to an object it reconciles).
+    #[serde(skip_serializing_if = "BTreeSet::is_empty")]
+    pub own: BTreeSet<KindRef>,
+    /// Kinds the plugin may write anywhere, status included: any it `writes`, and owned kinds
+    /// beyond the objects it controls.
     pub write: BTreeSet<KindRef>,
     /// Kinds that control the cluster (see `DANGEROUS`: admission webhooks and policies, CRDs,
-    /// RBAC, Nodes, …) the operator approves the plugin to write; each also needs its `write`
-    /// grant.
+    /// RBAC, Nodes, …) the operator approves the plugin to write; each also needs its `status`,
+    /// `own` or `write` approval.
     #[serde(skip_serializing_if = "BTreeSet::is_empty")]
     pub dangerous: BTreeSet<KindRef>,
     /// Confine the plugin's reads and writes to these namespaces (unset: the whole cluster).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub namespaces: Option<NamespaceScope>,
+    /// Where the plugin may read and write Secrets, and any kind the operator marks sensitive.
+    #[serde(skip_serializing_if = "SensitiveScope::is_empty")]
+    pub sensitive: SensitiveScope,
+    /// Test builds only (feature `insecure-test-authorizer`): approve every kind the
+    /// registration asks for, for tests whose subject is not approval. Never read from a file.
+    #[cfg(feature = "insecure-test-authorizer")]
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub approve_requests: bool,
 }
 
-/// A registration asked for access the operator did not grant. Its message says what to add
-/// to the plugin's config (`<name>.yaml`, or a WasmPlugin's spec), every missing grant at once.
+impl GrantConfig {
+    /// Test builds only: a config that approves whatever the plugin asks for, dangerous kinds
+    /// included (see `approve_requests`).
+    #[cfg(feature = "insecure-test-authorizer")]
+    pub fn approving_requests() -> Self {
+        Self::default().plus_requests()
+    }
+
+    /// Test builds only: this config, with whatever the plugin asks for approved besides.
+    #[cfg(feature = "insecure-test-authorizer")]
+    pub fn plus_requests(self) -> Self {
+        Self { approve_requests: true, ..self }
+    }
+
+    /// This config with everything `registration` asks for approved besides (tests only).
+    #[cfg(any(test, feature = "insecure-test-authorizer"))]
+    pub(crate) fn with_requests_of(&self, registration: &Registration) -> Self {
+        let mut config = self.clone();
+        let kinds = |gvks: &[GroupVersionKind]| gvks.iter().map(KindRef::of).collect::<Vec<_>>();
+        let for_kind = KindRef::of(&registration.for_kind);
+        let watched = registration.watches.iter().map(|w| KindRef::of(&w.kind));
+        config.read.extend([for_kind.clone()].into_iter().chain(kinds(&registration.owns)).chain(watched));
+        config.read.extend(kinds(&registration.reads));
+        config.status.insert(for_kind);
+        config.own.extend(kinds(&registration.owns));
+        config.write.extend(kinds(&registration.writes));
+        let written: Vec<KindRef> = config
+            .status
+            .iter()
+            .chain(&config.own)
+            .chain(&config.write)
+            .filter(|k| k.is_dangerous())
+            .cloned()
+            .collect();
+        config.dangerous.extend(written);
+        config
+    }
+}
+
+/// What a registration asks to do with a kind, as the config approves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verb {
+    Read,
+    Status,
+    Own,
+    Write,
+}
+
+impl Verb {
+    /// How a missing approval of this verb is listed: `read Pod`, `own ConfigMap`.
+    fn says(self) -> &'static str {
+        match self {
+            Verb::Read => "read",
+            Verb::Status => "write status of",
+            Verb::Own => "own",
+            Verb::Write => "write",
+        }
+    }
+}
+
+/// A registration asked for access the operator did not approve. Its message says what to add
+/// to the plugin's config (`<name>.yaml`, or a WasmPlugin's spec), every missing approval at once.
 #[derive(Clone, Debug, Default, PartialEq, Eq, thiserror::Error)]
-#[error("the plugin asks for access it was not granted: {}; if it should have it, add to its config `{}`{}", .missing.join(", "), self.fix(), self.dangerous_note())]
+#[error("the plugin asks for access its operator has not approved: {}; if it should have it, add to its config `{}`{}", .missing.join(", "), self.fix(), self.dangerous_note())]
 pub struct NotGranted {
-    /// One entry per missing grant, e.g. `read Secret`, `approve Node as dangerous`.
+    /// One entry per missing approval, e.g. `read Secret`, `approve Node as dangerous`.
     pub missing: Vec<String>,
     /// The kinds to add to `grants.read`.
     pub read: BTreeSet<KindRef>,
+    /// The kinds to add to `grants.status`.
+    pub status: BTreeSet<KindRef>,
+    /// The kinds to add to `grants.own`.
+    pub own: BTreeSet<KindRef>,
     /// The kinds to add to `grants.write`.
     pub write: BTreeSet<KindRef>,
     /// The kinds to add to `grants.dangerous`.
     pub dangerous: BTreeSet<KindRef>,
+    /// Whether `grants.sensitive.namespaces` must name where its sensitive kinds may be touched.
+    pub sensitive_namespaces: bool,
 }
 
 impl NotGranted {
@@ -147,15 +243,45 @@ impl NotGranted {
     /// `grants: {read: [Secret], write: [Node], dangerous: [Node]}`.
     pub fn fix(&self) -> String {
         let list = |kinds: &BTreeSet<KindRef>| kinds.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
-        let keys: Vec<String> = [("read", &self.read), ("write", &self.write), ("dangerous", &self.dangerous)]
-            .into_iter()
-            .filter(|(_, kinds)| !kinds.is_empty())
-            .map(|(key, kinds)| format!("{key}: [{}]", list(kinds)))
-            .collect();
+        let keys: Vec<String> = [
+            ("read", &self.read),
+            ("status", &self.status),
+            ("own", &self.own),
+            ("write", &self.write),
+            ("dangerous", &self.dangerous),
+        ]
+        .into_iter()
+        .filter(|(_, kinds)| !kinds.is_empty())
+        .map(|(key, kinds)| format!("{key}: [{}]", list(kinds)))
+        .chain(self.sensitive_namespaces.then(|| "sensitive: {namespaces: [<namespace>, …]}".to_owned()))
+        .collect();
         format!("grants: {{{}}}", keys.join(", "))
     }
 
-    /// Notes a missing grant once.
+    /// The kinds to add to the config's list for `verb`.
+    fn of(&mut self, verb: Verb) -> &mut BTreeSet<KindRef> {
+        match verb {
+            Verb::Read => &mut self.read,
+            Verb::Status => &mut self.status,
+            Verb::Own => &mut self.own,
+            Verb::Write => &mut self.write,
+        }
+    }
+
+    /// Leaves out `status` and `own` entries a missing `write` entry of the same kind covers.
+    fn drop_covered(&mut self) {
+        let covered: Vec<KindRef> = self.write.iter().cloned().collect();
+        for kind in covered {
+            if self.status.remove(&kind) {
+                self.missing.retain(|m| *m != format!("{} {kind}", Verb::Status.says()));
+            }
+            if self.own.remove(&kind) {
+                self.missing.retain(|m| *m != format!("{} {kind}", Verb::Own.says()));
+            }
+        }
+    }
+
+    /// Notes a missing approval once.
     fn note(&mut self, entry: String) {
         if !self.missing.contains(&entry) {
             self.missing.push(entry);
@@ -167,8 +293,8 @@ impl NotGranted {
         if self.dangerous.is_empty() {
             ""
         } else {
-            " (a dangerous kind controls the cluster: writing it needs both its `write` grant and its name in \
-             `dangerous`)"
+            " (a dangerous kind controls the cluster: writing it needs both its `status`, `own` or `write` \
+             approval and its name in `dangerous`)"
         }
     }
 }
@@ -185,60 +311,80 @@ pub struct Grants {
     /// Which objects of the for kind the plugin reconciles (the only possible controllers).
     for_filter: super::registration::EventFilter,
     namespaces: Option<NamespaceScope>,
+    /// The sensitive kinds among those the plugin may touch, and the only namespaces it may.
+    sensitive: BTreeSet<KindRef>,
+    sensitive_namespaces: BTreeSet<String>,
 }
 
 impl Grants {
     /// The effective access of `registration` under `config`, or which grants are missing.
-    pub fn resolve(registration: &Registration, config: &GrantConfig) -> Result<Self, NotGranted> {
+    pub fn resolve(registration: &Registration, config: &GrantConfig) -> Result<Self, Box<NotGranted>> {
         let mut grants = Grants {
             for_kind: Some(registration.for_kind.clone()),
             for_filter: registration.for_filter.clone(),
             namespaces: config.namespaces.clone(),
+            sensitive_namespaces: config.sensitive.namespaces.clone(),
             ..Grants::default()
         };
         let mut missing = NotGranted::default();
+        #[cfg(feature = "insecure-test-authorizer")]
+        let approving = config.approve_requests.then(|| config.with_requests_of(registration));
+        #[cfg(feature = "insecure-test-authorizer")]
+        let config = approving.as_ref().unwrap_or(config);
         let approved = |kind: &KindRef| !kind.is_dangerous() || config.dangerous.contains(kind);
-        // A kind goes into `set` if the defaults or the grants allow it; else each missing grant
-        // is noted, and a written dangerous kind needs its approval besides its grant.
-        let mut need =
-            |set: &mut BTreeSet<KindRef>, kind: KindRef, by_default: bool, verb: &str, granted: &BTreeSet<KindRef>| {
-                let write = verb != "read";
-                let sensitive = kind.is_sensitive() || (write && kind.is_dangerous());
-                let allowed = (by_default && !sensitive) || granted.contains(&kind);
-                let is_approved = !write || approved(&kind);
-                if !allowed {
-                    missing.note(format!("{verb} {kind}"));
-                    if write { &mut missing.write } else { &mut missing.read }.insert(kind.clone());
-                }
-                if !is_approved {
-                    missing.note(format!("approve {kind} as dangerous"));
-                    missing.dangerous.insert(kind.clone());
-                }
-                if allowed && is_approved {
-                    set.insert(kind);
-                }
-            };
+        // A kind goes into `set` if the operator approved it for the verb (`granted`, or
+        // `anywhere`, the `write` entry that covers every narrower write); else each missing
+        // approval is noted, and a written dangerous kind needs its approval by name besides.
+        let mut need = |set: &mut BTreeSet<KindRef>, kind: KindRef, verb: Verb, granted: &BTreeSet<KindRef>| {
+            let allowed = granted.contains(&kind) || (verb != Verb::Read && config.write.contains(&kind));
+            let is_approved = verb == Verb::Read || approved(&kind);
+            if !allowed {
+                missing.note(format!("{} {kind}", verb.says()));
+                missing.of(verb).insert(kind.clone());
+            }
+            if !is_approved {
+                missing.note(format!("approve {kind} as dangerous"));
+                missing.dangerous.insert(kind.clone());
+            }
+            if allowed && is_approved {
+                set.insert(kind);
+            }
+        };
         let for_kind = KindRef::of(&registration.for_kind);
-        need(&mut grants.read, for_kind.clone(), true, "read", &config.read);
-        need(&mut grants.write_status, for_kind, true, "write status of", &config.write);
+        need(&mut grants.read, for_kind.clone(), Verb::Read, &config.read);
+        need(&mut grants.write_status, for_kind, Verb::Status, &config.status);
         for kind in registration.owns.iter().map(KindRef::of) {
-            need(&mut grants.read, kind.clone(), true, "read", &config.read);
-            if config.write.contains(&kind) && approved(&kind) {
-                grants.write.insert(kind);
-            } else {
-                need(&mut grants.write_controlled, kind, true, "write", &config.write);
+            need(&mut grants.read, kind.clone(), Verb::Read, &config.read);
+            match config.write.contains(&kind) {
+                true => need(&mut grants.write, kind, Verb::Write, &config.write),
+                false => need(&mut grants.write_controlled, kind, Verb::Own, &config.own),
             }
         }
         for kind in registration.watches.iter().map(|w| KindRef::of(&w.kind)) {
-            need(&mut grants.read, kind, true, "read", &config.read);
+            need(&mut grants.read, kind, Verb::Read, &config.read);
         }
         for kind in registration.reads.iter().map(KindRef::of) {
-            need(&mut grants.read, kind, false, "read", &config.read);
+            need(&mut grants.read, kind, Verb::Read, &config.read);
         }
         for kind in registration.writes.iter().map(KindRef::of) {
-            need(&mut grants.write, kind, false, "write", &config.write);
+            need(&mut grants.write, kind, Verb::Write, &config.write);
         }
-        if missing.missing.is_empty() { Ok(grants) } else { Err(missing) }
+        grants.sensitive = [&grants.read, &grants.write, &grants.write_controlled, &grants.write_status]
+            .into_iter()
+            .flatten()
+            .filter(|k| k.is_sensitive() || config.sensitive.kinds.contains(k))
+            .cloned()
+            .collect();
+        if !grants.sensitive.is_empty() && config.sensitive.namespaces.is_empty() {
+            let kinds: Vec<String> = grants.sensitive.iter().map(ToString::to_string).collect();
+            missing.note(format!("name the namespaces where it may touch {} (sensitive)", kinds.join(", ")));
+            missing.sensitive_namespaces = true;
+        }
+        for ns in config.sensitive.namespaces.iter().filter(|ns| !super::host::address::is_label(ns)) {
+            missing.note(format!("`{ns}` in sensitive.namespaces is not a namespace name"));
+        }
+        missing.drop_covered();
+        if missing.missing.is_empty() { Ok(grants) } else { Err(Box::new(missing)) }
     }
 
     /// Whether the plugin may read objects of `kind`.
@@ -276,6 +422,22 @@ impl Grants {
     /// Which objects of the for kind the plugin reconciles.
     pub fn for_filter(&self) -> &super::registration::EventFilter {
         &self.for_filter
+    }
+
+    /// Whether `kind` is one of the plugin's sensitive kinds, touched only in
+    /// [`sensitive_namespaces`](Self::sensitive_namespaces).
+    pub fn is_sensitive(&self, kind: &GroupVersionKind) -> bool {
+        !self.sensitive.is_empty() && holds(&self.sensitive, kind)
+    }
+
+    /// The sensitive kinds the plugin may touch, for RBAC generation.
+    pub fn sensitive(&self) -> impl Iterator<Item = &KindRef> {
+        self.sensitive.iter()
+    }
+
+    /// The only namespaces where the plugin may touch its sensitive kinds.
+    pub fn sensitive_namespaces(&self) -> &BTreeSet<String> {
+        &self.sensitive_namespaces
     }
 
     /// The namespaces the plugin is confined to; `None`: the whole cluster.
@@ -334,9 +496,17 @@ mod tests {
         }
     }
 
+    fn config(yaml: &str) -> GrantConfig {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    /// What `registration()` asks for, approved.
+    const APPROVED: &str =
+        "{read: [ConfigMap, Namespace, Deployment.apps], status: [Deployment.apps], own: [ConfigMap]}";
+
     #[test]
-    fn defaults_allow_reading_triggers_and_writing_owned_kinds_and_for_status() {
-        let grants = Grants::resolve(&registration(), &GrantConfig::default()).unwrap();
+    fn approved_requests_read_triggers_write_owned_kinds_where_controlled_and_the_for_status() {
+        let grants = Grants::resolve(&registration(), &config(APPROVED)).unwrap();
         assert!(grants.can_read(&gvk("apps", "v1", "Deployment")));
         assert!(grants.can_read(&gvk("", "v1", "Namespace")));
         assert_eq!(grants.write_scope(&gvk("", "v1", "ConfigMap")), Some(WriteScope::Controlled));
@@ -348,25 +518,69 @@ mod tests {
     }
 
     #[test]
+    fn a_plugin_whose_operator_approved_nothing_is_refused_with_every_request_listed() {
+        let err = Grants::resolve(&registration(), &GrantConfig::default()).unwrap_err();
+        assert_eq!(
+            err.missing,
+            [
+                "read Deployment.apps",
+                "write status of Deployment.apps",
+                "read ConfigMap",
+                "own ConfigMap",
+                "read Namespace"
+            ]
+        );
+        assert!(err.to_string().contains("its operator has not approved"), "{err}");
+        assert_eq!(format!("grants: {APPROVED}"), err.fix());
+    }
+
+    #[test]
+    fn owning_a_pod_or_reconciling_a_service_is_refused_without_approval() {
+        // Held-out attacks: a pod in kube-system with a powerful ServiceAccount, a LoadBalancer
+        // ingress IP written into a Service's status (CVE-2020-8554).
+        let owns_pods =
+            Registration { owns: vec![gvk("", "v1", "Pod")], ..Registration::new(gvk("", "v1", "ConfigMap")) };
+        let err = Grants::resolve(&owns_pods, &config("{read: [ConfigMap, Pod], status: [ConfigMap]}")).unwrap_err();
+        assert_eq!(err.missing, ["own Pod"]);
+        let services = Registration::new(gvk("", "v1", "Service"));
+        let err = Grants::resolve(&services, &config("{read: [Service]}")).unwrap_err();
+        assert_eq!(err.missing, ["write status of Service"]);
+    }
+
+    #[test]
+    fn a_missing_write_approval_is_listed_without_the_status_approval_it_covers() {
+        let reg = Registration { writes: vec![gvk("apps", "v1", "Deployment")], ..registration() };
+        let err = Grants::resolve(&reg, &GrantConfig::default()).unwrap_err();
+        assert!(!err.missing.contains(&"write status of Deployment.apps".to_owned()), "{:?}", err.missing);
+        assert_eq!(
+            err.fix(),
+            "grants: {read: [ConfigMap, Namespace, Deployment.apps], own: [ConfigMap], write: [Deployment.apps]}"
+        );
+        let mut config = config(APPROVED);
+        config.status.clear();
+        config.write.insert("Deployment.apps".parse().unwrap());
+        assert!(Grants::resolve(&reg, &config).unwrap().can_write_status(&gvk("apps", "v1", "Deployment")));
+    }
+
+    #[test]
     fn extra_reads_and_writes_need_a_grant_and_the_error_lists_each() {
         let mut reg = registration();
         reg.reads.push(gvk("", "v1", "Pod"));
         reg.writes.push(gvk("", "v1", "Service"));
-        let err = Grants::resolve(&reg, &GrantConfig::default()).unwrap_err();
+        let err = Grants::resolve(&reg, &config(APPROVED)).unwrap_err();
         assert_eq!(err.missing, vec!["read Pod".to_owned(), "write Service".to_owned()]);
         assert!(err.to_string().ends_with("add to its config `grants: {read: [Pod], write: [Service]}`"), "{err}");
-        let config = GrantConfig {
-            read: ["Pod".parse().unwrap()].into(),
-            write: ["Service".parse().unwrap()].into(),
-            ..Default::default()
-        };
+        let mut config = config(APPROVED);
+        config.read.insert("Pod".parse().unwrap());
+        config.write.insert("Service".parse().unwrap());
         let grants = Grants::resolve(&reg, &config).unwrap();
         assert!(grants.can_read(&gvk("", "v1", "Pod")) && grants.can_write(&gvk("", "v1", "Service")));
     }
 
     #[test]
     fn an_explicit_write_grant_on_an_owned_kind_writes_it_anywhere() {
-        let config = GrantConfig { write: ["ConfigMap".parse().unwrap()].into(), ..Default::default() };
+        let config =
+            config("{read: [Deployment.apps, ConfigMap, Namespace], status: [Deployment.apps], write: [ConfigMap]}");
         let grants = Grants::resolve(&registration(), &config).unwrap();
         assert_eq!(grants.write_scope(&gvk("", "v1", "ConfigMap")), Some(WriteScope::Anywhere));
         assert_eq!(grants.for_kind(), Some(&gvk("apps", "v1", "Deployment")));
@@ -376,21 +590,51 @@ mod tests {
     fn secrets_need_an_explicit_grant_even_when_owned() {
         let mut reg = registration();
         reg.owns.push(gvk("", "v1", "Secret"));
-        let err = Grants::resolve(&reg, &GrantConfig::default()).unwrap_err();
-        assert_eq!(err.missing, vec!["read Secret".to_owned(), "write Secret".to_owned()]);
+        let err = Grants::resolve(&reg, &config(APPROVED)).unwrap_err();
+        assert_eq!(err.missing, vec!["read Secret".to_owned(), "own Secret".to_owned()]);
+    }
+
+    #[test]
+    fn reading_secrets_needs_the_namespaces_to_read_them_in_and_touches_them_only_there() {
+        let mut reg = registration();
+        reg.reads.push(gvk("", "v1", "Secret"));
+        let mut config = config(APPROVED);
+        config.read.insert("Secret".parse().unwrap());
+        let err = Grants::resolve(&reg, &config).unwrap_err();
+        assert_eq!(err.missing, ["name the namespaces where it may touch Secret (sensitive)"]);
+        assert_eq!(err.fix(), "grants: {sensitive: {namespaces: [<namespace>, …]}}");
+        config.sensitive.namespaces = ["team-a".to_owned(), "Team_B".to_owned()].into();
+        let err = Grants::resolve(&reg, &config).unwrap_err();
+        assert_eq!(err.missing, ["`Team_B` in sensitive.namespaces is not a namespace name"]);
+        config.sensitive.namespaces = ["team-a".to_owned()].into();
+        let grants = Grants::resolve(&reg, &config).unwrap();
+        assert!(grants.is_sensitive(&gvk("", "v1", "Secret")) && !grants.is_sensitive(&gvk("", "v1", "ConfigMap")));
+        assert_eq!(grants.sensitive_namespaces(), &config.sensitive.namespaces);
+    }
+
+    #[test]
+    fn an_operator_marks_more_kinds_sensitive_and_only_those_the_plugin_touches_count() {
+        let mut config = config(APPROVED);
+        config.sensitive.kinds = ["ConfigMap".parse().unwrap(), "Pod".parse().unwrap()].into();
+        let err = Grants::resolve(&registration(), &config).unwrap_err();
+        assert_eq!(err.missing, ["name the namespaces where it may touch ConfigMap (sensitive)"]);
+        config.sensitive.namespaces = ["team-a".to_owned()].into();
+        let grants = Grants::resolve(&registration(), &config).unwrap();
+        assert_eq!(grants.sensitive().map(ToString::to_string).collect::<Vec<_>>(), ["ConfigMap"]);
     }
 
     #[test]
     fn granting_more_than_registered_gives_nothing_extra() {
-        let config = GrantConfig { read: ["Pod".parse().unwrap()].into(), ..Default::default() };
+        let mut config = config(APPROVED);
+        config.read.insert("Pod".parse().unwrap());
         let grants = Grants::resolve(&registration(), &config).unwrap();
         assert!(!grants.can_read(&gvk("", "v1", "Pod")));
     }
 
     #[test]
     fn a_namespace_scope_parses_names_and_a_selector_and_rejects_a_bad_selector() {
-        let config: GrantConfig =
-            serde_yaml::from_str("namespaces: {names: [team-a], selector: 'team in (b,c)'}").unwrap();
+        let scoped = format!("{{namespaces: {{names: [team-a], selector: 'team in (b,c)'}}, {}", &APPROVED[1..]);
+        let config = config(&scoped);
         let scope = Grants::resolve(&registration(), &config).unwrap().namespaces().cloned().unwrap();
         assert_eq!(scope.names, ["team-a".to_owned()].into());
         let labels = [("team".to_owned(), "b".to_owned())].into();

@@ -48,7 +48,7 @@ pub enum LoadError {
     Registration(#[from] InvalidRegistration),
     /// The registration asks for more than the grants allow.
     #[error(transparent)]
-    NotGranted(#[from] NotGranted),
+    NotGranted(#[from] Box<NotGranted>),
     /// The settings do not satisfy the config's `settingsSchema`.
     #[error(transparent)]
     InvalidSettings(#[from] super::config::InvalidSettings),

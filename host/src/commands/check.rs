@@ -65,7 +65,8 @@ impl CheckArgs {
         Ok((name, plugin))
     }
 
-    /// Loads the plugin with no cluster behind it and prints what it registers and may access.
+    /// Loads the plugin with no cluster behind it and prints what it registers and may access
+    /// (everything it asks for, approved by its config; else the load fails listing what is not).
     pub async fn execute(self) -> anyhow::Result<()> {
         let (name, plugin) = self.load().await?;
         let reg = plugin.registration();
@@ -80,6 +81,7 @@ impl CheckArgs {
             plugin.grants().readable().map(ToString::to_string).collect::<Vec<_>>().join(", ")
         );
         let join = |kinds: Vec<String>| kinds.join(", ");
+        println!("writes status:  {}", join(plugin.grants().status_writable().map(ToString::to_string).collect()));
         println!("writes:         {}", join(plugin.grants().writable().map(ToString::to_string).collect()));
         println!(
             "writes where it controls the object: {}",

@@ -47,7 +47,7 @@ async fn a_canary_reports_differences_writes_nothing_and_is_promoted_compared_an
     let apply = |settings: Value, canary: Option<Value>| {
         let mut spec = json!({
             "module": { "configMap": { "name": "nsdef-module", "key": "plugin.wasm" } },
-            "grants": { "namespaces": { "names": [ns] } },
+            "grants": common::approved("namespace_defaults.wasm", json!({ "namespaces": { "names": [ns] } })),
             "settings": settings,
         });
         if let Some(canary) = canary {

@@ -9,7 +9,7 @@ fn check_prints_kinds_as_a_manifest_names_them_and_logs_without_colour_to_a_pipe
     let cache = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
         .arg("check")
-        .arg(common::plugin_dir().join("namespace_defaults.wasm"))
+        .arg(common::install_plugin(cache.path(), "namespace-defaults", "namespace_defaults.wasm", ""))
         .arg("--compile-cache")
         .arg(cache.path())
         .env_remove("NO_COLOR")
@@ -94,7 +94,9 @@ fn check_fixture(built: &str, name: &str, config: Option<&str>) -> (bool, String
     (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
-const CONTRACT_GRANTS: &str = "grants: {read: [Secret], write: [ConfigMap, Namespace, Secret]}\n";
+/// What the contract fixture asks for, approved.
+const CONTRACT_GRANTS: &str = "grants: {read: [ConfigMap, Secret], own: [Secret], write: [ConfigMap, Namespace], \
+                               sensitive: {namespaces: [team]}}\n";
 
 #[test]
 fn check_prints_each_kinds_event_filter_beside_it() {
@@ -119,9 +121,12 @@ fn a_missing_grant_names_the_config_file_and_the_grants_to_add_to_it() {
     let (ok, _, stderr) = check_contract(Some("settings: {namespace: team}\n"));
     assert!(!ok);
     assert!(stderr.contains("DIR/contract.yaml"), "the config file is to blame, not the component: {stderr}");
-    assert!(stderr.contains("not granted: read Secret, write Secret, write ConfigMap"), "each once: {stderr}");
+    let asked = "has not approved: read ConfigMap, read Secret, own Secret, write ConfigMap, write Namespace;";
+    assert!(stderr.contains(asked), "each once, and no status approval a write approval covers: {stderr}");
     assert!(
-        stderr.contains("add to its config `grants: {read: [Secret], write: [ConfigMap, Namespace, Secret]}`"),
+        stderr.contains(
+            "add to its config `grants: {read: [ConfigMap, Secret], own: [Secret], write: [ConfigMap, Namespace]}`"
+        ),
         "{stderr}"
     );
     let (ok, _, stderr) = check_contract(None);
@@ -150,7 +155,7 @@ fn a_relative_compile_cache_is_taken_from_the_working_directory() {
     let work = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
         .args(["--log", "warn", "check"])
-        .arg(common::plugin_dir().join("namespace_defaults.wasm"))
+        .arg(common::install_plugin(work.path(), "namespace-defaults", "namespace_defaults.wasm", ""))
         .args(["--compile-cache", "relative/cache"])
         .current_dir(work.path())
         .env("RUST_BACKTRACE", "0")
@@ -169,15 +174,16 @@ const SELF_DECLARED: &str = "settings:\n  for: {version: v1, kind: Node}\n  writ
 #[test]
 fn a_plugin_declaring_dangerous_kinds_is_refused_at_load_with_every_approval_to_paste() {
     // Sorted by group, then kind.
-    let write = "write: [Node, ValidatingWebhookConfiguration.admissionregistration.k8s.io, \
-                 ClusterRoleBinding.rbac.authorization.k8s.io]";
+    let approvals = "read: [Node], status: [Node], write: [ValidatingWebhookConfiguration.admissionregistration.k8s.io, \
+                     ClusterRoleBinding.rbac.authorization.k8s.io]";
+    let dangerous = "dangerous: [Node, ValidatingWebhookConfiguration.admissionregistration.k8s.io, \
+                     ClusterRoleBinding.rbac.authorization.k8s.io]";
     let (ok, _, stderr) = check_fixture("fixture_hostile.wasm", "hostile", Some(SELF_DECLARED));
     assert!(!ok, "a plugin with no grants loaded owning dangerous kinds: {stderr}");
     assert!(stderr.contains("DIR/hostile.yaml"), "the config file is to blame: {stderr}");
-    let dangerous = write.replacen("write", "dangerous", 1);
-    assert!(stderr.contains(&format!("`grants: {{{write}, {dangerous}}}`")), "{stderr}");
+    assert!(stderr.contains(&format!("`grants: {{{approvals}, {dangerous}}}`")), "{stderr}");
     let (ok, _, stderr) =
-        check_fixture("fixture_hostile.wasm", "hostile", Some(&format!("grants: {{{write}}}\n{SELF_DECLARED}")));
+        check_fixture("fixture_hostile.wasm", "hostile", Some(&format!("grants: {{{approvals}}}\n{SELF_DECLARED}")));
     assert!(!ok && stderr.contains(&format!("`grants: {{{dangerous}}}`")), "write alone is not enough: {stderr}");
 }
 
@@ -185,7 +191,10 @@ fn a_plugin_declaring_dangerous_kinds_is_refused_at_load_with_every_approval_to_
 fn check_prints_the_dangerous_kinds_a_plugin_was_approved_to_write() {
     let kinds = "[Node, ValidatingWebhookConfiguration.admissionregistration.k8s.io, \
                  ClusterRoleBinding.rbac.authorization.k8s.io]";
-    let grants = format!("grants:\n  write: {kinds}\n  dangerous: {kinds}\n");
+    let grants = format!(
+        "grants:\n  read: [Node]\n  status: [Node]\n  write: {}\n  dangerous: {kinds}\n",
+        kinds.replacen("Node, ", "", 1)
+    );
     let (ok, stdout, stderr) =
         check_fixture("fixture_hostile.wasm", "hostile", Some(&format!("{grants}{SELF_DECLARED}")));
     assert!(ok, "{stderr}");

@@ -19,7 +19,7 @@ const CONVERGE: Duration = Duration::from_secs(60);
 /// An app serving `fixture-contract` for namespace `ns` with for-filter `predicates`.
 async fn contract_app(client: &kube::Client, dir: &std::path::Path, ns: &str, predicates: &str) -> App {
     let config = format!(
-        "grants: {{read: [Secret], write: [ConfigMap, Namespace, Secret]}}\nsettings: {{namespace: {ns}, predicates: [{predicates}]}}\n"
+        "grants: {{read: [Secret], write: [ConfigMap, Namespace, Secret], sensitive: {{namespaces: [{ns}]}}}}\nsettings: {{namespace: {ns}, predicates: [{predicates}]}}\n"
     );
     let wasm = common::install_plugin(dir, "contract", "fixture_contract.wasm", &config);
     let file = PluginFile { name: "contract".into(), wasm: Some(wasm), config: Some(dir.join("contract.yaml")) };

@@ -18,11 +18,7 @@ use common::{eventually, plugin_dir};
 const CONVERGE: Duration = Duration::from_secs(60);
 
 fn namespace_defaults() -> PluginFile {
-    PluginFile {
-        name: "namespace-defaults".into(),
-        wasm: Some(plugin_dir().join("namespace_defaults.wasm")),
-        config: None,
-    }
+    common::fixture_file("namespace-defaults", "namespace_defaults.wasm", "")
 }
 
 async fn new_namespace(client: &kube::Client, prefix: &str) -> String {

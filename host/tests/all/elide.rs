@@ -302,18 +302,14 @@ fn nd_writes(app: &kubewasm_host::app::App) -> (f64, f64) {
 async fn namespace_defaults_reapplying_its_unchanged_children_sends_nothing() {
     use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
     use k8s_openapi::api::networking::v1::NetworkPolicy;
-    use kubewasm_host::app::{App, PluginFile};
+    use kubewasm_host::app::App;
 
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
-    let dir = tempfile::tempdir().unwrap();
     for elide in [true, false] {
         let ns = cp.namespace("elide-nd").await;
-        let config = dir.path().join(format!("nd-{elide}.yaml"));
-        std::fs::write(&config, format!("grants: {{namespaces: {{names: [{ns}]}}}}\nelideUnchangedWrites: {elide}\n"))
-            .unwrap();
-        let wasm = common::plugin_dir().join("namespace_defaults.wasm");
-        let file = PluginFile { name: "namespace-defaults".into(), wasm: Some(wasm), config: Some(config) };
+        let config = format!("grants: {{namespaces: {{names: [{ns}]}}}}\nelideUnchangedWrites: {elide}\n");
+        let file = common::fixture_file("namespace-defaults", "namespace_defaults.wasm", &config);
         let mut app = App::new(client.clone(), None, None).unwrap();
         app.add_plugin(&file).await.unwrap();
         let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);

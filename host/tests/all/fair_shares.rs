@@ -8,6 +8,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kubewasm_host::plugin::grants::GrantConfig;
 use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
 use kubewasm_host::plugin::limits::{LimitHit, Limits};
 use kubewasm_host::plugin::metrics::PluginMetrics;
@@ -50,8 +51,8 @@ impl Harness {
 
 /// The greedy fixture's config: `settings`, and the ConfigMap write grant it registers for.
 fn greedy_config(settings: Value) -> PluginConfig {
-    let grants = serde_yaml::from_str("write: [ConfigMap]").unwrap();
-    PluginConfig { settings: Some(settings), grants, ..Default::default() }
+    let grants = serde_yaml::from_str::<GrantConfig>("write: [ConfigMap]").unwrap().plus_requests();
+    PluginConfig { settings: Some(settings), grants, ..PluginConfig::approving_requests() }
 }
 
 fn key(name: &str) -> ObjectKey {
@@ -76,7 +77,7 @@ async fn a_plugin_asking_for_u32_max_concurrency_is_clamped_to_the_hosts_cap() {
     assert_eq!(greedy.max_concurrent(), 16);
     assert_eq!(greedy.registration().max_concurrent, Some(u32::MAX), "the registration says what it asked");
     assert_eq!(greedy.reconcile(&key("cm"), 0).await.unwrap(), Action::Done, "and it serves");
-    let config = PluginConfig { max_concurrent: Some(1000), ..Default::default() };
+    let config = PluginConfig { max_concurrent: Some(1000), ..PluginConfig::approving_requests() };
     let configured = h.load("configured", "fixture_getter.wasm", config).await.unwrap();
     assert_eq!(configured.max_concurrent(), 16, "the config file's maxConcurrent is clamped too");
 }
@@ -84,16 +85,16 @@ async fn a_plugin_asking_for_u32_max_concurrency_is_clamped_to_the_hosts_cap() {
 #[tokio::test]
 async fn a_version_whose_pool_share_does_not_fit_is_rejected_and_its_slots_come_back_when_dropped() {
     let h = Harness::new(RuntimeConfig::default().pool_instances(4));
-    let config = PluginConfig { max_concurrent: Some(4), ..Default::default() };
+    let config = PluginConfig { max_concurrent: Some(4), ..PluginConfig::approving_requests() };
     let first = h.load("first", "fixture_getter.wasm", config).await.unwrap();
     assert_eq!(h.runtime.pool_reserved(), 4);
-    let err = h.load("second", "fixture_getter.wasm", PluginConfig::default()).await.unwrap_err();
+    let err = h.load("second", "fixture_getter.wasm", PluginConfig::approving_requests()).await.unwrap_err();
     assert!(matches!(err, LoadError::PoolFull(_)), "{err:?}");
     assert!(err.to_string().contains("plugin `second`") && err.to_string().contains("4 of 4"), "{err}");
     assert_eq!(err.metric_label(), "pool_full");
     drop(first);
     assert_eq!(h.runtime.pool_reserved(), 0);
-    h.load("second", "fixture_getter.wasm", PluginConfig::default()).await.unwrap();
+    h.load("second", "fixture_getter.wasm", PluginConfig::approving_requests()).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,7 +102,7 @@ async fn a_slow_plugin_at_its_share_waits_and_does_not_fail_another_plugin() {
     let h = Harness::new(RuntimeConfig::default().pool_instances(4));
     let config = PluginConfig { max_concurrent: Some(2), ..greedy_config(json!({"sleepMs": 500})) };
     let greedy = Arc::new(h.load("greedy", GREEDY, config).await.unwrap());
-    let getter = h.load("getter", "fixture_getter.wasm", PluginConfig::default()).await.unwrap();
+    let getter = h.load("getter", "fixture_getter.wasm", PluginConfig::approving_requests()).await.unwrap();
     assert_eq!(h.runtime.pool_reserved(), 3);
     h.cache.insert(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "default"}, "data": {}}));
 

@@ -12,14 +12,14 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kubewasm_host::app::{App, PluginFile};
+use kubewasm_host::app::App;
 use kubewasm_host::hotload::Options;
 use kubewasm_host::plugin::RuntimeConfig;
 use kubewasm_host::rbac::Identity;
 use kubewasm_testenv::ControlPlane;
 use serde_json::json;
 
-use common::{eventually, metric_value, plugin_dir};
+use common::{eventually, metric_value};
 
 const CONVERGE: Duration = Duration::from_secs(60);
 
@@ -47,23 +47,12 @@ async fn a_greedy_neighbour_is_clamped_and_namespace_defaults_still_converges_be
         configmaps.create(&PostParams::default(), &cm).await.unwrap();
     }
 
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("greedy.yaml");
     let settings = json!({
         "grants": {"write": ["ConfigMap"]},
         "settings": {"maxConcurrent": u32::MAX, "selector": selector, "sleepMs": 100, "writes": 20},
     });
-    std::fs::write(&config, serde_yaml::to_string(&settings).unwrap()).unwrap();
-    let greedy = PluginFile {
-        name: "greedy".into(),
-        wasm: Some(plugin_dir().join("fixture_greedy.wasm")),
-        config: Some(config),
-    };
-    let defaults = PluginFile {
-        name: "namespace-defaults".into(),
-        wasm: Some(plugin_dir().join("namespace_defaults.wasm")),
-        config: None,
-    };
+    let greedy = common::fixture_file("greedy", "fixture_greedy.wasm", &serde_yaml::to_string(&settings).unwrap());
+    let defaults = common::fixture_file("namespace-defaults", "namespace_defaults.wasm", "");
 
     let mut app = App::new(client.clone(), None, None).unwrap();
     app.add_plugin(&greedy).await.unwrap();
@@ -160,20 +149,12 @@ async fn when_the_api_server_rejects_a_greedy_plugins_flow_the_host_pauses_it_sh
     greedy_objects(&client, &greedy_ns).await;
     reject_flow_of(&client, &name, &plugin).await;
 
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("greedy.yaml");
     let settings = json!({
         "grants": {"write": ["ConfigMap"]},
         "settings": {"maxConcurrent": 16, "selector": format!("kubewasm.test/greedy={greedy_ns}"), "writes": 20},
     });
-    std::fs::write(&config, serde_yaml::to_string(&settings).unwrap()).unwrap();
-    let greedy =
-        PluginFile { name: plugin.clone(), wasm: Some(plugin_dir().join("fixture_greedy.wasm")), config: Some(config) };
-    let defaults = PluginFile {
-        name: "namespace-defaults".into(),
-        wasm: Some(plugin_dir().join("namespace_defaults.wasm")),
-        config: None,
-    };
+    let greedy = common::fixture_file(&plugin, "fixture_greedy.wasm", &serde_yaml::to_string(&settings).unwrap());
+    let defaults = common::fixture_file("namespace-defaults", "namespace_defaults.wasm", "");
     // As `kubewasm run` sends plugins' requests: without kube's own retries, so the host sees
     // each 429.
     let identity =

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::core::GroupVersionKind;
+use kubewasm_host::plugin::grants::GrantConfig;
 use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
 use kubewasm_host::plugin::host::{ApiCall, Patch, Propagation};
 use kubewasm_host::plugin::limits::Limits;
@@ -33,7 +34,10 @@ async fn contract_calls() -> (Plugin, Arc<RecordingWriter>) {
                          "labels": labels}}));
     }
     let writer = Arc::new(RecordingWriter::serving(cache.clone()));
-    let config = PluginConfig { grants: serde_yaml::from_str("write: [ConfigMap]").unwrap(), ..Default::default() };
+    let config = PluginConfig {
+        grants: serde_yaml::from_str::<GrantConfig>("write: [ConfigMap]").unwrap().plus_requests(),
+        ..PluginConfig::approving_requests()
+    };
     let plugin = runtime
         .load("contract-calls", common::plugin_wasm(CONTRACT_CALLS), config, cache, writer.clone())
         .await
@@ -151,7 +155,7 @@ async fn the_go_build_reconciles_large_objects_many_times_in_one_instance_throug
     // One instance serves every call, so Go's heap only grows or is collected, never reset.
     let reconciles = 100;
     let limits = Limits::default().with_reuse_instances(reconciles);
-    let config = PluginConfig { limits, ..Default::default() };
+    let config = PluginConfig { limits, ..PluginConfig::approving_requests() };
     let plugin = runtime
         .load("namespace-defaults", common::plugin_wasm(GO), config, cache.clone(), writer.clone())
         .await

@@ -96,13 +96,13 @@ async fn a_swap_under_load_loses_no_key_overlaps_no_key_and_ends_on_the_new_vers
 #[case::trap_in_describe("fixture_trapper.wasm", Some("settings: {panicIn: describe}\n"), "describe() failed")]
 #[case::beyond_grants(
     "fixture_stamper.wasm",
-    Some("grants: {write: [ConfigMap]}\nsettings: {readSecrets: true}\n"),
-    "not granted: read Secret"
+    Some("grants: {read: [ConfigMap], write: [ConfigMap]}\nsettings: {readSecrets: true}\n"),
+    "has not approved: read Secret"
 )]
 #[case::invalid_settings(
     "fixture_stamper.wasm",
     Some(
-        "grants: {write: [ConfigMap]}\nsettings: {version: 2}\nsettingsSchema: {properties: {version: {type: string}}}\n"
+        "grants: {read: [ConfigMap], write: [ConfigMap]}\nsettings: {version: 2}\nsettingsSchema: {properties: {version: {type: string}}}\n"
     ),
     "/version: want string, but got number"
 )]
@@ -162,7 +162,7 @@ async fn informers_follow_registration_changes_and_the_last_unload_stops_the_wat
 
     // b now also reads Pods: one more informer; and back: released once b's old version is gone.
     let with_pods = stamper_config("v1", &label, 1)
-        .replace("grants:", "grants:\n  read: [Pod]")
+        .replace("read: [ConfigMap]", "read: [ConfigMap, Pod]")
         .replace("settings:", "settings:\n  readPods: true");
     std::fs::write(dir.path().join("b.yaml"), &with_pods).unwrap();
     source.sync().await.unwrap();
@@ -172,7 +172,7 @@ async fn informers_follow_registration_changes_and_the_last_unload_stops_the_wat
     eventually("b's Pod informer released", CONVERGE, || async { (factory.running().await == 1).then_some(()) }).await;
 
     // A WasmPlugin cannot take over a name the directory serves.
-    let config = kubewasm_host::plugin::PluginConfig::default();
+    let config = kubewasm_host::plugin::PluginConfig::approving_requests();
     let other =
         Desired { name: "a".into(), origin: Origin::WasmPlugin, wasm: plugin_module("fixture_getter.wasm"), config };
     let err = app.plugins().apply(other).await.unwrap_err();

@@ -160,3 +160,40 @@ async fn with_the_hosts_authorizer_off_the_api_server_alone_refuses_every_hostil
     breaches.assert_none("a hostile request with the host's authorizer off");
     assert!(app.shut_down(Duration::from_secs(15)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_hosts_authorizer_off_the_api_server_refuses_a_secret_read_outside_the_namespaces_named_for_secrets() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let named = cp.namespace("indep-vault").await;
+    let elsewhere = cp.namespace("indep-else").await;
+    for (ns, name) in [(&named, "in-secret"), (&elsewhere, "out-secret")] {
+        create(&Api::<Secret>::namespaced(client.clone(), ns), json!({"metadata": {"name": name}})).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let settings = json!({
+        "selector": format!("kubewasm.test/intruder={named}"), "report": "secret-report",
+        "secrets": [format!("{named}/in-secret"), format!("{elsewhere}/out-secret")],
+    });
+    let config = format!("grants: {{read: [Secret], sensitive: {{namespaces: [{named}]}}}}\nsettings: {settings}\n");
+    let wasm = common::install_plugin(dir.path(), "indep-secrets", "fixture_intruder.wasm", &config);
+    let file = kubewasm_host::app::PluginFile {
+        name: "indep-secrets".into(),
+        wasm: Some(wasm),
+        config: Some(dir.path().join("indep-secrets.yaml")),
+    };
+    let mut app = unguarded_host(&client);
+    app.add_plugin(&file).await.unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &named);
+    create(&config_maps, json!({"metadata": {"name": "trigger", "labels": {"kubewasm.test/intruder": named}}})).await;
+
+    let report =
+        eventually("the report", CONVERGE, || async { config_maps.get_opt("secret-report").await.unwrap() }).await;
+    let data = report.data.unwrap_or_default();
+    let at = |key: String| data.get(&key).cloned().unwrap_or_default();
+    assert_eq!(at(format!("get.{named}.in-secret")), "found", "RBAC allows it where named: {data:?}");
+    let outside = at(format!("get.{elsewhere}.out-secret"));
+    assert!(outside.contains("Forbidden"), "the API server refuses it elsewhere: {data:?}");
+    assert!(calls(&app, "indep-secrets", "client.get", "forbidden") >= 1.0);
+    assert!(app.shut_down(Duration::from_secs(15)).await);
+}

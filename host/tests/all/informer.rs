@@ -502,7 +502,7 @@ async fn rbac_names_a_crd_by_the_plural_the_api_server_serves_not_a_guess() {
     // A plugin reconciling octopodes.
     let registration =
         kubewasm_host::plugin::registration::Registration::new(GroupVersionKind::gvk(&group, "v1", "Octopus"));
-    let grants = Grants::resolve(&registration, &GrantConfig::default()).unwrap();
+    let grants = Grants::resolve(&registration, &GrantConfig::approving_requests()).unwrap();
     let kind = KindRef { group: group.clone(), kind: "Octopus".into() };
     assert_ne!(kubewasm_host::rbac::ResourceNames::guessed().plural(&kind), "octopodes", "kube would guess otherwise");
     let names = kubewasm_host::rbac::ResourceNames::discovered(factory.discovery(), &grants).await;

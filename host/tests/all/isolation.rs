@@ -94,7 +94,7 @@ async fn a_plugin_cannot_overwrite_another_plugins_module_config_map_whatever_it
         "metadata": {"name": victim, "labels": {"test": modules}},
         "spec": {
             "module": {"configMap": {"name": "victim-module", "key": "plugin.wasm", "sha256": digest}},
-            "grants": {"write": ["ConfigMap"]},
+            "grants": common::approved("fixture_stamper.wasm", json!({"write": ["ConfigMap"]})),
             "settings": {"version": "victim", "selector": format!("kubewasm.test/victim={modules}")},
         },
     });
@@ -315,12 +315,13 @@ async fn a_confined_plugin_is_never_handed_a_key_outside_its_namespaces() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plugin_granted_every_secret_reads_none_in_the_hosts_namespace() {
+async fn a_plugin_granted_secrets_reads_them_only_where_named_and_none_in_the_hosts_namespace() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let host = cp.namespace("iso-host").await;
     let team = cp.namespace("iso-team").await;
-    for (ns, name) in [(&host, "pull-secret"), (&team, "team-secret")] {
+    let elsewhere = cp.namespace("iso-else").await;
+    for (ns, name) in [(&host, "pull-secret"), (&team, "team-secret"), (&elsewhere, "other-secret")] {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
         let body = json!({"metadata": {"name": name}, "stringData": {"token": "s3cret"}});
         secrets.create(&PostParams::default(), &serde_json::from_value(body).unwrap()).await.unwrap();
@@ -332,8 +333,11 @@ async fn a_plugin_granted_every_secret_reads_none_in_the_hosts_namespace() {
     app.protected().namespace(&host, "is the host's own namespace");
     let mut settings = attempts(&team, json!([]));
     settings["report"] = json!("secrets-report");
-    settings["secrets"] = json!([format!("{host}/pull-secret"), format!("{team}/team-secret")]);
-    app.add_plugin(&intruder(dir.path(), "secret-reader", "grants: {read: [Secret]}\n", settings)).await.unwrap();
+    settings["secrets"] =
+        json!([format!("{host}/pull-secret"), format!("{team}/team-secret"), format!("{elsewhere}/other-secret")]);
+    // The operator names the host's namespace too: it stays hidden whatever the grants say.
+    let grants = format!("grants: {{read: [Secret], sensitive: {{namespaces: [{team}, {host}]}}}}\n");
+    app.add_plugin(&intruder(dir.path(), "secret-reader", &grants, settings)).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
     let team_api: Api<ConfigMap> = Api::namespaced(client.clone(), &team);
     create_config_map(&team_api, json!({"metadata": {"name": "trigger", "labels": {"kubewasm.test/intruder": team}}}))
@@ -348,6 +352,9 @@ async fn a_plugin_granted_every_secret_reads_none_in_the_hosts_namespace() {
     assert_eq!(at(format!("get.{team}.team-secret")), "found", "{data:?}");
     assert_eq!(at(format!("list.{team}")), "1", "{data:?}");
     assert_eq!(at(format!("cache.{host}.pull-secret")), "absent", "the cache hides it: {data:?}");
+    assert_eq!(at(format!("cache.{elsewhere}.other-secret")), "absent", "not named for Secrets: {data:?}");
+    assert_ne!(at(format!("get.{elsewhere}.other-secret")), "found", "not named for Secrets: {data:?}");
+    assert_ne!(at(format!("list.{elsewhere}")), "1", "not named for Secrets: {data:?}");
     assert_eq!(at(format!("list.{host}")), "0", "the cache lists none: {data:?}");
     assert!(at(format!("get.{host}.pull-secret")).starts_with("Forbidden"), "the uncached get: {data:?}");
     assert!(forbidden_calls(&app, "secret-reader", "client.get") >= 1.0);

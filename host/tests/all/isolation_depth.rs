@@ -48,7 +48,9 @@ async fn a_namespace_spelled_as_a_path_to_a_secret_reads_no_secret() {
     ]});
     let dir = tempfile::tempdir().unwrap();
     let mut app = App::new(client.clone(), None, None).unwrap();
-    app.add_plugin(&hostile(dir.path(), "path-reader", "grants: {read: [Secret]}\n", settings)).await.unwrap();
+    // Secrets granted in its own namespace only: the host's are what the spelling reaches for.
+    let grants = format!("grants: {{read: [Secret], sensitive: {{namespaces: [{inside}]}}}}\n");
+    app.add_plugin(&hostile(dir.path(), "path-reader", &grants, settings)).await.unwrap();
     let trigger = json!({"metadata": {"name": "depth-trigger", "labels": {"depth": "path"}}});
     let config_maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &inside);
     config_maps.create(&PostParams::default(), &serde_json::from_value(trigger).unwrap()).await.unwrap();

@@ -65,6 +65,7 @@ async fn apply_namespace_defaults(
         "metadata": {"name": name, "labels": {"test": ns}},
         "spec": {
             "module": {"oci": oci},
+            "grants": common::approved("namespace_defaults.wasm", json!({})),
             "limits": {"deadlineMs": 5000, "memoryBytes": 134217728},
             "settings": {"optOutLabel": "kubewasm.dev/no-defaults", "quota": {"pods": "20"}},
         },
@@ -250,7 +251,7 @@ async fn oci_modules_follow_tags_pin_digests_survive_registry_failures_and_resta
         "metadata": {"name": stamper_name, "labels": {"test": ns}},
         "spec": {
             "module": {"oci": {"ref": format!("{stamper_repo}:v1"), "pullSecret": "pull"}},
-            "grants": {"write": ["ConfigMap"]},
+            "grants": common::approved("fixture_stamper.wasm", json!({"write": ["ConfigMap"]})),
             "settings": {"version": "v1", "selector": "kubewasm.test/oci=nothing"},
         },
     });
@@ -441,7 +442,10 @@ async fn python_pull_and_load_beside_its_load_from_a_local_file() {
     let pusher = registry::puller(&registry);
     let reference = format!("{}/bench/namespace-defaults:py", registry.host());
     let digest = pusher.push(&reference, &Artifact::wasm(&std::fs::read(&path).unwrap()), &auth()).await.unwrap();
-    let config = PluginConfig::from_yaml("limits: {memoryBytes: 134217728, deadlineMs: 5000}\n").unwrap();
+    let config = PluginConfig {
+        grants: kubewasm_host::plugin::grants::GrantConfig::approving_requests(),
+        ..PluginConfig::from_yaml("limits: {memoryBytes: 134217728, deadlineMs: 5000}\n").unwrap()
+    };
     let load = async |wasm: std::sync::Arc<[u8]>| {
         // No compile cache: every load compiles, as a new version's first load does.
         let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
@@ -513,6 +517,7 @@ async fn a_plugin_file_naming_an_oci_module_follows_its_tag_and_keeps_serving_th
         let oci = json!({"ref": reference, "pullSecret": "pull", "signature": {"publicKey": public_pem}});
         let body = json!({
             "module": {"oci": oci},
+            "grants": common::approved("namespace_defaults.wasm", json!({})),
             "limits": {"deadlineMs": 5000, "memoryBytes": 134217728},
             "settings": {"optOutLabel": "kubewasm.dev/no-defaults", "quota": {"pods": "20"}},
         });

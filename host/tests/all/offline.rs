@@ -32,10 +32,12 @@ metadata:
 spec: {hard: {pods: \"50\"}}
 ";
 
+/// `kubewasm test` of built plugin `wasm`, beside a config approving what it asks for.
 fn kubewasm_test(wasm: &str, args: &[&str]) -> Output {
+    let file = common::fixture_file(wasm.trim_end_matches(".wasm"), wasm, "");
     Command::new(env!("CARGO_BIN_EXE_kubewasm"))
         .arg("test")
-        .arg(common::plugin_dir().join(wasm))
+        .arg(file.wasm.unwrap())
         .arg("--compile-cache")
         .arg(common::test_compile_cache())
         .args(args)
@@ -140,7 +142,8 @@ fn test_runs_a_crd_plugin_with_the_grants_of_its_config_file() {
         dir.path(),
         "configmap-sync",
         "configmap_sync.wasm",
-        "grants: {write: [ConfigMapSync.examples.kubewasm.dev]}\n",
+        "grants: {read: [ConfigMapSync.examples.kubewasm.dev, ConfigMap, Namespace], own: [ConfigMap], \
+         write: [ConfigMapSync.examples.kubewasm.dev]}\n",
     );
     let objects = write(
         dir.path(),

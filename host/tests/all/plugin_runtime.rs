@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::core::GroupVersionKind;
+use kubewasm_host::plugin::grants::GrantConfig;
 use kubewasm_host::plugin::host::ApiCall;
 use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
 use kubewasm_host::plugin::host::{CallError, EventRecord, ObjectRef};
@@ -46,7 +47,7 @@ fn key(ns: Option<&str>, name: &str) -> ObjectKey {
 }
 
 fn limits(f: impl FnOnce(Limits) -> Limits) -> PluginConfig {
-    PluginConfig { limits: f(Limits::default()), ..Default::default() }
+    PluginConfig { limits: f(Limits::default()), ..PluginConfig::approving_requests() }
 }
 
 fn namespace(name: &str, uid: &str, labels: serde_json::Value) -> serde_json::Value {
@@ -59,7 +60,8 @@ async fn a_looping_plugin_times_out_at_its_deadline_while_other_plugins_keep_rec
     let deadline = Duration::from_secs(2);
     let looper =
         Arc::new(h.load("looper", "fixture_looper.wasm", limits(|l| l.with_deadline(deadline))).await.unwrap());
-    let healthy = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    let healthy =
+        h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::approving_requests()).await.unwrap();
     h.cache.insert(&namespace("team-a", "uid-a", json!({})));
 
     let started = Instant::now();
@@ -103,7 +105,7 @@ async fn a_memory_bomb_is_stopped_at_its_cap_with_a_clear_error() {
 #[tokio::test]
 async fn a_panicking_plugin_becomes_a_trap_error_and_the_next_call_works() {
     let h = Harness::new();
-    let config = PluginConfig { settings: Some(json!({"panicIn": "map"})), ..Default::default() };
+    let config = PluginConfig { settings: Some(json!({"panicIn": "map"})), ..PluginConfig::approving_requests() };
     let trapper = h.load("trapper", "fixture_trapper.wasm", config).await.unwrap();
     let cm = GroupVersionKind::gvk("", "v1", "ConfigMap");
     let err = trapper.map(&cm, b"{}").await.unwrap_err();
@@ -111,7 +113,7 @@ async fn a_panicking_plugin_becomes_a_trap_error_and_the_next_call_works() {
     assert!(err.is_panic());
     assert_eq!(trapper.reconcile(&key(Some("default"), "cm"), 0).await.unwrap(), Action::Done);
 
-    let trapper = h.load("trapper", "fixture_trapper.wasm", PluginConfig::default()).await.unwrap();
+    let trapper = h.load("trapper", "fixture_trapper.wasm", PluginConfig::approving_requests()).await.unwrap();
     let err = trapper.reconcile(&key(Some("default"), "cm"), 0).await.unwrap_err();
     assert!(matches!(err, CallFailed::Trap(_)), "{err:?}");
     // The panic's message and location, not a dump of `<wasm function N>` frames nor advice a
@@ -128,7 +130,7 @@ async fn a_panicking_plugin_becomes_a_trap_error_and_the_next_call_works() {
 #[tokio::test]
 async fn a_trap_in_describe_rejects_the_plugin_at_load() {
     let h = Harness::new();
-    let config = PluginConfig { settings: Some(json!({"panicIn": "describe"})), ..Default::default() };
+    let config = PluginConfig { settings: Some(json!({"panicIn": "describe"})), ..PluginConfig::approving_requests() };
     let err = h.load("trapper", "fixture_trapper.wasm", config).await.unwrap_err();
     assert!(matches!(err, LoadError::Describe(CallFailed::Trap(_))), "{err:?}");
     assert_eq!(err.metric_label(), "describe");
@@ -137,7 +139,7 @@ async fn a_trap_in_describe_rejects_the_plugin_at_load() {
 #[tokio::test]
 async fn calls_outside_the_grants_return_forbidden_to_the_plugin_and_only_an_access_denied_event_is_written() {
     let h = Harness::new();
-    let plugin = h.load("forbidden", "fixture_forbidden.wasm", PluginConfig::default()).await.unwrap();
+    let plugin = h.load("forbidden", "fixture_forbidden.wasm", PluginConfig::approving_requests()).await.unwrap();
     let err = plugin.reconcile(&key(Some("default"), "cm"), 0).await.unwrap_err();
     let CallFailed::Plugin(seen) = err else { panic!("expected the plugin's own error, got {err:?}") };
     let (read, write) = seen.split_once(" | ").unwrap();
@@ -165,7 +167,7 @@ async fn calls_outside_the_grants_return_forbidden_to_the_plugin_and_only_an_acc
 #[tokio::test]
 async fn a_component_of_another_world_is_rejected_naming_the_world_and_what_is_missing() {
     let h = Harness::new();
-    let err = h.load("command", "fixture-wrong-world.wasm", PluginConfig::default()).await.unwrap_err();
+    let err = h.load("command", "fixture-wrong-world.wasm", PluginConfig::approving_requests()).await.unwrap_err();
     assert!(matches!(err, LoadError::WrongWorld(_)), "{err:?}");
     let message = err.to_string();
     assert!(message.contains("kubewasm:controller/controller@0.1.0"), "{message}");
@@ -176,7 +178,7 @@ async fn a_component_of_another_world_is_rejected_naming_the_world_and_what_is_m
 async fn garbage_bytes_and_core_modules_are_rejected_with_what_they_are() {
     let h = Harness::new();
     let load = |bytes: &'static [u8]| {
-        h.runtime.load("bad", Arc::from(bytes), PluginConfig::default(), h.cache.clone(), h.writer.clone())
+        h.runtime.load("bad", Arc::from(bytes), PluginConfig::approving_requests(), h.cache.clone(), h.writer.clone())
     };
     let garbage = load(b"#!/bin/sh\necho not wasm\n").await.unwrap_err();
     assert!(matches!(garbage, LoadError::NotWasm), "{garbage:?}");
@@ -190,7 +192,8 @@ async fn garbage_bytes_and_core_modules_are_rejected_with_what_they_are() {
 #[tokio::test]
 async fn namespace_defaults_applies_exactly_a_quota_and_a_default_deny_policy_owned_by_the_namespace() {
     let h = Harness::new();
-    let plugin = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    let plugin =
+        h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::approving_requests()).await.unwrap();
     h.cache.insert(&namespace("team-a", "uid-a", json!({"team": "a"})));
     assert_eq!(plugin.reconcile(&key(None, "team-a"), 0).await.unwrap(), Action::Done);
 
@@ -232,7 +235,7 @@ async fn namespace_defaults_applies_exactly_a_quota_and_a_default_deny_policy_ow
 async fn namespace_defaults_takes_quota_and_opt_out_label_from_its_settings() {
     let h = Harness::new();
     let settings = json!({"optOutLabel": "skip-me", "quota": {"pods": "3"}, "quotaName": "small"});
-    let config = PluginConfig { settings: Some(settings), ..Default::default() };
+    let config = PluginConfig { settings: Some(settings), ..PluginConfig::approving_requests() };
     let plugin = h.load("namespace-defaults", "namespace_defaults.wasm", config).await.unwrap();
     h.cache.insert(&namespace("a", "uid-a", json!({})));
     h.cache.insert(&namespace("b", "uid-b", json!({"skip-me": "yes"})));
@@ -256,7 +259,8 @@ async fn namespace_defaults_takes_quota_and_opt_out_label_from_its_settings() {
 #[tokio::test]
 async fn namespace_defaults_removes_its_defaults_when_a_namespace_opts_out() {
     let h = Harness::new();
-    let plugin = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    let plugin =
+        h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::approving_requests()).await.unwrap();
     h.cache.insert(&namespace("c", "uid-c", json!({"kubewasm.dev/no-defaults": ""})));
     let owner = json!([{"apiVersion": "v1", "kind": "Namespace", "name": "c", "uid": "uid-c", "controller": true}]);
     // The quota it made: the host's mark names it.
@@ -284,7 +288,8 @@ async fn a_plugin_past_its_host_call_budget_is_stopped() {
 #[tokio::test]
 async fn api_errors_reach_the_plugin_as_wit_errors_and_fail_the_reconcile() {
     let h = Harness::new();
-    let plugin = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    let plugin =
+        h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::approving_requests()).await.unwrap();
     h.cache.insert(&namespace("e", "uid-e", json!({})));
     h.writer.fail_with(CallError::Conflict("field manager conflict".into()));
     let err = plugin.reconcile(&key(None, "e"), 0).await.unwrap_err();
@@ -295,13 +300,13 @@ async fn api_errors_reach_the_plugin_as_wit_errors_and_fail_the_reconcile() {
 async fn a_second_runtime_on_the_same_cache_directory_loads_without_recompiling() {
     let dir = tempfile::tempdir().unwrap();
     let first = Harness::with_runtime(Runtime::new(RuntimeConfig::default().cache_dir(dir.path())).unwrap());
-    first.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    first.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::approving_requests()).await.unwrap();
     let stats = first.runtime.cache_stats().unwrap();
     assert_eq!((stats.hits, stats.misses), (0, 1), "the first start compiles");
 
     // A fresh runtime shares nothing in memory with the first: only the directory.
     let second = Harness::with_runtime(Runtime::new(RuntimeConfig::default().cache_dir(dir.path())).unwrap());
-    second.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    second.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::approving_requests()).await.unwrap();
     let stats = second.runtime.cache_stats().unwrap();
     assert_eq!((stats.hits, stats.misses), (1, 0), "the second start must not recompile");
 }
@@ -311,7 +316,8 @@ async fn a_runtime_that_compiles_in_a_child_process_only_reads_the_compile_cache
     let dir = tempfile::tempdir().unwrap();
     let config = RuntimeConfig::default().cache_dir(dir.path()).compile_in_child(env!("CARGO_BIN_EXE_kubewasm"));
     let h = Harness::with_runtime(Runtime::new(config).unwrap());
-    let plugin = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    let plugin =
+        h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::approving_requests()).await.unwrap();
     let stats = h.runtime.cache_stats().unwrap();
     assert_eq!((stats.hits, stats.misses), (1, 0), "the child compiled; this process only read the cache");
     h.cache.insert(&namespace("c", "uid-c", json!({})));
@@ -322,7 +328,7 @@ async fn a_runtime_that_compiles_in_a_child_process_only_reads_the_compile_cache
     // "compiler" would fail every compile) and still loads without compiling.
     let config = RuntimeConfig::default().cache_dir(dir.path()).compile_in_child("/bin/false");
     let second = Harness::with_runtime(Runtime::new(config).unwrap());
-    second.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    second.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::approving_requests()).await.unwrap();
     let stats = second.runtime.cache_stats().unwrap();
     assert_eq!((stats.hits, stats.misses), (1, 0));
 }
@@ -334,22 +340,26 @@ async fn a_component_the_compile_process_rejects_fails_only_its_own_load() {
     let h = Harness::with_runtime(Runtime::new(config).unwrap());
     // A component header followed by garbage: past the host's header check, refused by the compiler.
     let broken: Arc<[u8]> = [&b"\0asm\x0d\0\x01\0"[..], &[0xff; 64]].concat().into();
-    let err =
-        h.runtime.load("broken", broken, PluginConfig::default(), h.cache.clone(), h.writer.clone()).await.unwrap_err();
+    let err = h
+        .runtime
+        .load("broken", broken, PluginConfig::approving_requests(), h.cache.clone(), h.writer.clone())
+        .await
+        .unwrap_err();
     assert!(matches!(err, LoadError::Compile(_)), "{err:?}");
     assert!(format!("{err:?}").contains("compile process failed"), "{err:?}");
     let stats = h.runtime.cache_stats().unwrap();
     assert_eq!((stats.hits, stats.misses), (0, 0), "this process compiled nothing");
-    h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::approving_requests()).await.unwrap();
 }
 
 #[tokio::test]
 async fn a_new_version_with_the_bytes_of_a_loaded_one_is_not_compiled_again() {
     let dir = tempfile::tempdir().unwrap();
     let h = Harness::with_runtime(Runtime::new(RuntimeConfig::default().cache_dir(dir.path())).unwrap());
-    let first = h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    let first =
+        h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::approving_requests()).await.unwrap();
     // A config change: the same component, another version.
-    let config = PluginConfig { max_concurrent: Some(2), ..Default::default() };
+    let config = PluginConfig { max_concurrent: Some(2), ..PluginConfig::approving_requests() };
     let second = h.load("namespace-defaults", "namespace_defaults.wasm", config).await.unwrap();
     assert_eq!(second.max_concurrent(), 2);
     let stats = h.runtime.cache_stats().unwrap();
@@ -357,7 +367,7 @@ async fn a_new_version_with_the_bytes_of_a_loaded_one_is_not_compiled_again() {
 
     // Once no version holds it, it is not kept.
     drop((first, second));
-    h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::default()).await.unwrap();
+    h.load("namespace-defaults", "namespace_defaults.wasm", PluginConfig::approving_requests()).await.unwrap();
     let stats = h.runtime.cache_stats().unwrap();
     assert_eq!((stats.hits, stats.misses, h.runtime.compiled_reused()), (1, 1, 1), "from the disk cache this time");
 }
@@ -365,7 +375,8 @@ async fn a_new_version_with_the_bytes_of_a_loaded_one_is_not_compiled_again() {
 #[tokio::test]
 async fn a_memory_limit_above_the_hosts_maximum_is_rejected_at_load() {
     let h = Harness::new();
-    let config = PluginConfig { limits: Limits::default().with_memory_bytes(2 << 30), ..Default::default() };
+    let config =
+        PluginConfig { limits: Limits::default().with_memory_bytes(2 << 30), ..PluginConfig::approving_requests() };
     let err = h.load("namespace-defaults", "namespace_defaults.wasm", config).await.unwrap_err();
     assert!(matches!(err, LoadError::MemoryAboveMax { .. }), "{err:?}");
 }
@@ -381,7 +392,7 @@ async fn served(plugin: &Plugin, name: &str) -> Result<u64, CallFailed> {
 #[tokio::test]
 async fn every_reconcile_gets_a_fresh_instance_unless_reuse_is_configured() {
     let h = Harness::new();
-    let fresh = h.load("counter", "fixture_counter.wasm", PluginConfig::default()).await.unwrap();
+    let fresh = h.load("counter", "fixture_counter.wasm", PluginConfig::approving_requests()).await.unwrap();
     for _ in 0..3 {
         assert_eq!(served(&fresh, "cm").await.unwrap(), 1);
     }
@@ -409,7 +420,7 @@ async fn the_python_and_javascript_builds_run_under_the_default_limits_and_write
     h.cache.insert(&namespace("team-a", "uid-a", json!({})));
     let mut writes = Vec::new();
     for file in ["namespace_defaults.wasm", "namespace_defaults_py.wasm", "namespace_defaults_js.wasm"] {
-        let plugin = h.load("namespace-defaults", file, PluginConfig::default()).await.unwrap();
+        let plugin = h.load("namespace-defaults", file, PluginConfig::approving_requests()).await.unwrap();
         assert_eq!(plugin.reconcile(&key(None, "team-a"), 0).await.unwrap(), Action::Done, "{file}");
         let calls = h.writer.calls();
         writes.push(calls.into_iter().skip(writes.len() * 3).collect::<Vec<_>>());
@@ -434,7 +445,7 @@ async fn an_owned_kind_is_written_only_where_the_plugin_controls_the_object_and_
         {"how": "apply", "name": "child", "controlled": true, "data": {"k": "v"}},
     ]);
     let settings = json!({"writes": writes});
-    let config = PluginConfig { settings: Some(settings), ..Default::default() };
+    let config = PluginConfig { settings: Some(settings), ..PluginConfig::approving_requests() };
     let plugin = h.load("intruder", "fixture_intruder.wasm", config).await.unwrap();
     h.cache.insert(&json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "trigger", "namespace": "default", "uid": "uid-trigger"}}));
@@ -468,9 +479,9 @@ async fn an_explicit_write_grant_lets_a_plugin_write_its_owned_kind_anywhere() {
         {"how": "apply", "namespace": "other", "name": "x", "data": {"k": "v"}},
     ]);
     let config = PluginConfig {
-        grants: serde_yaml::from_str("write: [ConfigMap]").unwrap(),
+        grants: serde_yaml::from_str::<GrantConfig>("write: [ConfigMap]").unwrap().plus_requests(),
         settings: Some(json!({"writes": writes})),
-        ..Default::default()
+        ..PluginConfig::approving_requests()
     };
     let plugin = h.load("granted", "fixture_intruder.wasm", config).await.unwrap();
     h.cache.insert(&json!({"apiVersion": "v1", "kind": "ConfigMap",

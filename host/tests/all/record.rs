@@ -24,7 +24,8 @@ async fn a_reconcile_recorded_against_the_apiserver_replays_offline_with_the_sam
     let ns = cp.namespace("record").await;
     let uid = Api::<Namespace>::all(client.clone()).get(&ns).await.unwrap().metadata.uid.unwrap();
     let out = tempfile::tempdir().unwrap();
-    let wasm = common::plugin_dir().join("namespace_defaults.wasm").display().to_string();
+    let file = common::fixture_file("namespace-defaults", "namespace_defaults.wasm", "");
+    let wasm = file.wasm.unwrap().display().to_string();
     let kubeconfig = cp.kubeconfig_path().display().to_string();
     let dir = out.path().display().to_string();
 

@@ -38,7 +38,7 @@ async fn a_wasm_plugin_whose_settings_break_its_schema_is_rejected_and_the_old_v
             "metadata": { "name": name, "labels": { "test": ns } },
             "spec": {
                 "module": { "configMap": { "name": "stamper-module", "key": "plugin.wasm" } },
-                "grants": { "write": ["ConfigMap"] },
+                "grants": common::approved("fixture_stamper.wasm", json!({ "write": ["ConfigMap"] })),
                 "settings": { "version": version, "selector": format!("kubewasm.test/settings={ns}") },
                 "settingsSchema": {
                     "type": "object",

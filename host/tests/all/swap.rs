@@ -84,8 +84,9 @@ async fn a_swap_that_lowers_max_concurrent_never_runs_more_reconciles_at_once_th
 
 /// namespace-defaults as the operator deploys it, for both builds: the interpreters need more
 /// than the default deadline and memory.
-const DEFAULTS_CONFIG: &str =
-    "limits:\n  deadlineMs: 5000\n  memoryBytes: 134217728\nsettings:\n  quotaName: swap-quota\n";
+const DEFAULTS_CONFIG: &str = "grants:\n  read: [Namespace, ResourceQuota, NetworkPolicy.networking.k8s.io]\n  \
+    status: [Namespace]\n  own: [ResourceQuota, NetworkPolicy.networking.k8s.io]\n\
+    limits:\n  deadlineMs: 5000\n  memoryBytes: 134217728\nsettings:\n  quotaName: swap-quota\n";
 
 fn defaults(file: &str) -> Desired {
     Desired {

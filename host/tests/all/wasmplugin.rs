@@ -61,7 +61,7 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
             "metadata": { "name": name, "labels": { "test": ns } },
             "spec": {
                 "module": { "configMap": { "name": "stamper-module", "key": "plugin.wasm" } },
-                "grants": { "write": ["ConfigMap"] },
+                "grants": common::approved("fixture_stamper.wasm", json!({ "write": ["ConfigMap"] })),
                 "settings": { "version": version, "selector": label },
             },
         })
@@ -185,7 +185,7 @@ async fn a_url_module_is_downloaded_once_and_a_wrong_digest_is_refused() {
             "metadata": { "name": name, "labels": { "test": ns } },
             "spec": {
                 "module": { "url": { "url": url, "sha256": sha256 } },
-                "grants": { "write": ["ConfigMap"] },
+                "grants": common::approved("fixture_stamper.wasm", json!({ "write": ["ConfigMap"] })),
                 "settings": { "version": "from-url", "selector": label },
             },
         });
@@ -276,7 +276,7 @@ async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds
             "metadata": { "name": name, "labels": { "test": ns } },
             "spec": {
                 "module": { "configMap": { "name": "stamper-module", "key": "plugin.wasm" } },
-                "grants": grants,
+                "grants": common::approved("fixture_stamper.wasm", grants),
                 "settings": settings,
             },
         });
@@ -284,7 +284,7 @@ async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds
         async move { plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap() }
     };
     let blocked = format!("blocked-{ns}");
-    let secrets = json!({ "read": ["Secret"], "write": ["ConfigMap"] });
+    let secrets = json!({ "read": ["Secret"], "write": ["ConfigMap"], "sensitive": { "namespaces": [ns] } });
     create(blocked.clone(), secrets, json!({ "version": "blocked", "selector": "never=matched", "readSecrets": true }))
         .await;
     let good = format!("good-{ns}");
@@ -354,7 +354,7 @@ async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_for_it_and_its_can
         let module = json!({ "configMap": { "name": "stamper-module", "key": "plugin.wasm" } });
         let mut spec = json!({
             "module": module,
-            "grants": { "write": ["ConfigMap"] },
+            "grants": common::approved("fixture_stamper.wasm", json!({ "write": ["ConfigMap"] })),
             "settings": { "version": version, "selector": label },
         });
         if canary {

@@ -93,7 +93,7 @@ const CHILDREN: &str = "kubewasm.test/children";
 /// Starts the `mapper` fixture on the ConfigMaps labelled `selector`.
 async fn start_mapper(client: &kube::Client, selector: &str) -> App {
     let app = App::new(client.clone(), None, None).unwrap();
-    let config = format!("grants:\n  write: [ConfigMap]\nsettings:\n  selector: \"{selector}\"\n");
+    let config = format!("grants:\n  read: [ConfigMap]\n  write: [ConfigMap]\nsettings:\n  selector: \"{selector}\"\n");
     let config = PluginConfig::from_yaml(&config).unwrap();
     let wasm = plugin_module("fixture_mapper.wasm");
     app.plugins().apply(Desired { name: "mapper".into(), origin: Origin::Directory, wasm, config }).await.unwrap();

@@ -32,7 +32,7 @@ pub fn example_config(name: &str) -> String {
 /// Copies the example components into `dir` as `<name>.wasm`, each with its [`example_config`].
 pub fn install_examples(dir: &Path) {
     for name in ["namespace-defaults", "config-reloader", "configmap-sync"] {
-        super::install_plugin(dir, name, &format!("{}.wasm", name.replace('-', "_")), &example_config(name));
+        super::install_plugin_verbatim(dir, name, &format!("{}.wasm", name.replace('-', "_")), &example_config(name));
     }
     assert!(plugin_dir().is_dir());
 }

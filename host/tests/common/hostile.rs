@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kubewasm_host::app::{App, PluginFile};
 use serde_json::{Value, json};
 
-use super::{install_plugin, metric_value};
+use super::{install_plugin_verbatim, metric_value};
 
 /// Kinds as the fixtures' settings write them.
 pub fn config_map_kind() -> Value {
@@ -33,22 +33,39 @@ pub fn deployment_kind() -> Value {
     json!({"group": "apps", "version": "v1", "kind": "Deployment"})
 }
 
-/// A `fixture-hostile` plugin file named `name` with `grants` (a YAML line, or empty) and
-/// `settings`.
+/// A `fixture-hostile` plugin file named `name` with `settings`, and `grants` (a YAML line, or
+/// empty) besides the approval of every kind its registration asks for: the attacks are made by
+/// a plugin its operator approved, and the host judges each call.
 pub fn hostile(dir: &Path, name: &str, grants: &str, settings: Value) -> PluginFile {
-    plugin_file(dir, name, "fixture_hostile.wasm", grants, settings)
+    let kind = |k: &Value| match k["group"].as_str().unwrap_or("") {
+        "" => k["kind"].as_str().unwrap().to_owned(),
+        group => format!("{}.{group}", k["kind"].as_str().unwrap()),
+    };
+    let kinds = |key: &str| settings[key].as_array().map(|a| a.iter().map(kind).collect()).unwrap_or_default();
+    let for_kind = if settings["for"].is_null() { "ConfigMap".to_owned() } else { kind(&settings["for"]) };
+    let owns: Vec<String> = kinds("owns");
+    let read = [vec![for_kind.clone()], owns.clone()].concat();
+    let asked = json!({
+        "read": read,
+        "status": [for_kind],
+        "own": owns,
+        "write": kinds("writes"),
+    });
+    plugin_file(dir, name, "fixture_hostile.wasm", grants, asked, settings)
 }
 
-/// A `fixture-hostile-legacy` (contract 0.1) plugin file, as [`hostile`].
+/// A `fixture-hostile-legacy` (contract 0.1) plugin file, as [`hostile`]: it reconciles
+/// Namespaces and owns and watches ConfigMaps.
 pub fn hostile_legacy(dir: &Path, name: &str, grants: &str, settings: Value) -> PluginFile {
-    plugin_file(dir, name, "fixture_hostile_legacy.wasm", grants, settings)
+    let asked = json!({"read": ["Namespace", "ConfigMap"], "status": ["Namespace"], "own": ["ConfigMap"]});
+    plugin_file(dir, name, "fixture_hostile_legacy.wasm", grants, asked, settings)
 }
 
-fn plugin_file(dir: &Path, name: &str, built: &str, grants: &str, settings: Value) -> PluginFile {
-    let config = format!("{grants}settings: {settings}\n");
+fn plugin_file(dir: &Path, name: &str, built: &str, grants: &str, asked: Value, settings: Value) -> PluginFile {
+    let config = super::approving(&format!("{grants}settings: {settings}\n"), asked);
     PluginFile {
         name: name.into(),
-        wasm: Some(install_plugin(dir, name, built, &config)),
+        wasm: Some(install_plugin_verbatim(dir, name, built, &config)),
         config: Some(dir.join(format!("{name}.yaml"))),
     }
 }

@@ -71,8 +71,93 @@ pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f
     })
 }
 
-/// Writes `<name>.wasm` (a copy of a built fixture) and `<name>.yaml` into `dir`.
+/// Writes `<name>.wasm` (a copy of a built fixture) and `<name>.yaml` into `dir`: `config`, with
+/// every kind the fixture asks for approved besides ([`approving`]), as its operator would.
 pub fn install_plugin(dir: &std::path::Path, name: &str, built: &str, config: &str) -> PathBuf {
+    install_plugin_verbatim(dir, name, built, &approving(config, asked_by(built)))
+}
+
+/// What a built plugin asks for with its default settings, as its config approves it (what
+/// `kubewasm check` lists); nothing for a file that is not a plugin.
+fn asked_by(built: &str) -> serde_json::Value {
+    let reads_cm_writes_cm = serde_json::json!({"read": ["ConfigMap"], "write": ["ConfigMap"]});
+    let namespace_defaults = serde_json::json!({
+        "read": ["Namespace", "ResourceQuota", "NetworkPolicy.networking.k8s.io"],
+        "status": ["Namespace"],
+        "own": ["ResourceQuota", "NetworkPolicy.networking.k8s.io"],
+    });
+    match built.trim_end_matches(".wasm") {
+        "fixture_stamper" | "fixture_sleeper" | "fixture_mapper" | "fixture_legacy" | "fixture_greedy" => {
+            reads_cm_writes_cm
+        }
+        "fixture_intruder" => serde_json::json!({"read": ["ConfigMap"], "status": ["ConfigMap"], "own": ["ConfigMap"]}),
+        "fixture_contract" => serde_json::json!({
+            "read": ["ConfigMap", "Secret"], "status": ["ConfigMap"], "own": ["Secret"], "write": ["ConfigMap", "Namespace"],
+        }),
+        "configmap_sync" => serde_json::json!({
+            "read": ["ConfigMapSync.examples.kubewasm.dev", "ConfigMap", "Namespace"],
+            "own": ["ConfigMap"], "write": ["ConfigMapSync.examples.kubewasm.dev"],
+        }),
+        "config_reloader" => {
+            serde_json::json!({"read": ["ConfigMap", "Deployment.apps"], "write": ["Deployment.apps"]})
+        }
+        "contract_calls_go" => serde_json::json!({
+            "read": ["ConfigMap", "Service", "Deployment.apps"], "status": ["ConfigMap"],
+            "own": ["Deployment.apps"], "write": ["ConfigMap"],
+        }),
+        f if f.starts_with("namespace_defaults") => namespace_defaults,
+        f if f.starts_with("fixture_") && f != "fixture-wrong-world" => {
+            serde_json::json!({"read": ["ConfigMap"], "status": ["ConfigMap"]})
+        }
+        _ => serde_json::json!({}),
+    }
+}
+
+/// `grants` (a config's or WasmPlugin spec's `grants` object) with what built plugin `built`
+/// asks for approved besides, as its operator would.
+pub fn approved(built: &str, mut grants: serde_json::Value) -> serde_json::Value {
+    for (key, kinds) in asked_by(built).as_object().unwrap() {
+        let list = grants.as_object_mut().unwrap().entry(key.clone()).or_insert_with(|| serde_json::json!([]));
+        list.as_array_mut().unwrap().extend(kinds.as_array().unwrap().iter().cloned());
+    }
+    grants
+}
+
+/// The plugin config `config` (YAML) with the kinds of `asked` (`{read: [...], own: [...]}`)
+/// added to its `grants` lists; `config` as it is if it is not a YAML mapping (a test of a
+/// broken config).
+pub fn approving(config: &str, asked: serde_json::Value) -> String {
+    let parsed: Result<serde_json::Value, _> =
+        serde_yaml::from_str(if config.trim().is_empty() { "{}" } else { config });
+    let Ok(mut config_value @ serde_json::Value::Object(_)) = parsed else { return config.to_owned() };
+    if asked.as_object().is_none_or(|a| a.is_empty()) {
+        return config.to_owned();
+    }
+    let grants = config_value.as_object_mut().unwrap().entry("grants").or_insert_with(|| serde_json::json!({}));
+    let Some(grants) = grants.as_object_mut() else { return config.to_owned() };
+    for (key, kinds) in asked.as_object().unwrap() {
+        let list = grants.entry(key.clone()).or_insert_with(|| serde_json::json!([]));
+        if let Some(list) = list.as_array_mut() {
+            list.extend(kinds.as_array().unwrap().iter().cloned());
+        }
+    }
+    serde_yaml::to_string(&config_value).unwrap()
+}
+
+/// Built plugin `built` as plugin `name` with `config`, plus the approval of what it asks for (as
+/// [`install_plugin`]), written into a directory kept until the test process ends.
+pub fn fixture_file(name: &str, built: &str, config: &str) -> kubewasm_host::app::PluginFile {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let wasm = install_plugin(&dir, name, built, config);
+    kubewasm_host::app::PluginFile {
+        name: name.into(),
+        wasm: Some(wasm),
+        config: Some(dir.join(format!("{name}.yaml"))),
+    }
+}
+
+/// Writes `<name>.wasm` (a copy of a built fixture) and `<name>.yaml`, exactly `config`, into `dir`.
+pub fn install_plugin_verbatim(dir: &std::path::Path, name: &str, built: &str, config: &str) -> PathBuf {
     let wasm = dir.join(format!("{name}.wasm"));
     std::fs::copy(plugin_dir().join(built), &wasm)
         .unwrap_or_else(|e| panic!("copying {built}: {e}. Run `make plugins`"));

@@ -14,10 +14,10 @@ use tracing_subscriber::registry::LookupSpan;
 /// The annotation the stamper writes.
 pub const STAMP: &str = "kubewasm.test/version";
 
-/// The stamper's operator config (it patches ConfigMaps it does not own: a write grant).
+/// The stamper's operator config (it reads and patches ConfigMaps it does not own: read and write approvals).
 pub fn stamper_config(version: &str, selector: &str, max_concurrent: u32) -> String {
     format!(
-        "maxConcurrent: {max_concurrent}\ngrants:\n  write: [ConfigMap]\nsettings:\n  version: {version}\n  selector: \"{selector}\"\n"
+        "maxConcurrent: {max_concurrent}\ngrants:\n  read: [ConfigMap]\n  write: [ConfigMap]\nsettings:\n  version: {version}\n  selector: \"{selector}\"\n"
     )
 }
 

@@ -46,8 +46,9 @@ pub struct PluginCache {
     indexes: Mutex<Vec<(Informer, String)>>,
     /// The namespaces the plugin is confined to (`grants.namespaces`); `None`: all.
     scope: RwLock<Option<Scope>>,
-    /// What no plugin reads (the host's Secrets), installed by the authorizer.
-    hidden: std::sync::OnceLock<crate::plugin::protected::Protected>,
+    /// What the plugin does not read (the host's Secrets, its sensitive kinds outside their
+    /// namespaces), installed by the authorizer: again for each authorizer of this version.
+    hidden: RwLock<Option<crate::plugin::authorizer::Hidden>>,
 }
 
 /// A confined plugin's namespaces, and the Namespace informer its selector is matched on.
@@ -75,7 +76,7 @@ impl PluginCache {
             informers: RwLock::default(),
             indexes: Mutex::default(),
             scope: RwLock::default(),
-            hidden: std::sync::OnceLock::new(),
+            hidden: RwLock::default(),
         }
     }
 
@@ -89,7 +90,7 @@ impl PluginCache {
     /// Whether the plugin may see `object` of `kind`: namespaced objects in its scope, and of
     /// Namespaces those in its scope.
     fn visible(&self, kind: &GroupVersionKind, object: &CachedObject) -> bool {
-        if self.hidden.get().is_some_and(|p| p.hides(kind, object.namespace()).is_some()) {
+        if self.hidden.read().as_ref().is_some_and(|h| h.hides(kind, object.namespace())) {
             return false;
         }
         let scope = self.scope.read();
@@ -234,8 +235,8 @@ impl CacheReader for PluginCache {
         self.visible_only(kind, objects, max_bytes, "cache.by-index")
     }
 
-    fn hide(&self, protected: &crate::plugin::protected::Protected) {
-        let _ = self.hidden.set(protected.clone());
+    fn hide(&self, hidden: crate::plugin::authorizer::Hidden) {
+        *self.hidden.write() = Some(hidden);
     }
 
     fn in_scope(&self, namespace: &str) -> bool {

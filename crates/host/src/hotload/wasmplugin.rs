@@ -33,7 +33,8 @@ use crate::plugin::limits::Limits;
 pub struct WasmPluginSpec {
     /// Where the component comes from.
     pub module: ModuleSource,
-    /// Access beyond the defaults (`Kind.group` names, e.g. `Deployment.apps`).
+    /// What the operator approves the plugin to read and write, kind by kind (`Kind.group`
+    /// names, e.g. `Deployment.apps`).
     #[serde(default)]
     pub grants: GrantConfig,
     /// Sandbox limits; unset fields keep the host defaults.

@@ -45,9 +45,9 @@ impl std::fmt::Display for Permission {
     }
 }
 
-/// Every permission `grants` need, in each of its [`super::scopes`].
-pub fn wanted(grants: &Grants, names: &ResourceNames) -> Vec<Permission> {
-    super::scopes(grants, names)
+/// Every permission `grants` need, in each of its [`super::scopes`] (none in `host_namespace`).
+pub fn wanted(grants: &Grants, names: &ResourceNames, host_namespace: &str) -> Vec<Permission> {
+    super::scopes(grants, names, host_namespace)
         .iter()
         .flat_map(|(namespace, rules)| permissions(rules, namespace.as_deref()))
         .collect()
@@ -205,7 +205,7 @@ async fn reviewed(
     let host = discovery.client();
     let as_plugin = Identities::host(host.clone()).impersonating(&identity.namespace).client(plugin);
     let names = ResourceNames::discovered(discovery, grants).await;
-    let wanted = wanted(grants, &names);
+    let wanted = wanted(grants, &names, &identity.namespace);
     if provision
         && let Err(e) =
             provision_objects(host, &identity.namespace, &super::objects(plugin, grants, identity, &names)).await

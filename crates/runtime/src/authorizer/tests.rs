@@ -128,7 +128,7 @@ impl World {
     fn authorizer(&self, registration: Registration, grants: &str) -> Authorizer {
         let mut config: GrantConfig = serde_yaml::from_str(grants).unwrap();
         config.namespaces = Some(serde_yaml::from_str("names: [in]").unwrap());
-        let grants = Grants::resolve(&registration, &config).unwrap();
+        let grants = Grants::resolve(&registration, &config.with_requests_of(&registration)).unwrap();
         let protected = Protected::default();
         protected.namespace("kubewasm-system", "is the host's own namespace");
         Authorizer::new("p", grants, protected, self.cache.clone())
@@ -457,9 +457,8 @@ fn no_refusal_of_an_owned_kind_suggests_a_grant_that_opens_every_object_of_the_k
 #[test]
 fn the_host_namespace_is_protected_from_events_and_writes_of_an_unconfined_plugin() {
     let world = World::new();
-    let grants =
-        Grants::resolve(&namespace_plugin(), &serde_yaml::from_str("write: [Lease.coordination.k8s.io]").unwrap())
-            .unwrap();
+    let config: GrantConfig = serde_yaml::from_str("write: [Lease.coordination.k8s.io]").unwrap();
+    let grants = Grants::resolve(&namespace_plugin(), &config.with_requests_of(&namespace_plugin())).unwrap();
     let protected = Protected::default();
     protected.namespace("kubewasm-system", "is the host's own namespace");
     protected.leases("elect", "kubewasm");
@@ -491,5 +490,33 @@ fn the_host_namespace_is_protected_from_events_and_writes_of_an_unconfined_plugi
     let event = Request { verb: Verb::Event, target: &regarding, status: false, body: Body::None };
     assert!(
         matches!(world.decide(&authorizer, &event), Decision::Deny(ref why) if why.contains("no plugin publishes Events"))
+    );
+}
+
+#[test]
+fn a_plugin_touches_secrets_only_in_the_namespaces_named_for_them_and_the_cache_hides_the_rest() {
+    let world = World::new();
+    let registration = Registration { reads: vec![gvk("", "v1", "Secret")], ..reader_of_config_maps() };
+    let config: GrantConfig = serde_yaml::from_str("{read: [Secret], sensitive: {namespaces: [vault]}}").unwrap();
+    let grants = Grants::resolve(&registration, &config.with_requests_of(&registration)).unwrap();
+    let cache = Arc::new(MemoryCache::default());
+    let authorizer = Authorizer::new("p", grants, Protected::default(), cache.clone());
+    let secret = |ns: &str| ObjectRef { kind: gvk("", "v1", "Secret"), namespace: Some(ns.into()), name: "s".into() };
+    for (ns, allowed) in [("vault", true), ("other", false)] {
+        for verb in [Verb::Read, Verb::Get] {
+            let target = secret(ns);
+            let request = Request { verb, target: &target, status: false, body: Body::None };
+            let decision = world.decide(&authorizer, &request);
+            assert_eq!(matches!(decision, Decision::Allow { .. }), allowed, "{verb:?} {ns}: {decision:?}");
+            if !allowed {
+                assert!(matches!(decision, Decision::Deny(ref why) if why.contains("sensitive")), "{decision:?}");
+            }
+        }
+        assert_eq!(authorizer.sees(&gvk("", "v1", "Secret"), Some(ns), "s"), allowed, "{ns}");
+    }
+    assert!(authorizer.sees(&cm(), Some("other"), "c"), "other kinds are not confined");
+    let hidden = cache.hidden().expect("the authorizer installs its read rule in the cache");
+    assert!(
+        hidden.hides(&gvk("", "v1", "Secret"), Some("other")) && !hidden.hides(&gvk("", "v1", "Secret"), Some("vault"))
     );
 }

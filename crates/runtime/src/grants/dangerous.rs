@@ -4,19 +4,19 @@
 //! risks") is the start; kinds that change how the API server treats every request (admission,
 //! CRDs, aggregation, flow control) are added because one object of them reaches every other
 //! user. A plugin that owns or writes one of these kinds, or reconciles one (it writes that
-//! kind's status), needs its `grants.write` entry **and** its name in `grants.dangerous`; reads
-//! need neither (reads of [`SENSITIVE`](super::SENSITIVE) kinds still need `grants.read`).
+//! kind's status), needs its `grants.own`, `grants.write` or `grants.status` approval **and** its
+//! name in `grants.dangerous`; reads need only `grants.read`, as every kind's do.
 //! `deploy/base/plugin-dangerous-kinds-policy.yaml` refuses the same kinds to every plugin
 //! identity at the API server, whatever its RBAC, unless the operator exempts the plugin there
 //! too.
 //!
-//! Left off on purpose: Secrets (already [`SENSITIVE`](super::SENSITIVE): no plugin reads or
-//! writes them without a grant), workloads (a Pod can mount any Secret of its namespace, but
+//! Left off on purpose: Secrets (no plugin reads or writes them without the operator's approval,
+//! and `kubewasm rbac` confines their reads), workloads (a Pod can mount any Secret of its namespace, but
 //! making Pods is what controllers are for; `grants.namespaces` bounds where) and Namespaces
 //! (the most common kind to reconcile; what a plugin may change on one is the authorizer's and
 //! the mark policy's to judge).
 
-/// Kinds that control the cluster, as `(group, kind)`: writing one needs `grants.write` and
+/// Kinds that control the cluster, as `(group, kind)`: writing one needs its write approval and
 /// `grants.dangerous` both. Each group of entries says what writing it would let a plugin do.
 pub const DANGEROUS: &[(&str, &str)] = &[
     // Admission webhooks see (and mutating ones change) every request they match, Secrets
@@ -78,7 +78,7 @@ pub fn is_dangerous(group: &str, kind: &str) -> bool {
 mod tests {
     use kube::core::GroupVersionKind;
 
-    use super::super::{GrantConfig, Grants, KindRef, SENSITIVE, WriteScope};
+    use super::super::{GrantConfig, Grants, KindRef, WriteScope};
     use crate::registration::Registration;
 
     const POLICY: &str = "ValidatingAdmissionPolicy.admissionregistration.k8s.io";
@@ -95,29 +95,34 @@ mod tests {
         serde_yaml::from_str(yaml).unwrap()
     }
 
+    /// `owning_a_policy()`'s requests approved but for the policy's write, plus `more`.
+    fn approved(more: &str) -> GrantConfig {
+        config(&format!("{{read: [ConfigMap, {POLICY}], status: [ConfigMap]{more}}}"))
+    }
+
     #[test]
     fn owning_an_admission_policy_without_approval_is_refused_with_the_dangerous_fix() {
-        let err = Grants::resolve(&owning_a_policy(), &GrantConfig::default()).unwrap_err();
-        assert_eq!(err.missing, [format!("write {POLICY}"), format!("approve {POLICY} as dangerous")]);
-        assert_eq!(err.fix(), format!("grants: {{write: [{POLICY}], dangerous: [{POLICY}]}}"));
+        let err = Grants::resolve(&owning_a_policy(), &approved("")).unwrap_err();
+        assert_eq!(err.missing, [format!("own {POLICY}"), format!("approve {POLICY} as dangerous")]);
+        assert_eq!(err.fix(), format!("grants: {{own: [{POLICY}], dangerous: [{POLICY}]}}"));
         let message = err.to_string();
-        assert!(message.contains("needs both its `write` grant and its name in `dangerous`"), "{message}");
+        assert!(message.contains("`own` or `write` approval and its name in `dangerous`"), "{message}");
     }
 
     #[test]
-    fn a_write_grant_alone_or_an_approval_alone_is_not_enough() {
-        let err = Grants::resolve(&owning_a_policy(), &config(&format!("write: [{POLICY}]"))).unwrap_err();
+    fn an_own_approval_alone_or_a_dangerous_approval_alone_is_not_enough() {
+        let err = Grants::resolve(&owning_a_policy(), &approved(&format!(", own: [{POLICY}]"))).unwrap_err();
         assert_eq!(err.missing, [format!("approve {POLICY} as dangerous")]);
         assert_eq!(err.fix(), format!("grants: {{dangerous: [{POLICY}]}}"));
-        let err = Grants::resolve(&owning_a_policy(), &config(&format!("dangerous: [{POLICY}]"))).unwrap_err();
-        assert_eq!(err.fix(), format!("grants: {{write: [{POLICY}]}}"));
+        let err = Grants::resolve(&owning_a_policy(), &approved(&format!(", dangerous: [{POLICY}]"))).unwrap_err();
+        assert_eq!(err.fix(), format!("grants: {{own: [{POLICY}]}}"));
     }
 
     #[test]
-    fn owning_an_admission_policy_with_write_and_dangerous_resolves_and_says_so() {
-        let grants =
-            Grants::resolve(&owning_a_policy(), &config(&format!("write: [{POLICY}]\ndangerous: [{POLICY}]"))).unwrap();
-        assert_eq!(grants.write_scope(&policy()), Some(WriteScope::Anywhere));
+    fn owning_an_admission_policy_with_own_and_dangerous_resolves_and_says_so() {
+        let both = approved(&format!(", own: [{POLICY}], dangerous: [{POLICY}]"));
+        let grants = Grants::resolve(&owning_a_policy(), &both).unwrap();
+        assert_eq!(grants.write_scope(&policy()), Some(WriteScope::Controlled));
         assert_eq!(grants.dangerous().map(ToString::to_string).collect::<Vec<_>>(), [POLICY]);
     }
 
@@ -131,7 +136,7 @@ mod tests {
             ],
             ..Registration::new(GroupVersionKind::gvk("", "v1", "Node"))
         };
-        let err = Grants::resolve(&registration, &config("write: [Deployment.apps]")).unwrap_err();
+        let err = Grants::resolve(&registration, &config("{read: [Node], write: [Deployment.apps]}")).unwrap_err();
         // Sorted by group, then kind.
         let approvals = "dangerous: [Node, CustomResourceDefinition.apiextensions.k8s.io, \
                          ClusterRoleBinding.rbac.authorization.k8s.io]";
@@ -145,15 +150,18 @@ mod tests {
             reads: vec![GroupVersionKind::gvk("storage.k8s.io", "v1", "StorageClass")],
             ..Registration::new(GroupVersionKind::gvk("", "v1", "ConfigMap"))
         };
-        let grants = Grants::resolve(&registration, &config("read: [StorageClass.storage.k8s.io]")).unwrap();
+        let approvals = "{read: [ConfigMap, StorageClass.storage.k8s.io], status: [ConfigMap]}";
+        let grants = Grants::resolve(&registration, &config(approvals)).unwrap();
         assert!(grants.can_read(&GroupVersionKind::gvk("storage.k8s.io", "v1", "StorageClass")));
         assert_eq!(grants.dangerous().count(), 0);
     }
 
     #[test]
-    fn every_sensitive_kind_but_secret_is_dangerous_to_write() {
-        for (group, kind) in SENSITIVE.iter().filter(|(_, k)| *k != "Secret") {
-            let kind = KindRef { group: (*group).into(), kind: (*kind).into() };
+    fn service_accounts_rbac_and_wasm_plugins_are_dangerous_to_write() {
+        let rbac =
+            ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"].map(|k| ("rbac.authorization.k8s.io", k));
+        for (group, kind) in rbac.into_iter().chain([("", "ServiceAccount"), ("kubewasm.dev", "WasmPlugin")]) {
+            let kind = KindRef { group: group.into(), kind: kind.into() };
             assert!(kind.is_dangerous(), "{kind}");
         }
     }

@@ -25,7 +25,7 @@ impl KindRef {
         Self { group: gvk.group.clone(), kind: gvk.kind.clone() }
     }
 
-    /// Whether this kind needs a grant wherever it appears ([`SENSITIVE`]).
+    /// Whether this kind is always sensitive ([`SENSITIVE`]): touched only in named namespaces.
     pub fn is_sensitive(&self) -> bool {
         SENSITIVE.iter().any(|(g, k)| *g == self.group && *k == self.kind)
     }

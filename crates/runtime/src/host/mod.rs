@@ -169,12 +169,12 @@ pub trait CacheReader: Send + Sync + 'static {
         let _ = namespace;
         true
     }
-    /// Leaves out of every read from now on what `protected` hides from plugins
-    /// ([`Protected::hides`](crate::protected::Protected::hides)): the authorizer installs its
-    /// read rule here, so a cached get, list or by-index never returns it. The default holds
-    /// no host objects and ignores it.
-    fn hide(&self, protected: &crate::protected::Protected) {
-        let _ = protected;
+    /// Leaves out of every read from now on what `hidden` hides from the plugin
+    /// ([`Hidden::hides`](crate::authorizer::Hidden::hides)): the authorizer installs its read
+    /// rule here, so a cached get, list or by-index never returns it. The default holds no
+    /// host objects and ignores it.
+    fn hide(&self, hidden: crate::authorizer::Hidden) {
+        let _ = hidden;
     }
     /// The cached object, with the `managedFields` entries the cache keeps, for deciding
     /// whether a write would change it: only once the kind's cache has synced, and only an

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 pub use super::RecordingWriter;
 use super::{CacheReader, CallError, TypedObject, copy_within};
+use crate::authorizer::Hidden;
 
 type Key = (String, String, Option<String>, String);
 
@@ -19,10 +20,12 @@ fn key(kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> Key {
     (kind.group.clone(), kind.kind.clone(), namespace.map(str::to_owned), name.to_owned())
 }
 
-/// An in-memory [`CacheReader`] filled by the test.
+/// An in-memory [`CacheReader`] filled by the test. Like the informer cache's view, it leaves
+/// out of reads what the last authorizer made over it hides.
 #[derive(Default)]
 pub struct MemoryCache {
     objects: Mutex<BTreeMap<Key, Vec<u8>>>,
+    hidden: Mutex<Option<Hidden>>,
 }
 
 impl MemoryCache {
@@ -31,6 +34,16 @@ impl MemoryCache {
         let object = TypedObject::from_json(json.to_string().as_bytes()).expect("a test object with kind and name");
         let t = object.target;
         self.objects.lock().insert(key(&t.kind, t.namespace.as_deref(), &t.name), json.to_string().into_bytes());
+    }
+
+    /// The read rule the last authorizer installed ([`CacheReader::hide`]), if any.
+    pub fn hidden(&self) -> Option<Hidden> {
+        self.hidden.lock().clone()
+    }
+
+    /// Whether reads leave out objects of `kind` in `namespace`.
+    fn hides(&self, kind: &GroupVersionKind, namespace: Option<&str>) -> bool {
+        self.hidden.lock().as_ref().is_some_and(|h| h.hides(kind, namespace))
     }
 
     /// The objects of `kind` that `keep` keeps, copied only if within `max_bytes`, as the
@@ -45,7 +58,7 @@ impl MemoryCache {
         let objects = self.objects.lock();
         let kept: Vec<&Vec<u8>> = objects
             .iter()
-            .filter(|(k, _)| k.0 == kind.group && k.1 == kind.kind)
+            .filter(|(k, _)| k.0 == kind.group && k.1 == kind.kind && !self.hides(kind, k.2.as_deref()))
             .filter(|(k, v)| keep(k, &serde_json::from_slice(v).unwrap_or(Value::Null)))
             .map(|(_, v)| v)
             .collect();
@@ -62,7 +75,14 @@ fn labels_match(object: &Value, selector: &str) -> bool {
 
 impl CacheReader for MemoryCache {
     fn get(&self, kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> Result<Option<Vec<u8>>, CallError> {
+        if self.hides(kind, namespace) {
+            return Ok(None);
+        }
         Ok(self.objects.lock().get(&key(kind, namespace, name)).cloned())
+    }
+
+    fn hide(&self, hidden: Hidden) {
+        *self.hidden.lock() = Some(hidden);
     }
 
     fn list(
