@@ -43,7 +43,7 @@ async fn add_greedy(app: &mut App, client: &kube::Client, dir: &std::path::Path,
         configmaps.create(&PostParams::default(), &serde_json::from_value(cm).unwrap()).await.unwrap();
     }
     let mut config = json!({
-        "grants": {"write": ["ConfigMap"]},
+        "grants": {"read": ["ConfigMap"], "write": ["ConfigMap"]},
         "settings": {"maxConcurrent": u32::MAX, "selector": format!("kubewasm.test/greedy={ns}"), "sleepMs": 100, "writes": 20},
     });
     if qps > 0 {
@@ -99,8 +99,8 @@ async fn measure(client: &kube::Client, greedy_qps: Option<u32>, count: usize, r
     if let Some(qps) = greedy_qps {
         add_greedy(&mut app, client, dir.path(), qps, round).await;
     }
-    let wasm = common::plugin_dir().join("namespace_defaults.wasm");
-    app.add_plugin(&PluginFile { name: "namespace-defaults".into(), wasm: Some(wasm), config: None }).await.unwrap();
+    let defaults = common::fixture_file("namespace-defaults", "namespace_defaults.wasm", "");
+    app.add_plugin(&defaults).await.unwrap();
     common::eventually("readiness", Duration::from_secs(60), || async { app.readiness().is_ready().then_some(()) })
         .await;
     let variant = greedy_qps.map_or("alone".to_owned(), |q| format!("beside{q}"));

@@ -35,7 +35,7 @@ fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// `--leader-elect`.
 fn host(cp: &ControlPlane, dir: &Path, name: &str, mode: &[&str]) -> HostProcess {
     let config = format!(
-        "maxConcurrent: 4\ngrants:\n  write: [ConfigMap]\nsettings:\n  version: {name}\n  selector: \"{LABEL}\"\n"
+        "maxConcurrent: 4\ngrants:\n  read: [ConfigMap]\n  write: [ConfigMap]\nsettings:\n  version: {name}\n  selector: \"{LABEL}\"\n"
     );
     common::install_plugin(dir, "stamper", "fixture_stamper.wasm", &config);
     let mut command = kubewasm_run(dir);

@@ -113,7 +113,9 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Latenci
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::copy(setup.plugin_dir.join("fixture_latency.wasm"), plugins.join("latency.wasm"))
         .expect("fixture_latency.wasm: run `make rust-plugins`");
-    let config = format!("maxConcurrent: 1\nsettings:\n  selector: {SELECTOR}\n");
+    let config = format!(
+        "maxConcurrent: 1\ngrants: {{read: [ConfigMap], status: [ConfigMap]}}\nsettings:\n  selector: {SELECTOR}\n"
+    );
     std::fs::write(plugins.join("latency.yaml"), config).unwrap();
     let mut procs = Procs::spawn(vec![command(variant, setup, cp.kubeconfig_path(), &plugins)], work, "latency");
     let log = work.join("latency-0.log");

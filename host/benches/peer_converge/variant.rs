@@ -82,6 +82,10 @@ fn names(plugins: usize, i: usize) -> Option<(String, String, String)> {
         .then(|| (format!("namespace-defaults-{i}"), format!("default-quota-{i}"), format!("default-deny-{i}")))
 }
 
+/// What namespace-defaults asks for, approved.
+const APPROVED: &str = "grants:\n  read: [Namespace, ResourceQuota, NetworkPolicy.networking.k8s.io]\n  \
+                        status: [Namespace]\n  own: [ResourceQuota, NetworkPolicy.networking.k8s.io]\n";
+
 /// Writes `plugins` copies of namespace-defaults into `dir`, each under its own name with its
 /// own child names (settings `quotaName`, `networkPolicyName`), one reconcile at a time.
 pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize) {
@@ -96,7 +100,7 @@ pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize) {
         };
         std::fs::copy(&built, dir.join(format!("{name}.wasm")))
             .unwrap_or_else(|e| panic!("{}: {e}; run `make plugins`", built.display()));
-        std::fs::write(dir.join(format!("{name}.yaml")), format!("maxConcurrent: 1\n{settings}")).unwrap();
+        std::fs::write(dir.join(format!("{name}.yaml")), format!("maxConcurrent: 1\n{APPROVED}{settings}")).unwrap();
     }
 }
 

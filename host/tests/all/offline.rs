@@ -240,7 +240,7 @@ fn until_settled_passes_a_plugin_whose_second_reconcile_changes_nothing() {
 fn until_settled_fails_a_plugin_that_writes_a_new_value_every_reconcile_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     // The contract fixture counts its reconciles of `x` in the ConfigMap `log-x`.
-    let config = "grants: {read: [Secret], write: [ConfigMap, Namespace, Secret]}\nsettings: {namespace: t}\n";
+    let config = "grants: {read: [Secret], write: [ConfigMap, Namespace, Secret], sensitive: {namespaces: [t]}}\nsettings: {namespace: t}\n";
     let out = fixture_test(dir.path(), "fixture_contract.wasm", config, &["--until-settled=4"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
