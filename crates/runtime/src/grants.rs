@@ -21,7 +21,7 @@ use super::registration::Registration;
 mod dangerous;
 mod kind_ref;
 
-pub use dangerous::{DANGEROUS, is_dangerous};
+pub use dangerous::{DANGEROUS, DANGEROUS_STATUS, is_dangerous, is_dangerous_status};
 pub use kind_ref::KindRef;
 
 /// Kinds whose objects hold credentials, always sensitive: a plugin reads or writes them (a write
@@ -183,15 +183,10 @@ impl GrantConfig {
         config.status.insert(for_kind);
         config.own.extend(kinds(&registration.owns));
         config.write.extend(kinds(&registration.writes));
-        let written: Vec<KindRef> = config
-            .status
-            .iter()
-            .chain(&config.own)
-            .chain(&config.write)
-            .filter(|k| k.is_dangerous())
-            .cloned()
-            .collect();
-        config.dangerous.extend(written);
+        let status = config.status.iter().filter(|k| k.is_dangerous_status());
+        let written = config.own.iter().chain(&config.write).filter(|k| k.is_dangerous());
+        let dangerous: Vec<KindRef> = status.chain(written).cloned().collect();
+        config.dangerous.extend(dangerous);
         config
     }
 }
@@ -272,7 +267,7 @@ impl NotGranted {
     fn drop_covered(&mut self) {
         let covered: Vec<KindRef> = self.write.iter().cloned().collect();
         for kind in covered {
-            if self.status.remove(&kind) {
+            if !kind.is_dangerous_status() && self.status.remove(&kind) {
                 self.missing.retain(|m| *m != format!("{} {kind}", Verb::Status.says()));
             }
             if self.own.remove(&kind) {
@@ -331,13 +326,20 @@ impl Grants {
         let approving = config.approve_requests.then(|| config.with_requests_of(registration));
         #[cfg(feature = "insecure-test-authorizer")]
         let config = approving.as_ref().unwrap_or(config);
-        let approved = |kind: &KindRef| !kind.is_dangerous() || config.dangerous.contains(kind);
+        let approved = |kind: &KindRef, verb: Verb| {
+            let dangerous = if verb == Verb::Status { kind.is_dangerous_status() } else { kind.is_dangerous() };
+            !dangerous || config.dangerous.contains(kind)
+        };
+        // `write` covers `status` and `own`, but not a status that is dangerous on its own.
+        let covers = |verb: Verb, kind: &KindRef| {
+            verb != Verb::Read && config.write.contains(kind) && !(verb == Verb::Status && kind.is_dangerous_status())
+        };
         // A kind goes into `set` if the operator approved it for the verb (`granted`, or
         // `anywhere`, the `write` entry that covers every narrower write); else each missing
         // approval is noted, and a written dangerous kind needs its approval by name besides.
         let mut need = |set: &mut BTreeSet<KindRef>, kind: KindRef, verb: Verb, granted: &BTreeSet<KindRef>| {
-            let allowed = granted.contains(&kind) || (verb != Verb::Read && config.write.contains(&kind));
-            let is_approved = verb == Verb::Read || approved(&kind);
+            let allowed = granted.contains(&kind) || covers(verb, &kind);
+            let is_approved = verb == Verb::Read || approved(&kind, verb);
             if !allowed {
                 missing.note(format!("{} {kind}", verb.says()));
                 missing.of(verb).insert(kind.clone());
@@ -408,9 +410,11 @@ impl Grants {
         self.write_scope(kind).is_some()
     }
 
-    /// Whether the plugin may write the status subresource of any object of `kind`.
+    /// Whether the plugin may write the status subresource of any object of `kind` (a `write`
+    /// approval covers it, but for [`DANGEROUS_STATUS`] kinds).
     pub fn can_write_status(&self, kind: &GroupVersionKind) -> bool {
-        holds(&self.write_status, kind) || holds(&self.write, kind)
+        holds(&self.write_status, kind)
+            || (holds(&self.write, kind) && !is_dangerous_status(&kind.group, &kind.kind))
     }
 
     /// The plugin's for kind, whose cached objects control what it writes under
@@ -458,7 +462,8 @@ impl Grants {
     /// Kinds whose status the plugin may write (its for kind, and kinds writable anywhere), for
     /// RBAC generation.
     pub fn status_writable(&self) -> impl Iterator<Item = &KindRef> {
-        self.write_status.iter().chain(self.write.iter().filter(|k| !self.write_status.contains(k)))
+        let covered = self.write.iter().filter(|k| !self.write_status.contains(k) && !k.is_dangerous_status());
+        self.write_status.iter().chain(covered)
     }
 
     /// Kinds writable where the plugin controls the object, for RBAC generation and diagnostics.
@@ -470,7 +475,8 @@ impl Grants {
     /// sorted, for diagnostics.
     pub fn dangerous(&self) -> impl Iterator<Item = &KindRef> {
         let written = self.write.iter().chain(&self.write_controlled).chain(&self.write_status);
-        written.filter(|k| k.is_dangerous()).collect::<BTreeSet<_>>().into_iter()
+        let status = self.write_status.iter().filter(|k| k.is_dangerous_status());
+        written.filter(|k| k.is_dangerous()).chain(status).collect::<BTreeSet<_>>().into_iter()
     }
 }
 
@@ -560,6 +566,25 @@ mod tests {
         config.status.clear();
         config.write.insert("Deployment.apps".parse().unwrap());
         assert!(Grants::resolve(&reg, &config).unwrap().can_write_status(&gvk("apps", "v1", "Deployment")));
+    }
+
+    #[test]
+    fn a_services_or_pods_status_is_dangerous_and_a_write_approval_does_not_cover_it() {
+        let services = Registration::new(gvk("", "v1", "Service"));
+        let err = Grants::resolve(&services, &config("{read: [Service], status: [Service]}")).unwrap_err();
+        assert_eq!(err.missing, ["approve Service as dangerous"]);
+        let grants = Grants::resolve(&services, &config("{read: [Service], status: [Service], dangerous: [Service]}"));
+        assert!(grants.unwrap().can_write_status(&gvk("", "v1", "Service")));
+        // Writing Services anywhere is not dangerous; their status still is.
+        let writer = Registration { writes: vec![gvk("", "v1", "Service")], ..registration() };
+        let mut config = config(APPROVED);
+        config.write.insert("Service".parse().unwrap());
+        let grants = Grants::resolve(&writer, &config).unwrap();
+        assert!(grants.can_write(&gvk("", "v1", "Service")) && !grants.can_write_status(&gvk("", "v1", "Service")));
+        assert!(!grants.status_writable().any(|k| k.kind == "Service"), "no RBAC for services/status either");
+        let pods = Registration::new(gvk("", "v1", "Pod"));
+        let err = Grants::resolve(&pods, &self::config("{read: [Pod], write: [Pod]}")).unwrap_err();
+        assert_eq!(err.fix(), "grants: {status: [Pod], dangerous: [Pod]}", "{:?}", err.missing);
     }
 
     #[test]

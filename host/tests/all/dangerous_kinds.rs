@@ -9,11 +9,11 @@ use crate::common;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kubewasm_host::identity::Identities;
-use kubewasm_host::plugin::grants::DANGEROUS;
+use kubewasm_host::plugin::grants::{DANGEROUS, DANGEROUS_STATUS};
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 
@@ -166,6 +166,22 @@ async fn a_plugin_bound_to_cluster_admin_is_refused_dangerous_kinds_unless_exemp
     let token = as_hostile.create_token_request("victim", &PostParams::default(), &request).await;
     let refused = token.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(refused.contains("plugin hostile may not CREATE serviceaccounts (token)"), "{refused}");
+
+    // A Service it may make, but not the load balancer address in its status (CVE-2020-8554);
+    // nor Endpoints, which send the Service's traffic anywhere.
+    let services = Api::<Service>::namespaced(hostile.clone(), "default");
+    let service = json!({"metadata": {"name": "hostile-svc"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}});
+    services.create(&PostParams::default(), &serde_json::from_value(service).unwrap()).await.unwrap();
+    let ingress = json!({"status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.53"}]}}});
+    let status = services.patch_status("hostile-svc", &PatchParams::default(), &Patch::Merge(&ingress)).await;
+    let refused = status.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(refused.contains("plugin hostile may not UPDATE services (status)"), "{refused}");
+    let endpoints = json!({"metadata": {"name": "hostile-svc"}, "subsets": [{"addresses": [{"ip": "10.0.0.53"}]}]});
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Endpoints"));
+    let endpoints_api = Api::<DynamicObject>::namespaced_with(hostile.clone(), "default", &resource);
+    let made = endpoints_api.create(&PostParams::default(), &serde_json::from_value(endpoints).unwrap()).await;
+    let refused = made.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(refused.contains("plugin hostile may not CREATE endpoints"), "{refused}");
 }
 
 #[test]
@@ -192,6 +208,12 @@ fn the_policy_matches_every_dangerous_kind_and_its_subresources() {
             if !matched(group, &resource) {
                 unmatched.push(format!("{group}/{resource}"));
             }
+        }
+    }
+    for &(group, kind) in DANGEROUS_STATUS {
+        let plural = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind)).plural;
+        if !matched(group, &format!("{plural}/status")) {
+            unmatched.push(format!("{group}/{plural}/status"));
         }
     }
     assert!(unmatched.is_empty(), "DANGEROUS kinds the policy does not refuse: {unmatched:?}");

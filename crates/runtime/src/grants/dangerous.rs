@@ -10,6 +10,10 @@
 //! identity at the API server, whatever its RBAC, unless the operator exempts the plugin there
 //! too.
 //!
+//! Some kinds are dangerous only in their status ([`DANGEROUS_STATUS`]: a Service's load
+//! balancer addresses, a Pod's readiness); writing that status needs the approval, and a `write`
+//! approval of such a kind covers its objects but not its status.
+//!
 //! Left off on purpose: Secrets (no plugin reads or writes them without the operator's approval,
 //! and `kubewasm rbac` confines their reads), workloads (a Pod can mount any Secret of its namespace, but
 //! making Pods is what controllers are for; `grants.namespaces` bounds where) and Namespaces
@@ -67,11 +71,34 @@ pub const DANGEROUS: &[(&str, &str)] = &[
     // A WasmPlugin says what code the host runs and with which grants: writing one would let a
     // plugin grant itself (or a plugin of its choosing) anything, this list included.
     ("kubewasm.dev", "WasmPlugin"),
+    // Endpoints and EndpointSlices say where a Service's traffic goes: a plugin writing one sends
+    // another workload's clients to an address of its choosing (CVE-2021-25740; Kubernetes took
+    // Endpoints writes out of its `edit` and `admin` roles for it).
+    ("", "Endpoints"),
+    ("discovery.k8s.io", "EndpointSlice"),
+];
+
+/// Kinds whose status steers the cluster though their objects do not, as `(group, kind)`:
+/// writing that status (reconciling the kind, or a `write` approval, which otherwise covers
+/// status) needs the operator's approval in `grants.dangerous`; the objects themselves do not.
+pub const DANGEROUS_STATUS: &[(&str, &str)] = &[
+    // A Service's status holds its load balancer's ingress addresses, which kube-proxy routes the
+    // cluster's traffic for that address to (CVE-2020-8554).
+    ("", "Service"),
+    // A Pod's conditions say whether it is Ready: a plugin could take every replica of any
+    // workload (CoreDNS included) out of its Services, or put a broken one in.
+    ("", "Pod"),
 ];
 
 /// Whether writing `kind` of `group` needs the operator's approval as dangerous.
 pub fn is_dangerous(group: &str, kind: &str) -> bool {
     DANGEROUS.iter().any(|(g, k)| *g == group && *k == kind)
+}
+
+/// Whether writing the status of `kind` of `group` needs the operator's approval as dangerous
+/// ([`DANGEROUS`] kinds, and [`DANGEROUS_STATUS`] ones).
+pub fn is_dangerous_status(group: &str, kind: &str) -> bool {
+    is_dangerous(group, kind) || DANGEROUS_STATUS.iter().any(|(g, k)| *g == group && *k == kind)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use kube::core::GroupVersionKind;
 use serde::{Deserialize, Serialize};
 
-use super::{SENSITIVE, is_dangerous};
+use super::{SENSITIVE, is_dangerous, is_dangerous_status};
 
 /// A kind regardless of version, written as kubectl does: `Kind.group`, or `Kind` for the core
 /// group (`Secret`, `Deployment.apps`, `ConfigMapSync.examples.kubewasm.dev`).
@@ -33,6 +33,11 @@ impl KindRef {
     /// Whether writing this kind needs the operator's approval in `grants.dangerous`.
     pub fn is_dangerous(&self) -> bool {
         is_dangerous(&self.group, &self.kind)
+    }
+
+    /// Whether writing this kind's status needs the operator's approval in `grants.dangerous`.
+    pub fn is_dangerous_status(&self) -> bool {
+        is_dangerous_status(&self.group, &self.kind)
     }
 }
 
