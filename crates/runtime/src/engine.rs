@@ -314,9 +314,16 @@ pub struct Runtime {
     pub(crate) write_rate: WriteRate,
     pub(crate) protected: Protected,
     pub(crate) authorizer_off: bool,
+    /// What the API server refused plugins that the host allowed.
+    pub(crate) refusals: crate::refusals::Refusals,
 }
 
 impl Runtime {
+    /// Requests the host allowed and the API server refused, per plugin.
+    pub fn refusals(&self) -> &crate::refusals::Refusals {
+        &self.refusals
+    }
+
     /// The plugin metrics every plugin of this runtime counts into.
     pub fn metrics(&self) -> &PluginMetrics {
         &self.metrics
@@ -388,6 +395,7 @@ impl Runtime {
             write_rate: config.write_rate,
             protected: config.protected,
             authorizer_off: config.authorizer_off,
+            refusals: Default::default(),
         })
     }
 

@@ -29,6 +29,7 @@ mod loader;
 pub mod metrics;
 pub mod pool;
 pub mod protected;
+pub mod refusals;
 pub mod registration;
 mod state;
 pub mod throttle;

@@ -196,6 +196,7 @@ impl Runtime {
                 event_limiter: event_limiter.clone(),
                 output_limiter: output_limiter.clone(),
                 metrics: self.metrics.clone(),
+                refusals: self.refusals.clone(),
             })
         };
         // describe() runs with no grants: it may log and read its settings, nothing else.

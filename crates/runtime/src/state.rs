@@ -42,6 +42,8 @@ pub(crate) struct PluginShared {
     /// token); lines past it are dropped, so a plugin cannot flood the log by calling often.
     pub(crate) output_limiter: Arc<WriteLimiter>,
     pub(crate) metrics: PluginMetrics,
+    /// Where a request the API server refused is kept for the plugin's status.
+    pub(crate) refusals: crate::refusals::Refusals,
 }
 
 /// Store data of one plugin instance; lives for one reconcile (or one describe/map call).

@@ -43,6 +43,7 @@ mod oci;
 mod offline;
 mod plugin_runtime;
 mod readiness;
+mod refused;
 mod record;
 mod rejected;
 mod sandbox;

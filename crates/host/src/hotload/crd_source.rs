@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 mod canary;
 mod oci;
+mod refusals;
 
 use canary::canary_status;
 pub use canary::{CANARY_DIFFERS, CANARY_FAILED, CANARY_REPORT_INTERVAL};
@@ -250,6 +251,8 @@ impl WasmPluginSource {
         let queue: WorkQueue<String> = WorkQueue::new(QueueConfig::default().name("wasmplugins"));
         let _registrations =
             [plugin_trigger(&plugins, queue.clone()), module_trigger(&modules, plugins.clone(), queue.clone())];
+        let refusals = self.plugins.runtime().refusals();
+        refusals::refusal_trigger(refusals, plugins.clone(), queue.clone(), RBAC_RECHECK, shutdown.clone());
         for informer in [&plugins, &modules] {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -483,10 +486,23 @@ impl WasmPluginSource {
             let (ok, reason, message) = split.condition();
             status.push(cond("Sharded", ok, reason, &message));
         }
-        if let Some(missing) = serving.as_ref().and_then(|s| s.rbac_missing.as_ref()) {
-            let lacking = !missing.is_empty();
-            let reason = if lacking { "RBACMissing" } else { "AsExpected" };
-            status.push(cond("RBACMissing", lacking, reason, &missing.join("; ")));
+        // A request the API server refused at run time (since the last report) says the same as
+        // a right the review found missing, with the request: the identity lacks a right, or an
+        // admission policy refuses it.
+        let refused = serving.as_ref().and_then(|_| self.plugins.runtime().refusals().take(name));
+        let missing = serving.as_ref().and_then(|s| s.rbac_missing.clone());
+        match (&refused, &missing) {
+            (Some(refused), missing) => {
+                let reviewed = missing.as_ref().filter(|m| !m.is_empty()).map(|m| format!("; lacking: {}", m.join("; ")));
+                let message = format!("{refused}{}", reviewed.unwrap_or_default());
+                status.push(cond("RBACMissing", true, "APIServerForbidden", &message));
+            }
+            (None, Some(missing)) => {
+                let lacking = !missing.is_empty();
+                let reason = if lacking { "RBACMissing" } else { "AsExpected" };
+                status.push(cond("RBACMissing", lacking, reason, &missing.join("; ")));
+            }
+            (None, None) => {}
         }
         let status = WasmPluginStatus {
             conditions: status,
@@ -501,7 +517,8 @@ impl WasmPluginSource {
         let wants_canary = plugin.is_some_and(|p| p.spec.canary.is_some());
         let status =
             WasmPluginStatus { canary: wants_canary.then(|| canary_status(canary.as_ref(), canary_error)), ..status };
-        let lacking = serving.as_ref().and_then(|s| s.rbac_missing.as_ref()).is_some_and(|m| !m.is_empty());
+        let lacking = refused.is_some()
+            || serving.as_ref().and_then(|s| s.rbac_missing.as_ref()).is_some_and(|m| !m.is_empty());
         let next = match (retry, &waiting) {
             (_, Some(_)) => Followup::WaitForCaches,
             (true, None) => Followup::Retry,

@@ -455,6 +455,11 @@ impl LoadedPlugins {
         &self.ctx
     }
 
+    /// The runtime the plugins are loaded with (what the API server refused them, among others).
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
     /// Gates the workers of controllers wired from now on (leader election).
     pub fn set_leader_gate(&mut self, gate: crate::leader::LeaderGate) {
         self.ctx.leader = gate;

@@ -36,7 +36,9 @@ impl PluginCtx {
         // or an admission policy refused it): an `AccessDenied` Event too, or the operator would
         // see a plugin that fails every reconcile and a status that says all is well.
         if let Err(CallError::Forbidden(message)) = &result {
-            self.denied.push(format!("{}: the API server refused it: {message}", call.summary()));
+            let refusal = format!("{}: the API server refused it: {message}", call.summary());
+            self.shared.refusals.record(&self.shared.caller.plugin, &refusal);
+            self.denied.push(refusal);
         }
         result
     }
