@@ -192,15 +192,16 @@ fn confined_scopes(
     scopes
 }
 
-/// [`objects`] as multi-document YAML.
+/// [`objects`], with `extra` rules in the plugin's roles ([`with_rules`]), as multi-document YAML.
 pub fn manifest(
     plugin: &str,
     grants: &Grants,
     identity: &Identity,
     names: &ResourceNames,
+    extra: &[PolicyRule],
 ) -> Result<String, serde_yaml::Error> {
-    let docs: Result<Vec<String>, _> =
-        objects(plugin, grants, identity, names).iter().map(serde_yaml::to_string).collect();
+    let objects = with_rules(objects(plugin, grants, identity, names), plugin, extra);
+    let docs: Result<Vec<String>, _> = objects.iter().map(serde_yaml::to_string).collect();
     Ok(docs?.join("---\n"))
 }
 
@@ -271,6 +272,43 @@ pub fn objects(plugin: &str, grants: &Grants, identity: &Identity, names: &Resou
     docs
 }
 
+/// What writing some of `grants`' kinds needs that no rule derived from grants can give, one
+/// sentence each: a binding needs `bind` on the role it names, and a role `escalate`, unless the
+/// identity already holds every right they grant (RBAC's escalation check); which roles, the
+/// grants do not say. `kubewasm rbac --rules` takes them from the operator.
+pub fn underivable(grants: &Grants) -> Vec<String> {
+    let written: Vec<&KindRef> = grants.writable().chain(grants.writable_controlled()).collect();
+    let rbac = |kind: &str| written.iter().any(|k| k.group == "rbac.authorization.k8s.io" && k.kind == kind);
+    let mut notes = Vec::new();
+    for binding in ["RoleBinding", "ClusterRoleBinding"].into_iter().filter(|k| rbac(k)) {
+        notes.push(format!(
+            "writing {binding}s needs `bind` on each role they name (or every right that role grants): \
+             give it in a rules file, e.g. {{apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], \
+             verbs: [bind], resourceNames: [view]}}"
+        ));
+    }
+    for role in ["Role", "ClusterRole"].into_iter().filter(|k| rbac(k)) {
+        notes.push(format!(
+            "writing {role}s needs `escalate` on them (or every right they grant): give it in a rules file"
+        ));
+    }
+    notes
+}
+
+/// `docs` ([`objects`]) with `extra` rules added to the plugin's own roles: the ClusterRole, or
+/// each Role holding its rules (not the host's impersonation role).
+pub fn with_rules(mut docs: Vec<serde_json::Value>, plugin: &str, extra: &[PolicyRule]) -> Vec<serde_json::Value> {
+    let sa = service_account_name(plugin);
+    for doc in docs.iter_mut().filter(|d| matches!(d["kind"].as_str(), Some("Role" | "ClusterRole"))) {
+        if doc["metadata"]["name"] == sa.as_str()
+            && let Some(rules) = doc["rules"].as_array_mut()
+        {
+            rules.extend(extra.iter().map(|r| serde_json::to_value(r).expect("a rule serializes")));
+        }
+    }
+    docs
+}
+
 /// The object as JSON with its `apiVersion` and `kind`.
 fn typed<K: k8s_openapi::Resource + serde::Serialize>(object: K) -> serde_json::Value {
     let mut value = serde_json::to_value(&object).expect("a Kubernetes object serializes");
@@ -338,6 +376,7 @@ mod tests {
             &grants("write: [Deployment.apps]\nnamespaces: {names: [a, b]}"),
             &identity(),
             &ResourceNames::guessed(),
+            &[],
         )
         .unwrap();
         let docs: Vec<serde_json::Value> =
@@ -420,9 +459,38 @@ mod tests {
     }
 
     #[test]
+    fn binding_roles_is_said_to_need_rules_the_grants_cannot_give_and_extra_rules_join_the_plugins_role() {
+        let binding = "RoleBinding.rbac.authorization.k8s.io";
+        let registration = Registration {
+            writes: vec![GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "RoleBinding")],
+            ..Registration::new(GroupVersionKind::gvk("", "v1", "Namespace"))
+        };
+        let config = format!("{{read: [Namespace], status: [Namespace], write: [{binding}], dangerous: [{binding}]}}");
+        let grants = Grants::resolve(&registration, &serde_yaml::from_str::<GrantConfig>(&config).unwrap()).unwrap();
+        let notes = underivable(&grants);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("writing RoleBindings needs `bind`"), "{notes:?}");
+        assert!(underivable(&self::grants("")).is_empty(), "nothing to say of a plugin writing no RBAC");
+
+        let bind: PolicyRule = serde_yaml::from_str(
+            "{apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind], resourceNames: [view]}",
+        )
+        .unwrap();
+        let yaml = manifest("nsaas", &grants, &identity(), &ResourceNames::guessed(), &[bind]).unwrap();
+        let docs: Vec<serde_json::Value> =
+            serde_yaml::Deserializer::from_str(&yaml).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+        let role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+        let last = role["rules"].as_array().unwrap().last().unwrap();
+        assert_eq!(last["verbs"], serde_json::json!(["bind"]), "{role}");
+        let impersonate = docs.iter().find(|d| d["kind"] == "Role").unwrap();
+        assert_eq!(impersonate["rules"].as_array().unwrap().len(), 1, "the host's impersonation role is left alone");
+    }
+
+    #[test]
     fn an_unconfined_plugin_gets_a_cluster_role() {
         let yaml =
-            manifest("defaults", &grants("write: [Deployment.apps]"), &identity(), &ResourceNames::guessed()).unwrap();
+            manifest("defaults", &grants("write: [Deployment.apps]"), &identity(), &ResourceNames::guessed(), &[])
+                .unwrap();
         assert!(yaml.contains("kind: ClusterRole\n") && yaml.contains("kind: ClusterRoleBinding\n"), "{yaml}");
     }
 }

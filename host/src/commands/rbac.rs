@@ -1,6 +1,8 @@
 //! `kubewasm rbac`: the least-privilege RBAC of one plugin's own identity, as YAML.
 
+use anyhow::Context as _;
 use clap::Args;
+use k8s_openapi::api::rbac::v1::PolicyRule;
 
 use super::check::CheckArgs;
 
@@ -17,6 +19,11 @@ pub struct RbacArgs {
     /// The host's ServiceAccount, which impersonates the plugin's.
     #[arg(long, default_value = "kubewasm")]
     pub host_service_account: String,
+    /// A YAML list of RBAC rules to add to the plugin's roles: rights its grants cannot
+    /// express, such as `bind` on the roles its RoleBindings name (the command says which kinds
+    /// need them).
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<std::path::PathBuf>,
 }
 
 impl RbacArgs {
@@ -28,7 +35,19 @@ impl RbacArgs {
             host_service_account: self.host_service_account,
         };
         let names = kubewasm_host::rbac::ResourceNames::guessed();
-        print!("{}", kubewasm_host::rbac::manifest(&name, plugin.grants(), &identity, &names)?);
+        let extra: Vec<PolicyRule> = match &self.rules {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                serde_yaml::from_str(&text).with_context(|| format!("{}: not a list of RBAC rules", path.display()))?
+            }
+            None => Vec::new(),
+        };
+        if extra.is_empty() {
+            for note in kubewasm_host::rbac::underivable(plugin.grants()) {
+                eprintln!("kubewasm rbac: {note} (--rules FILE)");
+            }
+        }
+        print!("{}", kubewasm_host::rbac::manifest(&name, plugin.grants(), &identity, &names, &extra)?);
         Ok(())
     }
 }
