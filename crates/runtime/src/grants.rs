@@ -413,8 +413,7 @@ impl Grants {
     /// Whether the plugin may write the status subresource of any object of `kind` (a `write`
     /// approval covers it, but for [`DANGEROUS_STATUS`] kinds).
     pub fn can_write_status(&self, kind: &GroupVersionKind) -> bool {
-        holds(&self.write_status, kind)
-            || (holds(&self.write, kind) && !is_dangerous_status(&kind.group, &kind.kind))
+        holds(&self.write_status, kind) || (holds(&self.write, kind) && !is_dangerous_status(&kind.group, &kind.kind))
     }
 
     /// The plugin's for kind, whose cached objects control what it writes under

@@ -170,7 +170,8 @@ async fn a_plugin_bound_to_cluster_admin_is_refused_dangerous_kinds_unless_exemp
     // A Service it may make, but not the load balancer address in its status (CVE-2020-8554);
     // nor Endpoints, which send the Service's traffic anywhere.
     let services = Api::<Service>::namespaced(hostile.clone(), "default");
-    let service = json!({"metadata": {"name": "hostile-svc"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}});
+    let service =
+        json!({"metadata": {"name": "hostile-svc"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}});
     services.create(&PostParams::default(), &serde_json::from_value(service).unwrap()).await.unwrap();
     let ingress = json!({"status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.53"}]}}});
     let status = services.patch_status("hostile-svc", &PatchParams::default(), &Patch::Merge(&ingress)).await;

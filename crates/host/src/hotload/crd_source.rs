@@ -493,7 +493,8 @@ impl WasmPluginSource {
         let missing = serving.as_ref().and_then(|s| s.rbac_missing.clone());
         match (&refused, &missing) {
             (Some(refused), missing) => {
-                let reviewed = missing.as_ref().filter(|m| !m.is_empty()).map(|m| format!("; lacking: {}", m.join("; ")));
+                let reviewed =
+                    missing.as_ref().filter(|m| !m.is_empty()).map(|m| format!("; lacking: {}", m.join("; ")));
                 let message = format!("{refused}{}", reviewed.unwrap_or_default());
                 status.push(cond("RBACMissing", true, "APIServerForbidden", &message));
             }
@@ -517,8 +518,8 @@ impl WasmPluginSource {
         let wants_canary = plugin.is_some_and(|p| p.spec.canary.is_some());
         let status =
             WasmPluginStatus { canary: wants_canary.then(|| canary_status(canary.as_ref(), canary_error)), ..status };
-        let lacking = refused.is_some()
-            || serving.as_ref().and_then(|s| s.rbac_missing.as_ref()).is_some_and(|m| !m.is_empty());
+        let lacking =
+            refused.is_some() || serving.as_ref().and_then(|s| s.rbac_missing.as_ref()).is_some_and(|m| !m.is_empty());
         let next = match (retry, &waiting) {
             (_, Some(_)) => Followup::WaitForCaches,
             (true, None) => Followup::Retry,
