@@ -470,7 +470,10 @@ mod tests {
         let notes = underivable(&grants);
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].contains("writing RoleBindings needs `bind`"), "{notes:?}");
-        assert!(underivable(&self::grants("write: [Deployment.apps]")).is_empty(), "nothing to say of a plugin writing no RBAC");
+        assert!(
+            underivable(&self::grants("write: [Deployment.apps]")).is_empty(),
+            "nothing to say of a plugin writing no RBAC"
+        );
 
         let bind: PolicyRule = serde_yaml::from_str(
             "{apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind], resourceNames: [view]}",
