@@ -349,8 +349,21 @@ impl Authorizer {
         if let Some(why) = why {
             return Err(why);
         }
+        if kind.group.is_empty() && kind.kind == "Service" && !req.status {
+            let (object, patch) = match req.body {
+                Body::Object(object) => (Some(object), None),
+                Body::Patch(patch) => (None, Some(patch)),
+                Body::None => (None, None),
+            };
+            if let Some(why) = body::external_ips_refusal(object, patch) {
+                return Err(why);
+            }
+        }
         if req.status {
-            return self.status_write(req, facts, write == Some(WriteScope::Anywhere));
+            // `write` opens every object's status, but for kinds whose status is dangerous on its
+            // own (a Service's load balancer, a Pod's readiness): those need their approval.
+            let anywhere = write == Some(WriteScope::Anywhere) && self.grants.can_write_status(kind);
+            return self.status_write(req, facts, anywhere);
         }
         match write {
             None => Err(format!(

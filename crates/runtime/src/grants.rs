@@ -22,7 +22,7 @@ mod dangerous;
 mod kind_ref;
 
 pub use dangerous::{DANGEROUS, DANGEROUS_STATUS, is_dangerous, is_dangerous_status};
-pub use kind_ref::KindRef;
+pub use kind_ref::{KindRef, is_kind};
 
 /// Kinds whose objects hold credentials, always sensitive: a plugin reads or writes them (a write
 /// answers with the object) only in the namespaces its operator names for them
@@ -549,7 +549,7 @@ mod tests {
         assert_eq!(err.missing, ["own Pod"]);
         let services = Registration::new(gvk("", "v1", "Service"));
         let err = Grants::resolve(&services, &config("{read: [Service]}")).unwrap_err();
-        assert_eq!(err.missing, ["write status of Service"]);
+        assert_eq!(err.missing, ["write status of Service", "approve Service as dangerous"]);
     }
 
     #[test]
@@ -674,5 +674,18 @@ mod tests {
         assert_eq!(k.to_string(), "ConfigMapSync.examples.kubewasm.dev");
         assert_eq!("Secret".parse::<KindRef>().unwrap().to_string(), "Secret");
         assert!("apps/v1".parse::<KindRef>().is_err());
+    }
+
+    #[test]
+    fn a_kind_spelled_otherwise_than_the_api_server_names_it_is_refused_in_a_config_and_a_registration() {
+        // Lowercased, `secret` would name nothing the host serves yet become `secrets` in RBAC.
+        for bad in ["secret", "Secret.core", "Deployment.Apps", "9Lives"] {
+            assert!(bad.parse::<KindRef>().is_err(), "{bad}");
+        }
+        let registration = Registration { reads: vec![gvk("", "v1", "secret")], ..registration() };
+        assert!(registration.validate().is_err());
+        let core = Registration { reads: vec![gvk("core", "v1", "Secret")], ..registration() };
+        assert!(core.validate().is_err());
+        assert!(registration().validate().is_ok());
     }
 }

@@ -160,8 +160,13 @@ impl Registration {
     /// Checks what the host cannot serve; the message names the field.
     pub fn validate(&self) -> Result<(), InvalidRegistration> {
         let bad = |what: &str, g: &GroupVersionKind| {
-            (g.version.is_empty() || g.kind.is_empty())
-                .then(|| InvalidRegistration(format!("{what} has an empty version or kind: {g:?}")))
+            let group_ok = g.group.is_empty() || (g.group != "core" && crate::host::address::is_subdomain(&g.group));
+            (g.version.is_empty() || !crate::grants::is_kind(&g.kind) || !group_ok).then(|| {
+                InvalidRegistration(format!(
+                    "{what} is not a kind the API server could serve (an empty version, a kind not in \
+                     CamelCase, or the group `core`): {g:?}"
+                ))
+            })
         };
         if let Some(e) = bad("for-kind", &self.for_kind) {
             return Err(e);

@@ -86,6 +86,19 @@ impl CacheReader for ReadRecorder {
     fn in_scope(&self, namespace: &str) -> bool {
         self.inner.in_scope(namespace)
     }
+
+    fn hide(&self, hidden: kubewasm_host::plugin::authorizer::Hidden) {
+        self.inner.hide(hidden);
+    }
+
+    fn for_write(
+        &self,
+        kind: &GroupVersionKind,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Arc<kubewasm_host::informer::CachedObject>> {
+        self.inner.for_write(kind, namespace, name)
+    }
 }
 
 /// Reconciles each of `keys` once over the cluster's caches and returns, per key, the fixture

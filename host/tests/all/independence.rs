@@ -84,6 +84,7 @@ async fn with_the_hosts_authorizer_off_the_api_server_alone_refuses_every_hostil
     // API server stands in the way. A reconcile with a refused call fails and is retried, so the
     // counts below grow; each call must be refused every time.
     let secret_kind = json!({"version": "v1", "kind": "Secret"});
+    let service_kind = json!({"version": "v1", "kind": "Service"});
     let policy_kind =
         json!({"group": "admissionregistration.k8s.io", "version": "v1", "kind": "ValidatingAdmissionPolicy"});
     let hostile_calls = json!([
@@ -99,11 +100,15 @@ async fn with_the_hosts_authorizer_off_the_api_server_alone_refuses_every_hostil
         {"op": "get", "kind": secret_kind, "namespace": host_ns, "name": "anything"},
         {"op": "apply", "kind": secret_kind, "namespace": "$trigger", "name": "planted", "body": {"stringData": {"a": "b"}}},
         {"op": "apply", "kind": policy_kind, "name": "indep-freeze", "body": {"spec": {"validations": [{"expression": "false"}]}}},
+        // A Service it may write (RBAC allows it), with externalIPs (mark policy, fifth rule).
+        {"op": "apply", "kind": service_kind, "namespace": "$trigger", "name": "indep-lb",
+         "body": {"spec": {"ports": [{"port": 80}], "externalIPs": ["10.0.0.53"]}}},
         marker("indep-done"),
     ]);
     let dir = tempfile::tempdir().unwrap();
     let mut app = unguarded_host(&client);
-    let settings = json!({"selector": "indep=cm", "owns": [config_map_kind()], "onSelected": hostile_calls});
+    let settings =
+        json!({"selector": "indep=cm", "owns": [config_map_kind()], "writes": [service_kind], "onSelected": hostile_calls});
     app.add_plugin(&hostile(dir.path(), "indep-cm", "", settings)).await.unwrap();
     // A status write that strips a Namespace's Pod Security label (mark policy, fourth rule).
     let strip =
@@ -116,7 +121,7 @@ async fn with_the_hosts_authorizer_off_the_api_server_alone_refuses_every_hostil
 
     // Every hostile call refused at least once, as the policies' compile allows.
     let wanted = [
-        ("indep-cm", "client.apply", 3.0),
+        ("indep-cm", "client.apply", 4.0),
         ("indep-cm", "client.patch", 1.0),
         ("indep-cm", "client.delete", 1.0),
         ("indep-cm", "client.create", 1.0),
@@ -136,6 +141,9 @@ async fn with_the_hosts_authorizer_off_the_api_server_alone_refuses_every_hostil
     breaches.check(planted.is_none(), || "a ConfigMap planted in the host's namespace".into());
     let forged = config_maps.get_opt("forged").await.unwrap();
     breaches.check(forged.is_none(), || "an object made with another plugin's mark".into());
+    let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns);
+    let lb = service.get_opt("indep-lb").await.unwrap();
+    breaches.check(lb.is_none(), || format!("a Service with externalIPs: {lb:?}"));
     let secret = Api::<Secret>::namespaced(client.clone(), &ns).get_opt("planted").await.unwrap();
     breaches.check(secret.is_none(), || "a Secret written without a grant".into());
     let guarded = namespaces.get(&format!("{ns}-guarded")).await.unwrap().metadata.labels.unwrap_or_default();

@@ -43,6 +43,8 @@ impl CacheReader for Cache {
     fn for_write(&self, _: &GroupVersionKind, _: Option<&str>, _: &str) -> Option<Arc<CachedObject>> {
         self.0.lock().clone()
     }
+    /// Holds one object of the test's own: nothing to hide.
+    fn hide(&self, _: crate::plugin::authorizer::Hidden) {}
 }
 
 /// The API server: counts requests and answers each write with the next resourceVersion.

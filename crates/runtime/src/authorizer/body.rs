@@ -60,6 +60,38 @@ pub fn object_refusal(object: &Value, plugin: &str) -> Option<String> {
     }
 }
 
+/// Why no plugin may send this body to a Service: it sets `spec.externalIPs`, which makes every
+/// node route the cluster's traffic for those addresses to the Service (CVE-2020-8554; Kubernetes
+/// ships the DenyServiceExternalIPs admission plugin for it). A JSON patch is judged by every
+/// value it writes at or above the field, a merge patch by the field it sets.
+pub fn external_ips_refusal(object: Option<&Value>, patch: Option<&Patch>) -> Option<String> {
+    let sets = |v: &Value, at: &str| v.pointer(at).and_then(Value::as_array).is_some_and(|ips| !ips.is_empty());
+    let refused = match (object, patch) {
+        (Some(object), _) => sets(object, "/spec/externalIPs"),
+        (_, Some(Patch::Merge(body) | Patch::Strategic(body))) => sets(body, "/spec/externalIPs"),
+        (_, Some(Patch::Json(ops))) => ops.as_array().is_some_and(|ops| {
+            ops.iter().any(|op| {
+                let (path, value) = (op.get("path").and_then(Value::as_str).unwrap_or(""), op.get("value"));
+                match op.get("op").and_then(Value::as_str) {
+                    Some("add" | "replace") => match path {
+                        "" => value.is_some_and(|v| sets(v, "/spec/externalIPs")),
+                        "/spec" => value.is_some_and(|v| sets(v, "/externalIPs")),
+                        p => p.starts_with("/spec/externalIPs"),
+                    },
+                    Some("copy" | "move") => path.is_empty() || path == "/spec" || path.starts_with("/spec/externalIPs"),
+                    _ => false,
+                }
+            })
+        }),
+        _ => false,
+    };
+    refused.then(|| {
+        "no plugin sets a Service's spec.externalIPs: they route the cluster's traffic for any address to it \
+         (CVE-2020-8554)"
+            .to_owned()
+    })
+}
+
 /// Why a patch may not be sent by `plugin`: it touches managedFields, the host's mark (unless
 /// setting it to `plugin`) or, with `guard_owners`, the ownerReferences.
 pub fn patch_refusal(patch: &Patch, plugin: &str, guard_owners: bool) -> Option<String> {

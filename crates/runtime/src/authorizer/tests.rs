@@ -43,6 +43,9 @@ impl CacheReader for Scoped {
     fn in_scope(&self, namespace: &str) -> bool {
         namespace == "in"
     }
+    fn hide(&self, hidden: crate::authorizer::Hidden) {
+        self.0.hide(hidden);
+    }
 }
 
 fn gvk(group: &str, version: &str, kind: &str) -> GroupVersionKind {
@@ -519,4 +522,54 @@ fn a_plugin_touches_secrets_only_in_the_namespaces_named_for_them_and_the_cache_
     assert!(
         hidden.hides(&gvk("", "v1", "Secret"), Some("other")) && !hidden.hides(&gvk("", "v1", "Secret"), Some("vault"))
     );
+}
+
+#[test]
+fn a_write_approval_of_services_does_not_let_a_load_balancer_address_into_their_status() {
+    let world = World::new();
+    // A status write of `kind` by a plugin approved to write it anywhere.
+    let decide = |kind: GroupVersionKind, api_version: &str, config: &str| {
+        let registration = Registration { writes: vec![kind.clone()], ..reader_of_config_maps() };
+        let config: GrantConfig = serde_yaml::from_str(config).unwrap();
+        let grants = Grants::resolve(&registration, &config.with_requests_of(&registration)).unwrap();
+        let authorizer = Authorizer::new("p", grants, Protected::default(), Arc::new(MemoryCache::default()));
+        let target = ObjectRef { kind: kind.clone(), namespace: Some("in".into()), name: "web".into() };
+        let body = json!({"apiVersion": api_version, "kind": kind.kind, "metadata": {"name": "web", "namespace": "in"},
+                          "status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.53"}]}}});
+        let request = Request { verb: Verb::Apply, target: &target, status: true, body: Body::Object(&body) };
+        world.decide(&authorizer, &request)
+    };
+    let decision = decide(gvk("", "v1", "Service"), "v1", "write: [Service]");
+    assert!(matches!(decision, Decision::Deny(ref why) if why.contains("status")), "{decision:?}");
+    let decision = decide(deployment(), "apps/v1", "write: [Deployment.apps]");
+    assert!(matches!(decision, Decision::Allow { .. }), "other kinds' status comes with write: {decision:?}");
+}
+
+#[test]
+fn no_plugin_sets_a_services_external_ips_however_the_write_is_spelled() {
+    let world = World::new();
+    let service = gvk("", "v1", "Service");
+    let registration = Registration { writes: vec![service.clone()], ..reader_of_config_maps() };
+    let config: GrantConfig = serde_yaml::from_str("write: [Service]").unwrap();
+    let grants = Grants::resolve(&registration, &config.with_requests_of(&registration)).unwrap();
+    let authorizer = Authorizer::new("p", grants, Protected::default(), Arc::new(MemoryCache::default()));
+    let target = ObjectRef { kind: service, namespace: Some("in".into()), name: "web".into() };
+    let ips = json!(["10.0.0.53"]);
+    let object = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"externalIPs": ips}});
+    let patches = [
+        Patch::Merge(json!({"spec": {"externalIPs": ips}})),
+        Patch::Strategic(json!({"spec": {"externalIPs": ips}})),
+        Patch::Json(json!([{"op": "add", "path": "/spec/externalIPs", "value": ips}])),
+        Patch::Json(json!([{"op": "add", "path": "/spec/externalIPs/-", "value": "10.0.0.53"}])),
+        Patch::Json(json!([{"op": "replace", "path": "/spec", "value": {"externalIPs": ips}}])),
+        Patch::Json(json!([{"op": "copy", "from": "/metadata/annotations/x", "path": "/spec/externalIPs"}])),
+    ];
+    let refused = |request: Request<'_>| matches!(world.decide(&authorizer, &request), Decision::Deny(ref why) if why.contains("externalIPs"));
+    assert!(refused(Request { verb: Verb::Apply, target: &target, status: false, body: Body::Object(&object) }));
+    for patch in &patches {
+        assert!(refused(Request { verb: Verb::Patch, target: &target, status: false, body: Body::Patch(patch) }), "{patch:?}");
+    }
+    let ports = Patch::Merge(json!({"spec": {"ports": [{"port": 80}]}}));
+    let request = Request { verb: Verb::Patch, target: &target, status: false, body: Body::Patch(&ports) };
+    assert!(matches!(world.decide(&authorizer, &request), Decision::Allow { .. }), "other Service writes pass");
 }

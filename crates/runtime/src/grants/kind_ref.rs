@@ -54,7 +54,7 @@ impl schemars::JsonSchema for KindRef {
         schemars::json_schema!({
             "type": "string",
             "description": "A kind as kubectl writes it: `Kind.group`, or `Kind` for the core group.",
-            "pattern": "^[A-Za-z0-9]+(\\.[a-z0-9.-]+)?$"
+            "pattern": "^[A-Z][A-Za-z0-9]*(\\.[a-z0-9.-]+)?$"
         })
     }
 }
@@ -69,11 +69,23 @@ impl FromStr for KindRef {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let (kind, group) = s.split_once('.').unwrap_or((s, ""));
-        if kind.is_empty() || !kind.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Err(format!("`{s}` is not a kind: write `Kind` or `Kind.group`, e.g. `Deployment.apps`"));
+        // As the API server names kinds (CamelCase, one capital first) and groups (the core one
+        // is empty, not `core`): a kind spelled otherwise would name nothing the host serves,
+        // yet become a resource once lowercased for RBAC (`secret` → `secrets`).
+        if !is_kind(kind) || group == "core" || !(group.is_empty() || crate::host::address::is_subdomain(group)) {
+            return Err(format!(
+                "`{s}` is not a kind: write `Kind` or `Kind.group` as the API server names it, e.g. `Secret`, \
+                 `Deployment.apps`"
+            ));
         }
         Ok(Self { group: group.to_owned(), kind: kind.to_owned() })
     }
+}
+
+/// Whether `kind` is a kind's name as the API server writes it: an ASCII capital, then letters and
+/// digits.
+pub fn is_kind(kind: &str) -> bool {
+    kind.chars().next().is_some_and(|c| c.is_ascii_uppercase()) && kind.chars().all(|c| c.is_ascii_alphanumeric())
 }
 
 impl TryFrom<String> for KindRef {

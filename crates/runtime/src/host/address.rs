@@ -61,7 +61,7 @@ pub fn is_label(s: &str) -> bool {
 }
 
 /// A DNS-1123 subdomain: dot-separated labels, at most [`MAX_NAME`] long.
-fn is_subdomain(s: &str) -> bool {
+pub fn is_subdomain(s: &str) -> bool {
     s.len() <= MAX_NAME && s.split('.').all(is_label)
 }
 

@@ -36,8 +36,11 @@ impl PluginCtx {
         // or an admission policy refused it): an `AccessDenied` Event too, or the operator would
         // see a plugin that fails every reconcile and a status that says all is well.
         if let Err(CallError::Forbidden(message)) = &result {
-            let refusal = format!("{}: the API server refused it: {message}", call.summary());
-            self.shared.refusals.record(&self.shared.caller.plugin, &refusal);
+            let summary = call.summary();
+            let refusal = format!("{summary}: the API server refused it: {message}");
+            // The verb and kind: the summary without its object.
+            let request = summary.rsplit_once(' ').map_or(summary.as_str(), |(request, _)| request);
+            self.shared.refusals.record(&self.shared.caller.plugin, request, &refusal);
             self.denied.push(refusal);
         }
         result

@@ -171,11 +171,9 @@ pub trait CacheReader: Send + Sync + 'static {
     }
     /// Leaves out of every read from now on what `hidden` hides from the plugin
     /// ([`Hidden::hides`](crate::authorizer::Hidden::hides)): the authorizer installs its read
-    /// rule here, so a cached get, list or by-index never returns it. The default holds no
-    /// host objects and ignores it.
-    fn hide(&self, hidden: crate::authorizer::Hidden) {
-        let _ = hidden;
-    }
+    /// rule here, so a cached get, list or by-index never returns it. No default: a reader
+    /// that wraps another forwards it, or its plugin reads what the rule hides.
+    fn hide(&self, hidden: crate::authorizer::Hidden);
     /// The cached object, with the `managedFields` entries the cache keeps, for deciding
     /// whether a write would change it: only once the kind's cache has synced, and only an
     /// object the plugin may see. The default knows nothing, so every write is sent.
