@@ -682,8 +682,8 @@ mod tests {
         for bad in ["secret", "Secret.core", "Deployment.Apps", "9Lives"] {
             assert!(bad.parse::<KindRef>().is_err(), "{bad}");
         }
-        let registration = Registration { reads: vec![gvk("", "v1", "secret")], ..registration() };
-        assert!(registration.validate().is_err());
+        let lowercase = Registration { reads: vec![gvk("", "v1", "secret")], ..registration() };
+        assert!(lowercase.validate().is_err());
         let core = Registration { reads: vec![gvk("core", "v1", "Secret")], ..registration() };
         assert!(core.validate().is_err());
         assert!(registration().validate().is_ok());

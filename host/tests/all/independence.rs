@@ -107,8 +107,7 @@ async fn with_the_hosts_authorizer_off_the_api_server_alone_refuses_every_hostil
     ]);
     let dir = tempfile::tempdir().unwrap();
     let mut app = unguarded_host(&client);
-    let settings =
-        json!({"selector": "indep=cm", "owns": [config_map_kind()], "writes": [service_kind], "onSelected": hostile_calls});
+    let settings = json!({"selector": "indep=cm", "owns": [config_map_kind()], "writes": [service_kind], "onSelected": hostile_calls});
     app.add_plugin(&hostile(dir.path(), "indep-cm", "", settings)).await.unwrap();
     // A status write that strips a Namespace's Pod Security label (mark policy, fourth rule).
     let strip =

@@ -78,7 +78,9 @@ pub fn external_ips_refusal(object: Option<&Value>, patch: Option<&Patch>) -> Op
                         "/spec" => value.is_some_and(|v| sets(v, "/externalIPs")),
                         p => p.starts_with("/spec/externalIPs"),
                     },
-                    Some("copy" | "move") => path.is_empty() || path == "/spec" || path.starts_with("/spec/externalIPs"),
+                    Some("copy" | "move") => {
+                        path.is_empty() || path == "/spec" || path.starts_with("/spec/externalIPs")
+                    }
                     _ => false,
                 }
             })

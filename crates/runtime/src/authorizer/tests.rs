@@ -555,7 +555,8 @@ fn no_plugin_sets_a_services_external_ips_however_the_write_is_spelled() {
     let authorizer = Authorizer::new("p", grants, Protected::default(), Arc::new(MemoryCache::default()));
     let target = ObjectRef { kind: service, namespace: Some("in".into()), name: "web".into() };
     let ips = json!(["10.0.0.53"]);
-    let object = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"externalIPs": ips}});
+    let object =
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"externalIPs": ips}});
     let patches = [
         Patch::Merge(json!({"spec": {"externalIPs": ips}})),
         Patch::Strategic(json!({"spec": {"externalIPs": ips}})),
@@ -567,7 +568,10 @@ fn no_plugin_sets_a_services_external_ips_however_the_write_is_spelled() {
     let refused = |request: Request<'_>| matches!(world.decide(&authorizer, &request), Decision::Deny(ref why) if why.contains("externalIPs"));
     assert!(refused(Request { verb: Verb::Apply, target: &target, status: false, body: Body::Object(&object) }));
     for patch in &patches {
-        assert!(refused(Request { verb: Verb::Patch, target: &target, status: false, body: Body::Patch(patch) }), "{patch:?}");
+        assert!(
+            refused(Request { verb: Verb::Patch, target: &target, status: false, body: Body::Patch(patch) }),
+            "{patch:?}"
+        );
     }
     let ports = Patch::Merge(json!({"spec": {"ports": [{"port": 80}]}}));
     let request = Request { verb: Verb::Patch, target: &target, status: false, body: Body::Patch(&ports) };
