@@ -167,6 +167,9 @@ pub struct Authorizer {
     /// Allow every request: only a test build's runtime sets it
     /// (`RuntimeConfig::authorizer_allows_everything`).
     allow_all: bool,
+    /// Kinds the plugin's identity was found to lack read rights on: the host serves it none of
+    /// them (cache reads included) until a review finds the rights ([`withhold`](Self::withhold)).
+    withheld: parking_lot::RwLock<std::collections::BTreeSet<KindRef>>,
 }
 
 /// What the cache leaves out of a plugin's reads: what no plugin reads (the host's Secrets,
@@ -205,6 +208,7 @@ impl Authorizer {
             protected,
             cache,
             allow_all: false,
+            withheld: Default::default(),
         }
     }
 
@@ -259,11 +263,29 @@ impl Authorizer {
         }
     }
 
+    /// From now on, serve the plugin nothing of `kinds` (what a review found its identity may not
+    /// read), replacing the kinds withheld before: the host's cache would otherwise show it what
+    /// its own identity may not see.
+    pub fn withhold(&self, kinds: std::collections::BTreeSet<KindRef>) {
+        *self.withheld.write() = kinds;
+    }
+
     /// Whether the plugin may read `kind` at all: [`Verb::Read`]'s whole rule (the cache shows a
     /// confined plugin only what it may see), here without building a request, since every
     /// cache read asks.
     pub fn may_read(&self, kind: &GroupVersionKind) -> Result<(), String> {
-        if self.allow_all || self.grants.can_read(kind) {
+        if self.allow_all {
+            return Ok(());
+        }
+        if self.grants.can_read(kind) {
+            let withheld = self.withheld.read();
+            if !withheld.is_empty() && withheld.iter().any(|k| k.kind == kind.kind && k.group == kind.group) {
+                return Err(format!(
+                    "its identity lacks the right to read {} (the WasmPlugin's RBACMissing condition lists it): \
+                     the host serves it none until it has",
+                    KindRef::of(kind)
+                ));
+            }
             Ok(())
         } else {
             let kind = KindRef::of(kind);

@@ -116,6 +116,12 @@ impl Plugin {
         self.shared.authorizer.sees(kind, namespace, name)
     }
 
+    /// Serves the plugin nothing of `kinds` from now on, cache reads included (what a review
+    /// found its identity may not read); replaces the kinds withheld before.
+    pub fn withhold(&self, kinds: std::collections::BTreeSet<grants::KindRef>) {
+        self.shared.authorizer.withhold(kinds);
+    }
+
     /// Sets the revision (before the plugin starts serving).
     pub fn with_revision(mut self, revision: u64) -> Self {
         self.revision = revision;

@@ -328,11 +328,11 @@ async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds
 }
 
 /// Plugins sent as their own ServiceAccounts, and no RBAC made for this one: its status lists
-/// what its identity lacks, and the API server refuses the writes the host's authorizer allows.
-/// Once the RBAC `kubewasm rbac` prints is applied, the serving version reviews clean and writes.
+/// what its identity lacks, and the host serves it nothing its identity may not read (its
+/// cached reads included), so it writes nothing either. Once the RBAC `kubewasm rbac` prints is
+/// applied, the serving version reviews clean, is served again and writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_for_it_and_its_canary_and_the_api_server_refuses_its_writes()
- {
+async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_for_it_and_its_canary_and_is_served_nothing_they_cover() {
     use kubewasm_host::hotload::Options;
     use kubewasm_host::rbac::{self, Identity};
     let Some(cp) = ControlPlane::shared() else { return };
@@ -393,13 +393,18 @@ async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_for_it_and_its_can
         serde_json::from_value(json!({ "metadata": { "name": "obj", "labels": { "kubewasm.test/wp-rbac": ns } } }))
             .unwrap();
     api.create(&PostParams::default(), &labelled).await.unwrap();
-    eventually("the API server refuses the plugin's write", CONVERGE, || async {
+    eventually("the plugin's calls refused", CONVERGE, || async {
         let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
         let labels = [("plugin", name.as_str()), ("result", "forbidden")];
         common::metric_value(&text, "kubewasm_plugin_host_calls_total", &labels).filter(|n| *n > 0.0)
     })
     .await;
     assert_eq!(stamps(&client, &ns, &label).await, [None], "nothing was written");
+    // Nor read: the host serves the plugin no ConfigMap from its cache while its identity may not
+    // read them (it would otherwise show the plugin what its own identity may not see).
+    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    let labels = [("plugin", name.as_str()), ("function", "cache.get"), ("result", "forbidden")];
+    assert!(common::metric_value(&text, "kubewasm_plugin_host_calls_total", &labels).unwrap_or(0.0) > 0.0, "{text}");
 
     // The RBAC `kubewasm rbac` prints, applied: the serving version is reviewed again by itself
     // and the condition clears, with no new spec.

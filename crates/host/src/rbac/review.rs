@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::{Identity, ResourceNames};
 use crate::identity::{self, Identities};
 use crate::informer::Discovery;
-use crate::plugin::grants::Grants;
+use crate::plugin::grants::{Grants, KindRef};
 
 /// Reviews sent at once.
 const IN_FLIGHT: usize = 8;
@@ -171,6 +171,22 @@ const PROVISIONED_REVIEWS: usize = 50;
 /// How long one review may take in all (a slow API server must not hold a plugin's load).
 const REVIEW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// What a review found: each lacking permission (or why the review could not be made), and the
+/// readable kinds among them, which the host then withholds from the plugin.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Review {
+    /// One entry per permission lacking, or why the review could not be made.
+    pub missing: Vec<String>,
+    /// Kinds of the grants' reads whose `get`, `list` or `watch` the identity lacks somewhere.
+    pub unreadable: std::collections::BTreeSet<KindRef>,
+}
+
+impl Review {
+    fn failed(why: String) -> Self {
+        Self { missing: vec![why], ..Self::default() }
+    }
+}
+
 /// What plugin `plugin` lacks at the API server for `grants`, as its ServiceAccount in
 /// `identity.namespace` (each entry a permission, or why the review could not be made). With
 /// `provision`, its RBAC is first made with `host`'s own rights, and reviewed again until the API
@@ -184,15 +200,26 @@ pub async fn check(
     provision: bool,
     plugin: &str,
     grants: &Grants,
-) -> Vec<String> {
+) -> Review {
     let review = reviewed(discovery, identity, provision, plugin, grants);
     match tokio::time::timeout(REVIEW_TIMEOUT, review).await {
-        Ok(lacking) => lacking,
-        Err(_) => vec![format!(
+        Ok(review) => review,
+        Err(_) => Review::failed(format!(
             "the review of {} took longer than {REVIEW_TIMEOUT:?}",
             identity::user(&identity.namespace, plugin)
-        )],
+        )),
     }
+}
+
+/// The kinds of `grants`' reads that `lacking` says may not be read somewhere.
+fn unreadable(grants: &Grants, names: &ResourceNames, lacking: &[Permission]) -> std::collections::BTreeSet<KindRef> {
+    let reads = |kind: &KindRef| {
+        let plural = names.plural(kind);
+        lacking.iter().any(|p| {
+            p.group == kind.group && p.resource == plural && matches!(p.verb.as_str(), "get" | "list" | "watch")
+        })
+    };
+    grants.readable().filter(|k| reads(k)).cloned().collect()
 }
 
 async fn reviewed(
@@ -201,7 +228,7 @@ async fn reviewed(
     provision: bool,
     plugin: &str,
     grants: &Grants,
-) -> Vec<String> {
+) -> Review {
     let host = discovery.client();
     let as_plugin = Identities::host(host.clone()).impersonating(&identity.namespace).client(plugin);
     let names = ResourceNames::discovered(discovery, grants).await;
@@ -210,19 +237,20 @@ async fn reviewed(
         && let Err(e) =
             provision_objects(host, &identity.namespace, &super::objects(plugin, grants, identity, &names)).await
     {
-        return vec![format!("could not make the plugin's RBAC: {e}")];
+        return Review::failed(format!("could not make the plugin's RBAC: {e}"));
     }
     let mut reviews = 0;
     loop {
         reviews += 1;
         match missing(&as_plugin, &wanted).await {
             Ok(lacking) if lacking.is_empty() || !provision || reviews >= PROVISIONED_REVIEWS => {
-                return lacking.iter().map(ToString::to_string).collect();
+                let unreadable = unreadable(grants, &names, &lacking);
+                return Review { missing: lacking.iter().map(ToString::to_string).collect(), unreadable };
             }
             Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
             Err(e) => {
                 let user = identity::user(&identity.namespace, plugin);
-                return vec![format!("cannot review the plugin's rights as {user}: {e}")];
+                return Review::failed(format!("cannot review the plugin's rights as {user}: {e}"));
             }
         }
     }

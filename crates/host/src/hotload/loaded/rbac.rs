@@ -5,12 +5,15 @@ use super::{LoadedPlugins, Plugin};
 impl LoadedPlugins {
     /// What plugin `name`'s identity lacks for `plugin`'s grants (made first with
     /// `provision_rbac`); `None` when plugins are not impersonated. Missing rights are reported,
-    /// not a rejection: the operator may be granting them right now.
+    /// not a rejection: the operator may be granting them right now. Meanwhile the plugin is
+    /// served nothing of the kinds its identity may not read, its cache reads included.
     pub(super) async fn review_rbac(&self, name: &str, plugin: &Plugin) -> Option<Vec<String>> {
         let identity = self.options.identity.as_ref()?;
         let provision = self.options.provision_rbac;
-        let missing =
-            crate::rbac::review::check(self.ctx.factory.discovery(), identity, provision, name, plugin.grants()).await;
+        let discovery = self.ctx.factory.discovery();
+        let review = crate::rbac::review::check(discovery, identity, provision, name, plugin.grants()).await;
+        plugin.withhold(review.unreadable);
+        let missing = review.missing;
         if !missing.is_empty() {
             tracing::warn!(
                 plugin = name,
