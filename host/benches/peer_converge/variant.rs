@@ -105,10 +105,12 @@ pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize) {
 }
 
 /// `kubewasm run` over `plugins` (a directory from [`plugin_dir`]), serving nothing else: no
-/// WasmPlugin source, no directory watch.
+/// WasmPlugin source, no directory watch; requests sent as the host unless the variant adds
+/// [`IMPERSONATED`] (a later `--impersonate-plugins` wins).
 pub fn kubewasm(setup: &Setup, kubeconfig: &Path, plugins: &Path, cache: Option<&Path>) -> Command {
     let mut command = Command::new(&setup.kubewasm);
     command.args(["--log", "warn", "run", "--admin-addr", "127.0.0.1:0", "--wasm-plugins=false"]);
+    command.arg("--impersonate-plugins=false");
     command.args(["--watch-plugins=false", "--plugins"]).arg(plugins).arg("--kubeconfig").arg(kubeconfig);
     if let Some(cache) = cache {
         command.arg("--compile-cache").arg(cache);
