@@ -38,7 +38,7 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use super::control;
-use super::grants::{Grants, KindRef, WriteScope};
+use super::grants::{Grants, KindRef, SensitiveScope, WriteScope};
 use super::host::{CacheReader, ObjectRef, Patch, Scope};
 use super::protected::Protected;
 use body::{StatusBody, StatusEffect};
@@ -178,29 +178,21 @@ pub struct Authorizer {
 #[derive(Clone, Debug, Default)]
 pub struct Hidden {
     protected: Protected,
-    sensitive: std::collections::BTreeSet<KindRef>,
-    namespaces: std::collections::BTreeSet<String>,
+    sensitive: SensitiveScope,
 }
 
 impl Hidden {
     /// Whether an object of `kind` in `namespace` is left out of the plugin's reads. Asked for
-    /// every cached object a plugin reads: a plugin with no sensitive kind answers from
-    /// [`Protected::hides`] alone.
+    /// every cached object a plugin reads.
     pub fn hides(&self, kind: &GroupVersionKind, namespace: Option<&str>) -> bool {
-        let sensitive = || self.sensitive.iter().any(|k| k.kind == kind.kind && k.group == kind.group);
-        self.protected.hides(kind, namespace).is_some()
-            || (!self.sensitive.is_empty() && sensitive() && !namespace.is_some_and(|ns| self.namespaces.contains(ns)))
+        self.protected.hides(kind, namespace).is_some() || self.sensitive.hides(kind, namespace)
     }
 }
 
 impl Authorizer {
     /// The authorizer of plugin `plugin` (whose field manager is `kubewasm/<plugin>`).
     pub fn new(plugin: &str, grants: Grants, protected: Protected, cache: std::sync::Arc<dyn CacheReader>) -> Self {
-        cache.hide(Hidden {
-            protected: protected.clone(),
-            sensitive: grants.sensitive().cloned().collect(),
-            namespaces: grants.sensitive_namespaces().clone(),
-        });
+        cache.hide(Hidden { protected: protected.clone(), sensitive: grants.sensitive_scope().clone() });
         Self {
             plugin: plugin.to_owned(),
             manager: format!("kubewasm/{plugin}"),
@@ -231,7 +223,8 @@ impl Authorizer {
     /// Whether the plugin may see an object at this address: namespaced objects in its
     /// namespaces, Namespaces by name, other cluster-scoped objects always.
     pub fn sees(&self, kind: &GroupVersionKind, namespace: Option<&str>, name: &str) -> bool {
-        if self.protected.hides(kind, namespace).is_some() || self.sensitive_refusal(kind, namespace).is_some() {
+        let sensitive = !self.allow_all && self.grants.sensitive_scope().hides(kind, namespace);
+        if sensitive || self.protected.hides(kind, namespace).is_some() {
             return false;
         }
         // Asked for every trigger event: an unconfined plugin (most) answers without a lock.
@@ -248,12 +241,10 @@ impl Authorizer {
     /// Why the plugin may not touch an object of `kind` in `namespace`, if `kind` is sensitive
     /// to it and the namespace is not one its operator named for sensitive kinds.
     fn sensitive_refusal(&self, kind: &GroupVersionKind, namespace: Option<&str>) -> Option<String> {
-        if self.allow_all || !self.grants.is_sensitive(kind) {
+        if self.allow_all || !self.grants.sensitive_scope().hides(kind, namespace) {
             return None;
         }
-        let named = self.grants.sensitive_namespaces();
         match namespace {
-            Some(ns) if named.contains(ns) => None,
             Some(ns) => Some(format!(
                 "{} is sensitive: the plugin touches it only in the namespaces of grants.sensitive.namespaces, \
                  not {ns}",
@@ -279,7 +270,7 @@ impl Authorizer {
         }
         if self.grants.can_read(kind) {
             let withheld = self.withheld.read();
-            if !withheld.is_empty() && withheld.iter().any(|k| k.kind == kind.kind && k.group == kind.group) {
+            if crate::grants::holds(&withheld, kind) {
                 return Err(format!(
                     "its identity lacks the right to read {} (the WasmPlugin's RBACMissing condition lists it): \
                      the host serves it none until it has",

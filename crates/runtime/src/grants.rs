@@ -31,7 +31,7 @@ pub const SENSITIVE: &[(&str, &str)] = &[("", "Secret")];
 
 /// Whether `set` holds `kind`'s group and kind. Checked on every host call, so it compares in
 /// place instead of building a `KindRef`; the sets hold a handful of kinds.
-fn holds(set: &BTreeSet<KindRef>, kind: &GroupVersionKind) -> bool {
+pub(crate) fn holds(set: &BTreeSet<KindRef>, kind: &GroupVersionKind) -> bool {
     set.iter().any(|k| k.kind == kind.kind && k.group == kind.group)
 }
 
@@ -105,6 +105,12 @@ impl SensitiveScope {
     /// Whether nothing is set.
     pub fn is_empty(&self) -> bool {
         self.kinds.is_empty() && self.namespaces.is_empty()
+    }
+
+    /// Whether an object of `kind` in `namespace` is one of these kinds outside these
+    /// namespaces. Asked for every cached object and trigger: no kinds answers at once.
+    pub fn hides(&self, kind: &GroupVersionKind, namespace: Option<&str>) -> bool {
+        holds(&self.kinds, kind) && !namespace.is_some_and(|ns| self.namespaces.contains(ns))
     }
 }
 
@@ -193,21 +199,21 @@ impl GrantConfig {
 
 /// What a registration asks to do with a kind, as the config approves it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verb {
+enum Approval {
     Read,
     Status,
     Own,
     Write,
 }
 
-impl Verb {
+impl Approval {
     /// How a missing approval of this verb is listed: `read Pod`, `own ConfigMap`.
     fn says(self) -> &'static str {
         match self {
-            Verb::Read => "read",
-            Verb::Status => "write status of",
-            Verb::Own => "own",
-            Verb::Write => "write",
+            Approval::Read => "read",
+            Approval::Status => "write status of",
+            Approval::Own => "own",
+            Approval::Write => "write",
         }
     }
 }
@@ -254,12 +260,12 @@ impl NotGranted {
     }
 
     /// The kinds to add to the config's list for `verb`.
-    fn of(&mut self, verb: Verb) -> &mut BTreeSet<KindRef> {
+    fn of(&mut self, verb: Approval) -> &mut BTreeSet<KindRef> {
         match verb {
-            Verb::Read => &mut self.read,
-            Verb::Status => &mut self.status,
-            Verb::Own => &mut self.own,
-            Verb::Write => &mut self.write,
+            Approval::Read => &mut self.read,
+            Approval::Status => &mut self.status,
+            Approval::Own => &mut self.own,
+            Approval::Write => &mut self.write,
         }
     }
 
@@ -268,10 +274,10 @@ impl NotGranted {
         let covered: Vec<KindRef> = self.write.iter().cloned().collect();
         for kind in covered {
             if !kind.is_dangerous_status() && self.status.remove(&kind) {
-                self.missing.retain(|m| *m != format!("{} {kind}", Verb::Status.says()));
+                self.missing.retain(|m| *m != format!("{} {kind}", Approval::Status.says()));
             }
             if self.own.remove(&kind) {
-                self.missing.retain(|m| *m != format!("{} {kind}", Verb::Own.says()));
+                self.missing.retain(|m| *m != format!("{} {kind}", Approval::Own.says()));
             }
         }
     }
@@ -307,8 +313,7 @@ pub struct Grants {
     for_filter: super::registration::EventFilter,
     namespaces: Option<NamespaceScope>,
     /// The sensitive kinds among those the plugin may touch, and the only namespaces it may.
-    sensitive: BTreeSet<KindRef>,
-    sensitive_namespaces: BTreeSet<String>,
+    sensitive: SensitiveScope,
 }
 
 impl Grants {
@@ -318,7 +323,7 @@ impl Grants {
             for_kind: Some(registration.for_kind.clone()),
             for_filter: registration.for_filter.clone(),
             namespaces: config.namespaces.clone(),
-            sensitive_namespaces: config.sensitive.namespaces.clone(),
+            sensitive: SensitiveScope { namespaces: config.sensitive.namespaces.clone(), ..Default::default() },
             ..Grants::default()
         };
         let mut missing = NotGranted::default();
@@ -326,20 +331,22 @@ impl Grants {
         let approving = config.approve_requests.then(|| config.with_requests_of(registration));
         #[cfg(feature = "insecure-test-authorizer")]
         let config = approving.as_ref().unwrap_or(config);
-        let approved = |kind: &KindRef, verb: Verb| {
-            let dangerous = if verb == Verb::Status { kind.is_dangerous_status() } else { kind.is_dangerous() };
+        let approved = |kind: &KindRef, verb: Approval| {
+            let dangerous = if verb == Approval::Status { kind.is_dangerous_status() } else { kind.is_dangerous() };
             !dangerous || config.dangerous.contains(kind)
         };
         // `write` covers `status` and `own`, but not a status that is dangerous on its own.
-        let covers = |verb: Verb, kind: &KindRef| {
-            verb != Verb::Read && config.write.contains(kind) && !(verb == Verb::Status && kind.is_dangerous_status())
+        let covers = |verb: Approval, kind: &KindRef| {
+            verb != Approval::Read
+                && config.write.contains(kind)
+                && !(verb == Approval::Status && kind.is_dangerous_status())
         };
         // A kind goes into `set` if the operator approved it for the verb (`granted`, or
         // `anywhere`, the `write` entry that covers every narrower write); else each missing
         // approval is noted, and a written dangerous kind needs its approval by name besides.
-        let mut need = |set: &mut BTreeSet<KindRef>, kind: KindRef, verb: Verb, granted: &BTreeSet<KindRef>| {
+        let mut need = |set: &mut BTreeSet<KindRef>, kind: KindRef, verb: Approval, granted: &BTreeSet<KindRef>| {
             let allowed = granted.contains(&kind) || covers(verb, &kind);
-            let is_approved = verb == Verb::Read || approved(&kind, verb);
+            let is_approved = verb == Approval::Read || approved(&kind, verb);
             if !allowed {
                 missing.note(format!("{} {kind}", verb.says()));
                 missing.of(verb).insert(kind.clone());
@@ -353,32 +360,32 @@ impl Grants {
             }
         };
         let for_kind = KindRef::of(&registration.for_kind);
-        need(&mut grants.read, for_kind.clone(), Verb::Read, &config.read);
-        need(&mut grants.write_status, for_kind, Verb::Status, &config.status);
+        need(&mut grants.read, for_kind.clone(), Approval::Read, &config.read);
+        need(&mut grants.write_status, for_kind, Approval::Status, &config.status);
         for kind in registration.owns.iter().map(KindRef::of) {
-            need(&mut grants.read, kind.clone(), Verb::Read, &config.read);
+            need(&mut grants.read, kind.clone(), Approval::Read, &config.read);
             match config.write.contains(&kind) {
-                true => need(&mut grants.write, kind, Verb::Write, &config.write),
-                false => need(&mut grants.write_controlled, kind, Verb::Own, &config.own),
+                true => need(&mut grants.write, kind, Approval::Write, &config.write),
+                false => need(&mut grants.write_controlled, kind, Approval::Own, &config.own),
             }
         }
         for kind in registration.watches.iter().map(|w| KindRef::of(&w.kind)) {
-            need(&mut grants.read, kind, Verb::Read, &config.read);
+            need(&mut grants.read, kind, Approval::Read, &config.read);
         }
         for kind in registration.reads.iter().map(KindRef::of) {
-            need(&mut grants.read, kind, Verb::Read, &config.read);
+            need(&mut grants.read, kind, Approval::Read, &config.read);
         }
         for kind in registration.writes.iter().map(KindRef::of) {
-            need(&mut grants.write, kind, Verb::Write, &config.write);
+            need(&mut grants.write, kind, Approval::Write, &config.write);
         }
-        grants.sensitive = [&grants.read, &grants.write, &grants.write_controlled, &grants.write_status]
+        grants.sensitive.kinds = [&grants.read, &grants.write, &grants.write_controlled, &grants.write_status]
             .into_iter()
             .flatten()
             .filter(|k| k.is_sensitive() || config.sensitive.kinds.contains(k))
             .cloned()
             .collect();
-        if !grants.sensitive.is_empty() && config.sensitive.namespaces.is_empty() {
-            let kinds: Vec<String> = grants.sensitive.iter().map(ToString::to_string).collect();
+        if !grants.sensitive.kinds.is_empty() && config.sensitive.namespaces.is_empty() {
+            let kinds: Vec<String> = grants.sensitive.kinds.iter().map(ToString::to_string).collect();
             missing.note(format!("name the namespaces where it may touch {} (sensitive)", kinds.join(", ")));
             missing.sensitive_namespaces = true;
         }
@@ -430,17 +437,23 @@ impl Grants {
     /// Whether `kind` is one of the plugin's sensitive kinds, touched only in
     /// [`sensitive_namespaces`](Self::sensitive_namespaces).
     pub fn is_sensitive(&self, kind: &GroupVersionKind) -> bool {
-        !self.sensitive.is_empty() && holds(&self.sensitive, kind)
+        holds(&self.sensitive.kinds, kind)
     }
 
     /// The sensitive kinds the plugin may touch, for RBAC generation.
     pub fn sensitive(&self) -> impl Iterator<Item = &KindRef> {
-        self.sensitive.iter()
+        self.sensitive.kinds.iter()
     }
 
     /// The only namespaces where the plugin may touch its sensitive kinds.
     pub fn sensitive_namespaces(&self) -> &BTreeSet<String> {
-        &self.sensitive_namespaces
+        &self.sensitive.namespaces
+    }
+
+    /// The sensitive kinds the plugin may touch and the only namespaces it may: what its reads
+    /// and requests elsewhere are refused by ([`SensitiveScope::hides`]).
+    pub fn sensitive_scope(&self) -> &SensitiveScope {
+        &self.sensitive
     }
 
     /// The namespaces the plugin is confined to; `None`: the whole cluster.
