@@ -150,6 +150,14 @@ pub enum Decision {
     AllowIfAbsent,
     /// Refused, and why.
     Deny(String),
+    /// Refused because another plugin made the object (its mark names `holder`), and why: only
+    /// an operator hands it over (`kubewasm handover`), so the plugin's status says so too.
+    Held {
+        /// The plugin whose mark the object carries.
+        holder: String,
+        /// The refusal, naming the holder and the handover.
+        why: String,
+    },
     /// The addressed object does not exist: answer not-found without sending anything.
     Absent,
     /// Ask again with this fact.
@@ -470,17 +478,22 @@ impl Authorizer {
             Existing::Cached(v) | Existing::Server(Some(v)) => v,
         };
         if !body::made_by(existing, &self.plugin, &self.manager) {
-            let holder = match body::mark(existing) {
-                Some(maker) => format!(
-                    "plugin `{maker}` did ({}: {maker}); if this plugin should own it, an operator \
-                     hands it over with `kubewasm handover --from {maker} --to {} --kind {kind}{}`",
+            let Some(maker) = body::mark(existing) else {
+                return Err(format!(
+                    "the plugin did not make it: no {} label naming it; {}",
                     body::PLUGIN_LABEL,
-                    self.plugin,
-                    req.target.namespace.as_deref().map(|ns| format!(" --namespace {ns}")).unwrap_or_default(),
-                ),
-                None => format!("no {} label naming it", body::PLUGIN_LABEL),
+                    hint()
+                ));
             };
-            return Err(format!("the plugin did not make it: {holder}; {}", hint()));
+            let why = format!(
+                "the plugin did not make it: plugin `{maker}` did ({}: {maker}); if this plugin should own it, \
+                 an operator hands it over with `kubewasm handover --from {maker} --to {} --kind {kind}{}`; {}",
+                body::PLUGIN_LABEL,
+                self.plugin,
+                req.target.namespace.as_deref().map(|ns| format!(" --namespace {ns}")).unwrap_or_default(),
+                hint(),
+            );
+            return Ok(Decision::Held { holder: maker.to_owned(), why });
         }
         control::controller_of_kind(existing, for_kind).map_err(|e| format!("the object {e}; {}", hint()))?;
         match (req.verb, req.body) {

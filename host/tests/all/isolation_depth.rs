@@ -116,7 +116,16 @@ async fn the_api_server_alone_refuses_a_plugin_identitys_status_write_that_chang
     let as_plugin: Api<Namespace> = Api::all(identities.client("depth"));
     let marked = json!({"metadata": {"name": "depth-api", "labels": {"kubewasm.dev/plugin": "depth",
         "pod-security.kubernetes.io/enforce": "baseline"}, "annotations": {"kubewasm.test/keep": "yes"}}});
-    as_plugin.create(&PostParams::default(), &serde_json::from_value(marked).unwrap()).await.unwrap();
+    let marked: Namespace = serde_json::from_value(marked).unwrap();
+    // The binding takes effect once the API server's RBAC cache has it: until then, forbidden.
+    eventually("the plugin identity's create, once bound", Duration::from_secs(30), || async {
+        match as_plugin.create(&PostParams::default(), &marked).await {
+            Ok(_) => Some(()),
+            Err(kube::Error::Api(e)) if e.code == 403 => None,
+            Err(e) => panic!("{e}"),
+        }
+    })
+    .await;
 
     let params = PatchParams::default();
     let strip_label = Patch::Json::<()>(

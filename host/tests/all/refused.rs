@@ -79,3 +79,56 @@ async fn a_write_the_api_server_refuses_at_run_time_shows_in_the_wasm_plugins_co
     stop.cancel();
     source.await.unwrap();
 }
+
+/// Class 6 of issue 49: a write of a name another plugin made shows in the WasmPlugin's
+/// conditions, naming the holder and the handover, besides the `AccessDenied` Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_another_plugin_made_shows_in_the_wasm_plugins_conditions_with_its_holder() {
+    use common::hostile::config_map_kind;
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    common::examples::install_wasm_plugin_crd(&client).await;
+    let ns = cp.namespace("held").await;
+    let modules = cp.namespace("held-modules").await;
+    let wasm = plugin_wasm("fixture_hostile.wasm");
+    common::examples::put_module_config_map(&client, &modules, "hostile-module", &[("plugin.wasm", &wasm)]).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let trigger = json!({ "metadata": { "name": "trigger", "labels": { "kubewasm.test/held": ns } } });
+    api.create(&PostParams::default(), &serde_json::from_value(trigger).unwrap()).await.unwrap();
+    let child = json!({ "metadata": { "name": "child", "labels": { "kubewasm.dev/plugin": "held-other" } } });
+    api.create(&PostParams::default(), &serde_json::from_value(child).unwrap()).await.unwrap();
+
+    let app = App::with_options(client.clone(), None, None, Options::default()).unwrap();
+    let stop = CancellationToken::new();
+    let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
+    let name = format!("held-{ns}");
+    let plugins: Api<WasmPlugin> = Api::all(client.clone());
+    let settings = json!({
+        "selector": format!("kubewasm.test/held={ns}"), "owns": [config_map_kind()],
+        "onSelected": [{ "op": "merge-patch", "kind": config_map_kind(), "namespace": "$trigger",
+                         "name": "child", "body": { "data": { "by": "me" } } }],
+    });
+    let body = json!({
+        "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+        "metadata": { "name": name, "labels": { "test": ns } },
+        "spec": {
+            "module": { "configMap": { "name": "hostile-module", "key": "plugin.wasm" } },
+            "grants": common::approved("fixture_hostile.wasm", json!({ "own": ["ConfigMap"] })),
+            "settings": settings,
+        },
+    });
+    plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap();
+
+    let (_, _, message) = eventually("NamesHeld True, naming the holder", CONVERGE, || async {
+        let wp = plugins.get(&name).await.ok()?;
+        condition(&wp, "NamesHeld").filter(|(status, reason, _)| status == "True" && reason == "MadeByAnotherPlugin")
+    })
+    .await;
+    let handover = format!("kubewasm handover --from held-other --to {name} --kind ConfigMap --namespace {ns}");
+    assert!(message.contains("plugin `held-other` did") && message.contains(&handover), "{message}");
+    let wp = plugins.get(&name).await.unwrap();
+    let (rbac, _, _) = condition(&wp, "RBACMissing").unwrap_or_default();
+    assert_ne!(rbac, "True", "the host refused it, not the API server");
+    stop.cancel();
+    source.await.unwrap();
+}

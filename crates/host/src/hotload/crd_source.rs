@@ -59,7 +59,8 @@ enum Followup {
     WaitForCaches,
     /// A canary runs: report its findings again after [`CANARY_REPORT_INTERVAL`].
     Canary,
-    /// It serves, but its identity lacks rights: review again after [`RBAC_RECHECK`].
+    /// It serves, but its identity lacks rights or it was refused since the last report: review
+    /// and report again after [`RBAC_RECHECK`].
     RecheckRbac,
     /// Its module is an unpinned OCI tag: resolve it again after this long.
     Refresh(Duration),
@@ -489,7 +490,8 @@ impl WasmPluginSource {
         // A request the API server refused at run time (since the last report) says the same as
         // a right the review found missing, with the request: the identity lacks a right, or an
         // admission policy refuses it.
-        let refused = serving.as_ref().and_then(|_| self.plugins.runtime().refusals().take(name));
+        let taken = serving.as_ref().map(|_| self.plugins.runtime().refusals().take(name)).unwrap_or_default();
+        let refused = taken.forbidden;
         let missing = serving.as_ref().and_then(|s| s.rbac_missing.clone());
         match (&refused, &missing) {
             (Some(refused), missing) => {
@@ -505,6 +507,14 @@ impl WasmPluginSource {
             }
             (None, None) => {}
         }
+        // A write refused because another plugin made the object (since the last report): only
+        // an operator's handover ends it, so the status names the holder and the command.
+        if serving.is_some() {
+            status.push(match &taken.held {
+                Some(held) => cond("NamesHeld", true, "MadeByAnotherPlugin", held),
+                None => cond("NamesHeld", false, "AsExpected", ""),
+            });
+        }
         let status = WasmPluginStatus {
             conditions: status,
             observed_generation: generation,
@@ -518,8 +528,11 @@ impl WasmPluginSource {
         let wants_canary = plugin.is_some_and(|p| p.spec.canary.is_some());
         let status =
             WasmPluginStatus { canary: wants_canary.then(|| canary_status(canary.as_ref(), canary_error)), ..status };
-        let lacking =
-            refused.is_some() || serving.as_ref().and_then(|s| s.rbac_missing.as_ref()).is_some_and(|m| !m.is_empty());
+        // Reported again after a while, so that a condition raised by a refusal clears once the
+        // refusals stop.
+        let lacking = refused.is_some()
+            || taken.held.is_some()
+            || serving.as_ref().and_then(|s| s.rbac_missing.as_ref()).is_some_and(|m| !m.is_empty());
         let next = match (retry, &waiting) {
             (_, Some(_)) => Followup::WaitForCaches,
             (true, None) => Followup::Retry,

@@ -414,6 +414,9 @@ fn every_cell_of_the_authorizer_table_gets_its_decision() {
             (Want::IfAbsent, Decision::AllowIfAbsent) => true,
             (Want::Absent, Decision::Absent) => true,
             (Want::Deny(part), Decision::Deny(why)) => why.contains(part),
+            (Want::Deny(part), Decision::Held { holder, why }) => {
+                why.contains(part) && why.contains(&format!("`{holder}`"))
+            }
             _ => false,
         };
         if !ok {
@@ -448,7 +451,7 @@ fn no_refusal_of_an_owned_kind_suggests_a_grant_that_opens_every_object_of_the_k
             (None, None) => Body::None,
         };
         let request = Request { verb: row.verb, target: &target, status: row.status, body };
-        if let Decision::Deny(why) = world.decide(&authorizer, &request) {
+        if let Decision::Deny(why) | Decision::Held { why, .. } = world.decide(&authorizer, &request) {
             refusals += 1;
             let message = authorizer.message(&request, &why);
             assert!(!message.contains("write: [ConfigMap]") && !message.contains("granted `write"), "{message}");

@@ -4,6 +4,8 @@ use serde_json::Value;
 
 use super::{ApiWriterExt, CallError, ObjectRef, address};
 use crate::authorizer::{Decision, Existing, Facts, Lookup, Request};
+use crate::grants::KindRef;
+use crate::refusals::Cause;
 use crate::state::{PluginCtx, PluginShared};
 
 /// How many facts a decision can need: the scope, the cached object, the server's copy.
@@ -45,9 +47,12 @@ impl PluginCtx {
                 Decision::Allow { mark } => return Ok(Permit { mark, only_if_absent: false }),
                 Decision::AllowIfAbsent => return Ok(Permit { mark: true, only_if_absent: true }),
                 Decision::Absent => return Err(CallError::NotFound),
-                Decision::Deny(why) => {
-                    let message = shared.authorizer.message(request, &why);
-                    self.denied.push(message.clone());
+                Decision::Deny(why) => return Err(CallError::Forbidden(self.denied(request, &why))),
+                Decision::Held { holder, why } => {
+                    // Also kept for the plugin's status: only an operator can end this refusal.
+                    let message = self.denied(request, &why);
+                    let held = format!("{holder} {}", KindRef::of(&request.target.kind));
+                    shared.refusals.record(&shared.caller.plugin, Cause::Held, &held, &message);
                     return Err(CallError::Forbidden(message));
                 }
                 Decision::Lookup(Lookup::Scope) => facts.scope = Some(shared.writer.scope(&request.target.kind).await?),
@@ -60,6 +65,14 @@ impl PluginCtx {
             }
         }
         Err(CallError::Other("the authorizer asked for more facts than a decision needs".into()))
+    }
+
+    /// The refusal message of `request` refused with `why`, remembered for the `AccessDenied`
+    /// Event.
+    fn denied(&mut self, request: &Request<'_>, why: &str) -> String {
+        let message = self.shared.authorizer.message(request, why);
+        self.denied.push(message.clone());
+        message
     }
 }
 

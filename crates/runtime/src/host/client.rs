@@ -10,6 +10,7 @@ use super::{
 };
 use crate::bindings::v0_2::{client as c2, types as t2};
 use crate::bindings::{client, types};
+use crate::refusals::Cause;
 use crate::state::PluginCtx;
 
 type CallResult<T> = wasmtime::Result<Result<T, types::Error>>;
@@ -40,7 +41,7 @@ impl PluginCtx {
             let refusal = format!("{summary}: the API server refused it: {message}");
             // The verb and kind: the summary without its object.
             let request = summary.rsplit_once(' ').map_or(summary.as_str(), |(request, _)| request);
-            self.shared.refusals.record(&self.shared.caller.plugin, request, &refusal);
+            self.shared.refusals.record(&self.shared.caller.plugin, Cause::Forbidden, request, &refusal);
             self.denied.push(refusal);
         }
         result

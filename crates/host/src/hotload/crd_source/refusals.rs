@@ -1,4 +1,5 @@
-//! A WasmPlugin's plugin refused by the API server at run time: its status is reported again.
+//! A WasmPlugin's plugin refused at run time by the API server, or on an object another plugin
+//! made: its status is reported again.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,9 +12,9 @@ use crate::informer::Informer;
 use crate::plugin::refusals::Refusals;
 use crate::queue::WorkQueue;
 
-/// Queues the WasmPlugin of each plugin the API server refused a request the host allowed (its
-/// status then says so), at most once per `every` for one plugin: a plugin refused on every
-/// reconcile has its status written again at that pace, not at its own. Names that are not
+/// Queues the WasmPlugin of each plugin with a new refusal its status shows ([`Refusals`]), at
+/// most once per `every` for one plugin: a plugin refused on every reconcile has its status
+/// written again at that pace, not at its own. Names that are not
 /// WasmPlugins (directory plugins) are left alone. Ends with `shutdown`.
 pub(super) fn refusal_trigger(
     refusals: &Refusals,
