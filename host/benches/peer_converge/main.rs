@@ -19,7 +19,7 @@ mod restart;
 mod round;
 mod variant;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -80,6 +80,13 @@ struct Args {
     /// musl build (`make image`: `<target>/image-build/x86_64-unknown-linux-musl/image/kubewasm`).
     #[arg(long, env = "KUBEWASM_BENCH_KUBEWASM")]
     kubewasm: Option<PathBuf>,
+    /// Another `kubewasm` build for the `baseline-impersonated` variant (e.g. main before a
+    /// change, built with `cargo build --release` in a worktree).
+    #[arg(long, env = "KUBEWASM_BENCH_BASELINE")]
+    baseline: Option<PathBuf>,
+    /// The baseline predates approvals (issue 49): its plugin configs carry no `grants:`.
+    #[arg(long)]
+    baseline_unapproved: bool,
     /// Set by `cargo bench`; without it (`cargo test --benches`) nothing runs.
     #[arg(long, hide = true)]
     bench: bool,
@@ -91,13 +98,14 @@ fn target_dir() -> PathBuf {
     exe.ancestors().nth(3).expect("the bench runs from <target>/<profile>/deps").to_owned()
 }
 
-/// Runs kubewasm once with the compile cache until the component is in it.
-fn warm_compile_cache(setup: &Setup, work: &std::path::Path) {
+/// Runs `binary` once with compile cache `cache` until the component is in it (`approved`: with
+/// the plugin config's approvals).
+fn warm_compile_cache(setup: &Setup, work: &Path, binary: &Path, approved: bool, cache: &Path) {
     let started = Instant::now();
     let cp = ControlPlane::builder().start().expect("a control plane (make control-plane)");
-    let plugins = work.join("warm-up");
-    variant::plugin_dir(setup, &plugins, 1);
-    let mut command = variant::kubewasm(setup, cp.kubeconfig_path(), &plugins, Some(&setup.compile_cache));
+    let plugins = work.join(format!("warm-up-{approved}"));
+    variant::plugin_dir(setup, &plugins, 1, approved);
+    let mut command = variant::run(binary, cp.kubeconfig_path(), &plugins, Some(cache));
     let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let cached = |dir: &std::path::Path| {
         walk(dir).iter().any(|f| {
@@ -105,7 +113,7 @@ fn warm_compile_cache(setup: &Setup, work: &std::path::Path) {
             !name.contains(".wip") && !name.ends_with(".stats")
         })
     };
-    while !cached(&setup.compile_cache) {
+    while !cached(cache) {
         assert!(child.try_wait().unwrap().is_none(), "kubewasm exited while warming the compile cache");
         assert!(started.elapsed() < Duration::from_secs(300), "the compile cache stayed empty");
         std::thread::sleep(Duration::from_millis(100));
@@ -151,6 +159,7 @@ fn main() {
         peer: args.peer.clone().unwrap_or_else(|| target_dir().join("bench-peer/controller-runtime")),
         plugin_dir: common::plugin_dir(),
         compile_cache: work.path().join("compile-cache"),
+        baseline: args.baseline.clone().map(|b| (b, !args.baseline_unapproved)),
     };
     assert!(setup.peer.exists(), "{}: build it with `make bench-peer`", setup.peer.display());
     report::machine();
@@ -174,7 +183,12 @@ fn main() {
         .iter()
         .any(|v| !v.is_peer() && !matches!(v, Variant::KubewasmCold | Variant::KubewasmColdInProcess))
     {
-        warm_compile_cache(&setup, work.path());
+        warm_compile_cache(&setup, work.path(), &setup.kubewasm, true, &setup.compile_cache);
+    }
+    if let (Some((baseline, approvals)), true) =
+        (&setup.baseline, args.variants.contains(&Variant::BaselineImpersonated))
+    {
+        warm_compile_cache(&setup, work.path(), baseline, *approvals, &variant::baseline_cache(&setup));
     }
     let runs: Vec<(usize, Variant)> = if marginal {
         args.marginal.iter().map(|&p| (p, Variant::Kubewasm)).collect()

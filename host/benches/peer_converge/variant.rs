@@ -27,6 +27,9 @@ pub enum Variant {
     /// As `kubewasm-unlimited`, sending every apply even when it would change nothing
     /// (`--elide-unchanged-writes=false`): beside `kubewasm-unlimited` it shows what elision saves.
     KubewasmUnelided,
+    /// As `kubewasm-impersonated`, run by the `--baseline` binary (another build of kubewasm,
+    /// e.g. main before a change), so that a change's cost is measured in one interleaved run.
+    BaselineImpersonated,
     /// One controller-runtime manager running every controller, client-go's FIFO workqueue.
     CrFifo,
     /// One controller-runtime manager, controller-runtime's default priority queue.
@@ -50,6 +53,12 @@ impl Variant {
         self.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default()
     }
 
+    /// Whether its plugin configs carry approvals (`grants:`): all but a baseline that predates
+    /// them.
+    pub fn approved(self, setup: &Setup) -> bool {
+        self != Self::BaselineImpersonated || setup.baseline.as_ref().is_some_and(|(_, approvals)| *approvals)
+    }
+
     /// Whether this is controller-runtime (a peer) rather than kubewasm.
     pub fn is_peer(self) -> bool {
         !matches!(
@@ -60,6 +69,7 @@ impl Variant {
                 | Self::KubewasmUnlimited
                 | Self::KubewasmImpersonated
                 | Self::KubewasmUnelided
+                | Self::BaselineImpersonated
         )
     }
 }
@@ -74,6 +84,9 @@ pub struct Setup {
     pub plugin_dir: PathBuf,
     /// Compile cache for [`Variant::Kubewasm`].
     pub compile_cache: PathBuf,
+    /// The binary of [`Variant::BaselineImpersonated`], and whether it takes the plugin
+    /// configs' approvals (`grants:`; builds before issue 49 refuse them).
+    pub baseline: Option<(PathBuf, bool)>,
 }
 
 /// Controller `i`'s name suffix and child names; one controller keeps the plain defaults.
@@ -87,8 +100,9 @@ const APPROVED: &str = "grants:\n  read: [Namespace, ResourceQuota, NetworkPolic
                         status: [Namespace]\n  own: [ResourceQuota, NetworkPolicy.networking.k8s.io]\n";
 
 /// Writes `plugins` copies of namespace-defaults into `dir`, each under its own name with its
-/// own child names (settings `quotaName`, `networkPolicyName`), one reconcile at a time.
-pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize) {
+/// own child names (settings `quotaName`, `networkPolicyName`), one reconcile at a time, with
+/// what it asks for approved unless `approved` is false.
+pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool) {
     std::fs::create_dir_all(dir).unwrap();
     let built = setup.plugin_dir.join("namespace_defaults.wasm");
     for i in 0..plugins {
@@ -100,7 +114,8 @@ pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize) {
         };
         std::fs::copy(&built, dir.join(format!("{name}.wasm")))
             .unwrap_or_else(|e| panic!("{}: {e}; run `make plugins`", built.display()));
-        std::fs::write(dir.join(format!("{name}.yaml")), format!("maxConcurrent: 1\n{APPROVED}{settings}")).unwrap();
+        let grants = if approved { APPROVED } else { "" };
+        std::fs::write(dir.join(format!("{name}.yaml")), format!("maxConcurrent: 1\n{grants}{settings}")).unwrap();
     }
 }
 
@@ -108,9 +123,16 @@ pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize) {
 /// WasmPlugin source, no directory watch; requests sent as the host unless the variant adds
 /// [`IMPERSONATED`] (a later `--impersonate-plugins` wins).
 pub fn kubewasm(setup: &Setup, kubeconfig: &Path, plugins: &Path, cache: Option<&Path>) -> Command {
-    let mut command = Command::new(&setup.kubewasm);
-    command.args(["--log", "warn", "run", "--admin-addr", "127.0.0.1:0", "--wasm-plugins=false"]);
+    let mut command = run(&setup.kubewasm, kubeconfig, plugins, cache);
     command.arg("--impersonate-plugins=false");
+    command
+}
+
+/// `binary run` over `plugins`, serving nothing else, each plugin sent as the binary's default
+/// says.
+pub fn run(binary: &Path, kubeconfig: &Path, plugins: &Path, cache: Option<&Path>) -> Command {
+    let mut command = Command::new(binary);
+    command.args(["--log", "warn", "run", "--admin-addr", "127.0.0.1:0", "--wasm-plugins=false"]);
     command.args(["--watch-plugins=false", "--plugins"]).arg(plugins).arg("--kubeconfig").arg(kubeconfig);
     if let Some(cache) = cache {
         command.arg("--compile-cache").arg(cache);
@@ -120,6 +142,12 @@ pub fn kubewasm(setup: &Setup, kubeconfig: &Path, plugins: &Path, cache: Option<
 
 /// The flags of [`Variant::KubewasmImpersonated`].
 pub const IMPERSONATED: [&str; 2] = ["--impersonate-plugins", "--provision-plugin-rbac"];
+
+/// The baseline's compile cache, beside the warm one: another build's engine may not read its
+/// entries.
+pub fn baseline_cache(setup: &Setup) -> PathBuf {
+    setup.compile_cache.with_file_name("baseline-compile-cache")
+}
 
 /// A new, empty compile cache beside the warm one.
 fn empty_cache(setup: &Setup) -> PathBuf {
@@ -170,6 +198,12 @@ pub fn commands(
         Variant::KubewasmUnelided => {
             let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache));
             command.args(["--plugin-write-qps", "0", "--elide-unchanged-writes=false"]);
+            vec![command]
+        }
+        Variant::BaselineImpersonated => {
+            let (baseline, _) = setup.baseline.as_ref().expect("--baseline names the baseline's binary");
+            let mut command = run(baseline, kubeconfig, plugins_dir, Some(&baseline_cache(setup)));
+            command.args(["--plugin-write-qps", "0"]).args(IMPERSONATED);
             vec![command]
         }
         Variant::CrFifo => vec![peer("fifo", plugins, first)],
