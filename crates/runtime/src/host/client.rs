@@ -157,7 +157,7 @@ impl PluginCtx {
 
 /// Parses a plugin's patch body as the kind of patch it names.
 fn patch_body(body: &[u8], kind: fn(Value) -> Patch) -> Result<Patch, CallError> {
-    serde_json::from_slice(body).map_err(|e| CallError::Invalid(format!("patch body is not valid JSON: {e}"))).map(kind)
+    super::parse_body(body, "patch body").map(kind)
 }
 
 fn patch_kind_0_1(kind: client::PatchType) -> fn(Value) -> Patch {

@@ -218,6 +218,24 @@ pub struct TypedObject {
 /// kube-apiserver 1.37 in `host/tests/all/first_writes.rs`).
 pub const NO_OBJECT_HAS_THIS_VERSION: &str = "18446744073709551615";
 
+/// The largest body the host parses for a plugin: the API server refuses a larger request (its
+/// `MaxRequestBodyBytes`, 3 MiB, k8s.io/apiserver's server config), and parsed JSON takes many
+/// times its bytes in host memory, outside the plugin's memory budget: 34 MiB of `[0,0,…]`, within
+/// a 64 MiB plugin's limit, parses to about a gigabyte.
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// A plugin's `what` (an object, a patch body) parsed as JSON: `Invalid` if it is not JSON or
+/// is larger than [`MAX_BODY`], which is checked before anything is parsed.
+pub(crate) fn parse_body(bytes: &[u8], what: &str) -> Result<Value, CallError> {
+    if bytes.len() > MAX_BODY {
+        return Err(CallError::Invalid(format!(
+            "{what} is {} bytes, more than the API server takes in a request ({MAX_BODY})",
+            bytes.len()
+        )));
+    }
+    serde_json::from_slice(bytes).map_err(|e| CallError::Invalid(format!("{what} is not valid JSON: {e}")))
+}
+
 impl TypedObject {
     /// The body as sent: with the host's mark, if it carries one.
     pub fn sent_body(&self) -> std::borrow::Cow<'_, Value> {
@@ -233,8 +251,7 @@ impl TypedObject {
 
     /// Parses a plugin's JSON bytes; the error says what is missing.
     pub fn from_json(bytes: &[u8]) -> Result<Self, CallError> {
-        let body: Value =
-            serde_json::from_slice(bytes).map_err(|e| CallError::Invalid(format!("object is not valid JSON: {e}")))?;
+        let body = parse_body(bytes, "object")?;
         let field = |v: &Value, path: &[&str]| -> Option<String> {
             path.iter().try_fold(v, |v, k| v.get(k))?.as_str().map(str::to_owned)
         };
@@ -427,5 +444,22 @@ mod tests {
         assert_eq!(no_name.unwrap_err(), CallError::Invalid("object has no metadata.name".into()));
         let garbage = TypedObject::from_json(b"{not json").unwrap_err();
         assert!(matches!(garbage, CallError::Invalid(m) if m.starts_with("object is not valid JSON")));
+    }
+
+    /// Held-out round of issue 49: a plugin within its memory limit sent a patch body of
+    /// `[0,0,…]` that parses to many times its size in host memory.
+    #[test]
+    fn a_body_larger_than_the_api_server_takes_is_refused_before_it_is_parsed() {
+        let mut huge = b"[0".to_vec();
+        huge.extend(std::iter::repeat_n(b",0"[..].iter().copied(), MAX_BODY / 2).flatten());
+        huge.push(b']');
+        let refused = parse_body(&huge, "patch body").unwrap_err();
+        assert!(
+            matches!(&refused, CallError::Invalid(m) if m.contains("more than the API server takes")),
+            "{refused:?}"
+        );
+        assert!(parse_body(b"[0,0]", "patch body").is_ok());
+        let object = TypedObject::from_json(&huge).unwrap_err();
+        assert!(matches!(object, CallError::Invalid(m) if m.starts_with("object is")));
     }
 }
