@@ -144,16 +144,17 @@ impl Protected {
         self.0.read().iter().find(|r| r.matches(target)).map(|r| format!("{r} is protected: {}", r.why))
     }
 
-    /// Why no plugin may read an object of `kind` in `namespace`, if none may: Secrets of a
-    /// namespace protected as a whole hold the host's credentials (registry pull Secrets,
-    /// signature keys).
+    /// Why no plugin may read an object of `kind` in `namespace`, if none may: every object of a
+    /// namespace protected as a whole is the host's: its Secrets hold its credentials (registry
+    /// pull Secrets, signature keys), its ConfigMaps every plugin's config and module.
     pub fn hides(&self, kind: &kube::core::GroupVersionKind, namespace: Option<&str>) -> Option<String> {
-        // Asked for every cached object a plugin reads: other kinds answer without a lock.
-        if !(kind.group.is_empty() && kind.kind == "Secret") {
-            return None;
-        }
         let why = self.refuses_namespace(namespace?)?;
-        Some(format!("Secrets there hold the host's credentials ({why})"))
+        let what = if kind.group.is_empty() && kind.kind == "Secret" {
+            "Secrets there hold the host's credentials"
+        } else {
+            "what is there is the host's (its config, its plugins' configs and modules)"
+        };
+        Some(format!("{what} ({why})"))
     }
 
     /// Why `namespace` as a whole is protected, if it is (no plugin publishes Events there).
@@ -213,15 +214,18 @@ mod tests {
     }
 
     #[test]
-    fn secrets_of_a_protected_namespace_are_hidden_and_no_other_object() {
+    fn every_object_of_a_protected_namespace_is_hidden_and_no_other() {
         let p = Protected::default();
         p.namespace("kubewasm-system", "is the host's own namespace");
         p.leases("elect", "kubewasm");
-        let secret = GroupVersionKind::gvk("", "v1", "Secret");
+        let (secret, config_map) =
+            (GroupVersionKind::gvk("", "v1", "Secret"), GroupVersionKind::gvk("", "v1", "ConfigMap"));
         assert!(p.hides(&secret, Some("kubewasm-system")).is_some());
+        // Held-out round of issue 49: every plugin's grants and settings were one get away.
+        assert!(p.hides(&config_map, Some("kubewasm-system")).is_some_and(|why| why.contains("plugins' configs")));
         assert!(p.hides(&secret, Some("team-a")).is_none());
         assert!(p.hides(&secret, Some("elect")).is_none(), "only its Leases are protected");
-        assert!(p.hides(&GroupVersionKind::gvk("", "v1", "ConfigMap"), Some("kubewasm-system")).is_none());
+        assert!(p.hides(&GroupVersionKind::gvk("", "v1", "Namespace"), None).is_none(), "the Namespace is seen");
     }
 
     #[test]
