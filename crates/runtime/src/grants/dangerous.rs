@@ -11,7 +11,7 @@
 //! too.
 //!
 //! Some kinds are dangerous only in their status ([`DANGEROUS_STATUS`]: a Service's load
-//! balancer addresses, a Pod's readiness); writing that status needs the approval, and a `write`
+//! balancer addresses, a Pod's readiness, a quota's usage, a disruption budget's allowance); writing that status needs the approval, and a `write`
 //! approval of such a kind covers its objects but not its status.
 //!
 //! Left off on purpose: Secrets (no plugin reads or writes them without the operator's approval,
@@ -76,6 +76,9 @@ pub const DANGEROUS: &[(&str, &str)] = &[
     // Endpoints writes out of its `edit` and `admin` roles for it).
     ("", "Endpoints"),
     ("discovery.k8s.io", "EndpointSlice"),
+    // A Binding puts a pending Pod, anyone's, on a node of the plugin's choosing: the API server
+    // sets the Pod's node, and the scheduler (taints, affinity, quotas of the node) is bypassed.
+    ("", "Binding"),
 ];
 
 /// Kinds whose status steers the cluster though their objects do not, as `(group, kind)`:
@@ -88,6 +91,12 @@ pub const DANGEROUS_STATUS: &[(&str, &str)] = &[
     // A Pod's conditions say whether it is Ready: a plugin could take every replica of any
     // workload (CoreDNS included) out of its Services, or put a broken one in.
     ("", "Pod"),
+    // A ResourceQuota's `status.used` is what quota admission compares each create against: a
+    // plugin could lift a namespace's quota, or refuse every create in it.
+    ("", "ResourceQuota"),
+    // A PodDisruptionBudget's `status.disruptionsAllowed` is what every eviction checks (a node
+    // drain included): a plugin could let a drain take every replica at once, or block it.
+    ("policy", "PodDisruptionBudget"),
 ];
 
 /// Whether writing `kind` of `group` needs the operator's approval as dangerous.
