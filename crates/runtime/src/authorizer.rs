@@ -29,6 +29,9 @@
 //!    only objects it made (the mark, or its field manager in managedFields) and controls (a
 //!    controller of its for kind, selected or not, so it can clean up after an owner leaves its
 //!    selection). What it creates or applies there carries its mark.
+//! 5. Ownership, under a `write` grant: the plugin may change or delete any object of the kind
+//!    in its scope but one another plugin's mark names (an operator hands that over); what it
+//!    creates carries its mark, and what it made keeps it.
 
 pub mod body;
 #[cfg(test)]
@@ -393,7 +396,7 @@ impl Authorizer {
                 kind_ref(),
                 self.plugin
             )),
-            Some(WriteScope::Anywhere) => Ok(Decision::Allow { mark: req.verb == Verb::Create }),
+            Some(WriteScope::Anywhere) => Ok(self.anywhere_write(req, facts)),
             Some(WriteScope::Controlled) => self.controlled_write(req, facts),
         }
     }
@@ -434,6 +437,59 @@ impl Authorizer {
             }
             StatusEffect::DoesNotApply(why) => Err(format!("the patch does not apply to the object: {why}")),
         }
+    }
+
+    /// A write under a `write` grant: any object in scope but one another plugin made (that
+    /// one is handed over by an operator, as an owned kind's is); what the write creates is
+    /// marked, and what the plugin made keeps its mark.
+    fn anywhere_write(&self, req: &Request<'_>, facts: &Facts) -> Decision {
+        if req.verb == Verb::Create {
+            // A create never changes an existing object: the API server refuses it if one exists.
+            return Decision::Allow { mark: true };
+        }
+        let existing = match &facts.existing {
+            Existing::Unknown => return Decision::Lookup(Lookup::Existing),
+            // Not in the cache, so most likely absent: an apply is sent only if absent (marked,
+            // and judged again on the server's copy if it exists after all); a patch or delete is
+            // sent as it is, since one of an object made a moment ago by another plugin (marked)
+            // is what the mark policy refuses on its own.
+            Existing::Uncached => {
+                return match (req.verb, req.body) {
+                    (Verb::Apply, Body::Object(object)) if object.pointer("/metadata/resourceVersion").is_none() => {
+                        Decision::AllowIfAbsent
+                    }
+                    (Verb::Apply, _) => Decision::Lookup(Lookup::Server),
+                    _ => Decision::Allow { mark: false },
+                };
+            }
+            // The cache may lag a handover: the server's copy decides a refusal.
+            Existing::Cached(v) if body::mark(v).is_some_and(|m| m != self.plugin) => {
+                return Decision::Lookup(Lookup::Server);
+            }
+            Existing::Server(None) if req.verb == Verb::Apply => return Decision::Allow { mark: true },
+            Existing::Server(None) => return Decision::Absent,
+            Existing::Cached(v) | Existing::Server(Some(v)) => v,
+        };
+        match body::mark(existing) {
+            Some(maker) if maker != self.plugin => {
+                self.held(req, maker, "a `write` approval covers every object of the kind but another plugin's")
+            }
+            mark => Decision::Allow { mark: mark.is_some() && req.verb == Verb::Apply },
+        }
+    }
+
+    /// The refusal of `req` on an object plugin `maker` made, naming the handover; `hint` says
+    /// what the plugin may write instead.
+    fn held(&self, req: &Request<'_>, maker: &str, hint: &str) -> Decision {
+        let why = format!(
+            "the plugin did not make it: plugin `{maker}` did ({}: {maker}); if this plugin should own it, \
+             an operator hands it over with `kubewasm handover --from {maker} --to {} --kind {}{}`; {hint}",
+            body::PLUGIN_LABEL,
+            self.plugin,
+            KindRef::of(&req.target.kind),
+            req.target.namespace.as_deref().map(|ns| format!(" --namespace {ns}")).unwrap_or_default(),
+        );
+        Decision::Held { holder: maker.to_owned(), why }
     }
 
     /// A write of an owned kind without a `write` grant (see the module doc, rule 4).
@@ -485,15 +541,7 @@ impl Authorizer {
                     hint()
                 ));
             };
-            let why = format!(
-                "the plugin did not make it: plugin `{maker}` did ({}: {maker}); if this plugin should own it, \
-                 an operator hands it over with `kubewasm handover --from {maker} --to {} --kind {kind}{}`; {}",
-                body::PLUGIN_LABEL,
-                self.plugin,
-                req.target.namespace.as_deref().map(|ns| format!(" --namespace {ns}")).unwrap_or_default(),
-                hint(),
-            );
-            return Ok(Decision::Held { holder: maker.to_owned(), why });
+            return Ok(self.held(req, maker, &hint()));
         }
         control::controller_of_kind(existing, for_kind).map_err(|e| format!("the object {e}; {}", hint()))?;
         match (req.verb, req.body) {

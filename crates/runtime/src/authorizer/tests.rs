@@ -316,12 +316,20 @@ fn table() -> Vec<Row> {
         row(Owns, Create, cm.clone(), (Some("in"), "new"), Deny("is controlled by")).body(child("in", "new", None, "other")),
         // Status of an owned kind needs a write grant.
         row(Owns, Apply, cm.clone(), (Some("in"), "mine"), Deny("status of its for kind only")).status().body(child("in", "mine", None, "web")),
-        // A write grant: anywhere in scope, whoever made it, never the mark of another.
-        row(Write, Apply, cm.clone(), (Some("in"), "theirs"), Allow).body(child("in", "theirs", None, "web")),
+        // A write grant: anywhere in scope, whoever made it but another plugin (held-out round
+        // of issue 49: unmarked, what one write-granted plugin applied was another's to
+        // change, and the mark policy let it), never the mark of another.
+        row(Write, Apply, cm.clone(), (Some("in"), "theirs"), Deny("plugin `q` did")).body(child("in", "theirs", None, "web")),
         row(Write, Apply, cm.clone(), (Some("in"), "theirs"), Deny("is not this plugin")).body(child("in", "theirs", Some("q"), "web")),
-        row(Write, Patch, cm.clone(), (Some("in"), "theirs"), Allow).patch(merge(json!({"metadata": {"ownerReferences": []}}))),
+        row(Write, Patch, cm.clone(), (Some("in"), "theirs"), Deny("plugin `q` did")).patch(merge(json!({"metadata": {"ownerReferences": []}}))),
         row(Write, Patch, cm.clone(), (Some("in"), "theirs"), Deny("host's mark")).patch(merge(json!({"metadata": {"labels": {PLUGIN_LABEL: null}}}))),
+        row(Write, Delete, cm.clone(), (Some("in"), "theirs"), Deny("kubewasm handover --from q --to p")),
         row(Write, Delete, cm.clone(), (Some("in"), "nobodys"), Allow),
+        row(Write, Patch, cm.clone(), (Some("in"), "nobodys"), Allow).patch(merge(json!({"data": {}}))),
+        row(Write, Apply, cm.clone(), (Some("in"), "nobodys"), Allow).body(child("in", "nobodys", None, "web")),
+        row(Write, Apply, cm.clone(), (Some("in"), "mine"), Mark).body(child("in", "mine", None, "web")),
+        row(Write, Apply, cm.clone(), (Some("in"), "new"), IfAbsent).body(child("in", "new", None, "web")),
+        row(Write, Delete, cm.clone(), (Some("in"), "new"), Allow),
         row(Write, Create, cm.clone(), (Some("in"), "new"), Mark).body(child("in", "new", None, "other")),
         row(Write, Delete, cm.clone(), (Some("out"), "mine"), Deny("namespace out is outside")),
         row(Write, Apply, cm.clone(), (Some("in"), "mine"), Allow).status().body(child("in", "mine", None, "web")),
