@@ -237,7 +237,8 @@ async fn the_hosts_leases_and_deployment_are_protected_from_a_plugin_granted_the
              "body": {"spec": {"replicas": 0}}},
             marker("lease-done")],
     });
-    let grants = "grants: {write: [Lease.coordination.k8s.io, Deployment.apps]}\n";
+    let grants =
+        "grants: {write: [Lease.coordination.k8s.io, Deployment.apps], dangerous: [Lease.coordination.k8s.io]}\n";
     let dir = tempfile::tempdir().unwrap();
     let mut app = app(&client);
     app.add_plugin(&hostile(dir.path(), "lease-forger", grants, settings)).await.unwrap();

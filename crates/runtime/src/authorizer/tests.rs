@@ -213,7 +213,7 @@ enum Grant {
     Write,
     /// Reads ConfigMaps only.
     Reads,
-    /// `for: Namespace`, owns ConfigMaps, granted `write: [Lease.coordination.k8s.io]`.
+    /// `for: Namespace`, owns ConfigMaps, granted `write: [Lease.coordination.k8s.io]` (approved as dangerous).
     ForNamespace,
 }
 
@@ -398,7 +398,13 @@ fn every_cell_of_the_authorizer_table_gets_its_decision() {
         (Grant::Owns, world.authorizer(owner_of_config_maps(), "{}")),
         (Grant::Write, world.authorizer(owner_of_config_maps(), "write: [ConfigMap]")),
         (Grant::Reads, world.authorizer(reader_of_config_maps(), "{}")),
-        (Grant::ForNamespace, world.authorizer(namespace_plugin(), "write: [Lease.coordination.k8s.io]")),
+        (
+            Grant::ForNamespace,
+            world.authorizer(
+                namespace_plugin(),
+                "{write: [Lease.coordination.k8s.io], dangerous: [Lease.coordination.k8s.io]}",
+            ),
+        ),
     ];
     let mut failures = Vec::new();
     for (i, row) in table().into_iter().enumerate() {
@@ -471,7 +477,8 @@ fn no_refusal_of_an_owned_kind_suggests_a_grant_that_opens_every_object_of_the_k
 #[test]
 fn the_host_namespace_is_protected_from_events_and_writes_of_an_unconfined_plugin() {
     let world = World::new();
-    let config: GrantConfig = serde_yaml::from_str("write: [Lease.coordination.k8s.io]").unwrap();
+    let config: GrantConfig =
+        serde_yaml::from_str("{write: [Lease.coordination.k8s.io], dangerous: [Lease.coordination.k8s.io]}").unwrap();
     let grants = Grants::resolve(&namespace_plugin(), &config.with_requests_of(&namespace_plugin())).unwrap();
     let protected = Protected::default();
     protected.namespace("kubewasm-system", "is the host's own namespace");

@@ -76,6 +76,10 @@ pub const DANGEROUS: &[(&str, &str)] = &[
     // Endpoints writes out of its `edit` and `admin` roles for it).
     ("", "Endpoints"),
     ("discovery.k8s.io", "EndpointSlice"),
+    // Leases elect the leaders of the control plane's own controllers (kube-controller-manager,
+    // kube-scheduler in kube-system) and carry every node's heartbeat (kube-node-lease): a plugin
+    // holding one stops the controller-manager, or has a node's pods evicted.
+    ("coordination.k8s.io", "Lease"),
     // A Binding puts a pending Pod, anyone's, on a node of the plugin's choosing: the API server
     // sets the Pod's node, and the scheduler (taints, affinity, quotas of the node) is bypassed.
     ("", "Binding"),
@@ -200,6 +204,29 @@ mod tests {
             let kind = KindRef { group: group.into(), kind: kind.into() };
             assert!(kind.is_dangerous(), "{kind}");
         }
+    }
+
+    /// Held-out round of issue 49: a plugin approved `write: [Lease]` took the
+    /// controller-manager's Lease in kube-system, and Bindings and quota usage steered pods.
+    #[test]
+    fn leases_bindings_and_the_status_of_quotas_and_disruption_budgets_are_dangerous() {
+        let registration = Registration {
+            writes: vec![
+                GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"),
+                GroupVersionKind::gvk("", "v1", "Binding"),
+            ],
+            ..Registration::new(GroupVersionKind::gvk("", "v1", "ResourceQuota"))
+        };
+        let approvals = "{read: [ResourceQuota, Lease.coordination.k8s.io, Binding], status: [ResourceQuota], \
+                         write: [Lease.coordination.k8s.io, Binding]}";
+        let err = Grants::resolve(&registration, &config(approvals)).unwrap_err();
+        assert!(
+            err.fix().ends_with("dangerous: [Binding, ResourceQuota, Lease.coordination.k8s.io]}"),
+            "{}",
+            err.fix()
+        );
+        assert!(super::is_dangerous_status("policy", "PodDisruptionBudget"));
+        assert!(!super::is_dangerous("policy", "PodDisruptionBudget"), "only its status");
     }
 
     #[test]
