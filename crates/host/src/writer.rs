@@ -182,6 +182,30 @@ impl KubeWriter {
     }
 }
 
+/// `patch` setting the object's uid to `uid`: the API server takes it only for the object of that
+/// uid, since a uid never changes (`metadata.uid: field is immutable` otherwise), within the
+/// write and with no read before it. A patch whose metadata is not an object is left as it is
+/// (the API server refuses it anyway).
+fn with_uid(patch: Patch, uid: &str) -> Patch {
+    let uid = Value::String(uid.to_owned());
+    let set = |mut v: Value| {
+        let meta = v.as_object_mut().map(|o| o.entry("metadata").or_insert_with(|| Value::Object(Default::default())));
+        if let Some(meta) = meta.and_then(Value::as_object_mut) {
+            meta.insert("uid".into(), uid.clone());
+        }
+        v
+    };
+    match patch {
+        Patch::Merge(v) => Patch::Merge(set(v)),
+        Patch::Strategic(v) => Patch::Strategic(set(v)),
+        Patch::Json(Value::Array(mut ops)) => {
+            ops.push(serde_json::json!({"op": "replace", "path": "/metadata/uid", "value": uid}));
+            Patch::Json(Value::Array(ops))
+        }
+        other => other,
+    }
+}
+
 fn to_json<T: Serialize>(object: T) -> Result<Vec<u8>, CallError> {
     serde_json::to_vec(&object).map_err(|e| CallError::Other(e.to_string()))
 }
@@ -225,6 +249,12 @@ impl KubeWriter {
     ) -> Result<Vec<u8>, CallError> {
         let api = self.api(caller, target).await?;
         let patch = self.with_preconditions(heard, &api, target, patch, &options.preconditions).await?;
+        // The plugin's own preconditions name the object already; else the judged copy's uid.
+        let judged = options.judged_uid.as_deref().filter(|_| options.preconditions.is_empty());
+        let patch = match judged {
+            Some(uid) => with_uid(patch, uid),
+            None => patch,
+        };
         let params =
             PatchParams { field_manager: Some(caller.manager.clone()), dry_run: self.dry_run, ..Default::default() };
         let name = &target.name;
@@ -239,9 +269,18 @@ impl KubeWriter {
                 let ops = KubePatch::<()>::Json(ops);
                 if status { api.patch_status(name, &params, &ops).await } else { api.patch(name, &params, &ops).await }
             }
+        };
+        match (stored.map_err(|e| heard.error(e)), judged) {
+            (Ok(stored), _) => to_json(stored),
+            // The API server refuses to change an object's uid: the patch met another object.
+            (Err(CallError::Invalid(message)), Some(uid)) if message.contains("metadata.uid") => {
+                Err(CallError::Conflict(format!(
+                    "{} {name} is not the object the host judged this patch on (uid {uid}): it was replaced since",
+                    target.kind.kind
+                )))
+            }
+            (Err(e), _) => Err(e),
         }
-        .map_err(|e| heard.error(e))?;
-        to_json(stored)
     }
 
     async fn create_object(&self, heard: &Heard, caller: &Caller, object: &TypedObject) -> Result<Vec<u8>, CallError> {
@@ -270,6 +309,8 @@ impl KubeWriter {
         if !pre.is_empty() {
             params.preconditions =
                 Some(KubePreconditions { resource_version: pre.resource_version.clone(), uid: pre.uid.clone() });
+        } else if let Some(uid) = &options.judged_uid {
+            params.preconditions = Some(KubePreconditions { resource_version: None, uid: Some(uid.clone()) });
         }
         api.delete(&target.name, &params).await.map(|_| ()).map_err(|e| heard.error(e))
     }

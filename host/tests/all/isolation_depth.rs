@@ -213,3 +213,60 @@ async fn a_child_made_under_another_plugins_name_is_reported_and_handed_over_by_
     assert_eq!(mark.as_deref(), Some("ho-new"));
     assert!(app.shut_down(Duration::from_secs(15)).await);
 }
+
+/// Held-out round of issue 49: a patch or delete is judged on the object the cache holds; one
+/// deleted and made again under the same name before the cache heard of it is another object,
+/// and the API server refuses the write to it (the judged uid goes with the write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_judged_on_one_object_does_not_reach_another_made_under_its_name() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::DeleteParams;
+    use kube::core::GroupVersionKind;
+    use kubewasm_host::plugin::host::{
+        ApiCall, ApiWriter, CallError, Caller, DeleteOptions, ObjectRef, Patch as HostPatch, PatchOptions,
+    };
+    use kubewasm_host::writer::KubeWriter;
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("depth-judged-uid").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let make = || async {
+        let body = serde_json::from_value(json!({"metadata": {"name": "child"}, "data": {"v": "0"}})).unwrap();
+        api.create(&PostParams::default(), &body).await.unwrap().metadata.uid.unwrap()
+    };
+    let judged = make().await;
+    let writer = KubeWriter::new(client.clone());
+    let caller = Caller::new("depth-uid");
+    let target = ObjectRef {
+        kind: GroupVersionKind::gvk("", "v1", "ConfigMap"),
+        namespace: Some(ns.clone()),
+        name: "child".into(),
+    };
+    let patch = |patch: HostPatch| ApiCall::Patch {
+        target: target.clone(),
+        patch,
+        options: PatchOptions { judged_uid: Some(judged.clone()), ..PatchOptions::default() },
+    };
+    let merge = || HostPatch::Merge(json!({"data": {"v": "1"}}));
+    let json_patch = || HostPatch::Json(json!([{"op": "replace", "path": "/data/v", "value": "2"}]));
+    writer.send(&caller, &patch(merge())).await.expect("the judged object takes the merge patch");
+    writer.send(&caller, &patch(json_patch())).await.expect("and the JSON patch");
+
+    // Replaced under the same name: the same writes, judged on the first, reach nothing.
+    api.delete("child", &DeleteParams::default()).await.unwrap();
+    let replacement = make().await;
+    assert_ne!(replacement, judged);
+    for call in [patch(merge()), patch(json_patch()), patch(HostPatch::Strategic(json!({"data": {"v": "3"}})))] {
+        let refused = writer.send(&caller, &call).await.unwrap_err();
+        assert!(matches!(&refused, CallError::Conflict(m) if m.contains("replaced")), "{refused:?}");
+    }
+    let delete = ApiCall::Delete {
+        target: target.clone(),
+        options: DeleteOptions { judged_uid: Some(judged.clone()), ..DeleteOptions::default() },
+    };
+    let refused = writer.send(&caller, &delete).await.unwrap_err();
+    assert!(matches!(&refused, CallError::Conflict(_)), "{refused:?}");
+    let left = api.get("child").await.unwrap();
+    assert_eq!(left.metadata.uid.as_deref(), Some(replacement.as_str()));
+    assert_eq!(left.data.unwrap()["v"], "0", "the replacement is untouched");
+}

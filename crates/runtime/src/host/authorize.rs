@@ -12,7 +12,7 @@ use crate::state::{PluginCtx, PluginShared};
 const MAX_LOOKUPS: usize = 3;
 
 /// A request the authorizer lets through, and how the host must send it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Permit {
     /// Label the body as made by the plugin.
     pub mark: bool,
@@ -20,6 +20,9 @@ pub(crate) struct Permit {
     /// ([`Decision::AllowIfAbsent`]); refused as a conflict, the request is judged again by
     /// [`PluginCtx::authorize_on_server`].
     pub only_if_absent: bool,
+    /// The uid of the object it was judged on, if it was judged on one: a patch or delete is
+    /// sent so that the API server refuses it for any other object of that name.
+    pub judged_uid: Option<String>,
 }
 
 impl PluginCtx {
@@ -44,8 +47,16 @@ impl PluginCtx {
         let shared = self.shared.clone();
         for _ in 0..=MAX_LOOKUPS {
             match shared.authorizer.decide(request, &facts) {
-                Decision::Allow { mark } => return Ok(Permit { mark, only_if_absent: false }),
-                Decision::AllowIfAbsent => return Ok(Permit { mark: true, only_if_absent: true }),
+                Decision::Allow { mark } => {
+                    let judged_uid = match &facts.existing {
+                        Existing::Cached(v) | Existing::Server(Some(v)) => {
+                            v.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_owned)
+                        }
+                        _ => None,
+                    };
+                    return Ok(Permit { mark, only_if_absent: false, judged_uid });
+                }
+                Decision::AllowIfAbsent => return Ok(Permit { mark: true, only_if_absent: true, judged_uid: None }),
                 Decision::Absent => return Err(CallError::NotFound),
                 Decision::Deny(why) => return Err(CallError::Forbidden(self.denied(request, &why))),
                 Decision::Held { holder, why } => {

@@ -258,6 +258,7 @@ mod tests {
         let options = DeleteOptions {
             preconditions: Preconditions { resource_version: Some("7".into()), uid: None },
             propagation: Propagation::Orphan,
+            judged_uid: None,
         };
         let shown = ApiCall::Delete { target: config_map(), options }.to_value();
         assert_eq!(

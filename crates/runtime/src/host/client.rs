@@ -21,8 +21,9 @@ impl PluginCtx {
     /// remembered for the `WriteRejected` Event.
     async fn send_authorized(&mut self, mut call: ApiCall) -> Result<ApiReply, CallError> {
         let permit = self.authorize(&call.access()).await?;
+        let only_if_absent = permit.only_if_absent;
         let mut result = self.send_permitted(&mut call, permit).await;
-        if permit.only_if_absent && matches!(result, Err(CallError::Conflict(_))) {
+        if only_if_absent && matches!(result, Err(CallError::Conflict(_))) {
             // The object exists after all (the cache had not seen it yet): judged again on the
             // API server's copy, and sent as that decision says.
             let permit = self.authorize_on_server(&call.access()).await?;
@@ -48,9 +49,16 @@ impl PluginCtx {
     }
 
     async fn send_permitted(&mut self, call: &mut ApiCall, permit: Permit) -> Result<ApiReply, CallError> {
-        if let ApiCall::Apply { object, .. } | ApiCall::ApplyStatus { object, .. } | ApiCall::Create(object) = call {
-            object.mark = permit.mark.then(|| self.shared.authorizer.plugin().to_owned());
-            object.only_if_absent = permit.only_if_absent;
+        match call {
+            ApiCall::Apply { object, .. } | ApiCall::ApplyStatus { object, .. } | ApiCall::Create(object) => {
+                object.mark = permit.mark.then(|| self.shared.authorizer.plugin().to_owned());
+                object.only_if_absent = permit.only_if_absent;
+            }
+            // What is judged is what is written: the object the authorizer looked at, not one
+            // that took its name since.
+            ApiCall::Patch { options, .. } => options.judged_uid = permit.judged_uid,
+            ApiCall::Delete { options, .. } => options.judged_uid = permit.judged_uid,
+            _ => {}
         }
         self.shared.writer.send(&self.shared.caller, call).await
     }
@@ -112,7 +120,7 @@ impl PluginCtx {
         pre: c2::Preconditions,
     ) -> Result<Vec<u8>, types::Error> {
         let patch = patch_body(body, patch_kind_0_2(patch_kind));
-        let options = PatchOptions { status, preconditions: preconditions(pre) };
+        let options = PatchOptions { status, preconditions: preconditions(pre), judged_uid: None };
         self.patch_as(function, target, patch, options).await
     }
 
@@ -292,7 +300,8 @@ impl c2::Host for PluginCtx {
             Some(c2::PropagationPolicy::Foreground) => Propagation::Foreground,
             Some(c2::PropagationPolicy::Orphan) => Propagation::Orphan,
         };
-        let options = DeleteOptions { preconditions: preconditions(options.preconditions), propagation };
+        let options =
+            DeleteOptions { preconditions: preconditions(options.preconditions), propagation, judged_uid: None };
         Ok(v2(self.delete_as("client.delete", target, options).await))
     }
 

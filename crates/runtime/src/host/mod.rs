@@ -304,6 +304,10 @@ pub struct PatchOptions {
     pub status: bool,
     /// Conditions the object must meet.
     pub preconditions: Preconditions,
+    /// The uid of the copy the host's authorizer judged the patch on: the API server refuses it
+    /// for any other object of the name (one made in the moment before the cache heard of it).
+    /// Checked within the write, with no read of its own ([`Preconditions::uid`] reads first).
+    pub judged_uid: Option<String>,
 }
 
 /// What happens to an object's dependents when it is deleted (metav1.DeletionPropagation).
@@ -325,6 +329,8 @@ pub struct DeleteOptions {
     pub preconditions: Preconditions,
     /// What happens to dependents.
     pub propagation: Propagation,
+    /// As [`PatchOptions::judged_uid`]; a plugin's own uid precondition goes first.
+    pub judged_uid: Option<String>,
 }
 
 /// An event a plugin publishes, or the host reports about a plugin's calls.
