@@ -163,3 +163,39 @@ async fn a_watched_object_whose_map_keeps_failing_is_dropped_after_bounded_retri
     assert_eq!(dropped(), 2.0, "only the two failing states were dropped");
     app.shut_down(Duration::from_secs(5)).await;
 }
+
+/// Held-out round of issue 49: keys a plugin's `map` returns that name no object of its for kind
+/// are not queued, so a plugin mapping every change to new names cannot grow host memory; keys of
+/// objects that exist reach their reconcile as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mapped_keys_that_name_no_object_of_the_for_kind_are_not_reconciled() {
+    const GHOSTS: usize = 40;
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("mapghost").await;
+    let selector = format!("kubewasm.test/mapper={ns}");
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let app = start_mapper(&client, &selector).await;
+    put_config_map(&api, "a", &selector, &[("kubewasm.test/role", "parent")]).await;
+    // Each maps to a parent that does not exist; then two that map to `a`, after them.
+    for i in 0..GHOSTS {
+        let ghost = format!("ghost-{i}");
+        put_config_map(&api, &format!("orphan-{i}"), &selector, &[("kubewasm.test/parent", &ghost)]).await;
+    }
+    put_config_map(&api, "kid", &selector, &[("kubewasm.test/parent", "a")]).await;
+    put_config_map(&api, "kid2", &selector, &[("kubewasm.test/parent", "a")]).await;
+    eventually("a lists both kids", CONVERGE, || async { children(&api, "a").await.filter(|c| c == "kid,kid2") }).await;
+
+    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    let reconciles: f64 = ["success", "error", "requeue", "requeue_after"]
+        .iter()
+        .filter_map(|result| {
+            metric_value(&text, "controller_runtime_reconcile_total", &[("controller", "mapper"), ("result", result)])
+        })
+        .sum();
+    // Each of the GHOSTS + 3 objects once, `a` a few times more; a reconcile per ghost key
+    // would add GHOSTS more.
+    let objects = (GHOSTS + 3) as f64;
+    assert!(reconciles >= objects && reconciles < objects + GHOSTS as f64 / 2.0, "{reconciles} reconciles");
+    app.shut_down(Duration::from_secs(5)).await;
+}

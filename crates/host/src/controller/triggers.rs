@@ -52,6 +52,8 @@ pub(crate) const MAX_PENDING_STATES: usize = 8;
 pub(crate) struct Mapper {
     queue: WorkQueue<MapItem>,
     watched: Vec<Informer>,
+    /// The for kind's cache: a mapped key is queued only if it names an object there.
+    for_kind: Informer,
     /// States to map besides the cached one (old states of updates, tombstones), until mapped.
     pending: Mutex<HashMap<MapItem, Vec<Arc<CachedObject>>>>,
 }
@@ -72,9 +74,9 @@ fn push_state(states: &mut Vec<Arc<CachedObject>>, state: Arc<CachedObject>) {
 }
 
 impl Mapper {
-    pub(crate) fn new(name: &str, watched: Vec<Informer>) -> Arc<Self> {
+    pub(crate) fn new(name: &str, watched: Vec<Informer>, for_kind: Informer) -> Arc<Self> {
         let queue = WorkQueue::new(QueueConfig::default().name(format!("{name}-map")));
-        Arc::new(Self { queue, watched, pending: Mutex::default() })
+        Arc::new(Self { queue, watched, for_kind, pending: Mutex::default() })
     }
 
     /// The handler for watch number `index`.
@@ -118,15 +120,21 @@ impl Mapper {
         // A confined plugin maps only what it may see (old states and tombstones included).
         states.retain(|s| plugin.sees(informer.gvk(), s.namespace(), s.name()));
         let mut keys = BTreeSet::new();
+        let for_kind = self.for_kind.store();
         let mut failed = None;
         for state in &states {
             match plugin.map(informer.gvk(), state.json()).await {
                 Ok(mapped) => {
                     for key in mapped {
                         match key {
-                            Ok(key) => {
+                            // A key that names no cached object of the for kind has nothing to
+                            // reconcile (the object's own add or delete queues it); queued, a
+                            // plugin mapping every change to new names would grow host memory
+                            // without bound (held-out round of issue 49).
+                            Ok(key) if for_kind.get(key.namespace(), key.name()).is_some() => {
                                 keys.insert(key);
                             }
+                            Ok(_) => {}
                             Err(err) => {
                                 tracing::warn!(error = %err, object = %item.1, "map returned an invalid key; skipped")
                             }

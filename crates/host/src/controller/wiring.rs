@@ -171,7 +171,7 @@ impl Wiring {
             _ if spec.is_empty() => None,
             _ => {
                 let watched: Vec<Informer> = spec.iter().map(|(kind, _, _)| informers[kind].clone()).collect();
-                let mapper = Mapper::new(plugin.name(), watched.clone());
+                let mapper = Mapper::new(plugin.name(), watched.clone(), informers[&owner.kind].clone());
                 let registrations = (0..spec.len())
                     .map(|i| add_filtered(mapper.watched_informer(i), Some(&spec[i].2), mapper.trigger(i)))
                     .collect();
