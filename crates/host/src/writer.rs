@@ -158,52 +158,35 @@ impl KubeWriter {
                 current.metadata.resource_version.unwrap_or_default()
             }
         };
-        let merged = |v: &Value| -> Result<Value, CallError> {
-            let mut v = v.clone();
-            let object = v
-                .as_object_mut()
-                .ok_or_else(|| CallError::Invalid("a patch with preconditions must be a JSON object".into()))?;
-            let meta = object.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
-            let meta =
-                meta.as_object_mut().ok_or_else(|| CallError::Invalid("patch metadata is not an object".into()))?;
-            meta.insert("resourceVersion".into(), Value::String(rv.clone()));
-            Ok(v)
-        };
-        Ok(match patch {
-            Patch::Merge(v) => Patch::Merge(merged(v)?),
-            Patch::Strategic(v) => Patch::Strategic(merged(v)?),
-            Patch::Json(v) => {
-                let mut ops =
-                    v.as_array().cloned().ok_or_else(|| CallError::Invalid("a JSON patch is a list".into()))?;
-                ops.push(serde_json::json!({"op": "replace", "path": "/metadata/resourceVersion", "value": rv}));
-                Patch::Json(Value::Array(ops))
-            }
-        })
+        set_in_metadata(patch, "resourceVersion", &rv)
     }
 }
 
-/// `patch` setting the object's uid to `uid`: the API server takes it only for the object of that
-/// uid, since a uid never changes (`metadata.uid: field is immutable` otherwise), within the
-/// write and with no read before it. A patch whose metadata is not an object is left as it is
-/// (the API server refuses it anyway).
-fn with_uid(patch: Patch, uid: &str) -> Patch {
-    let uid = Value::String(uid.to_owned());
-    let set = |mut v: Value| {
-        let meta = v.as_object_mut().map(|o| o.entry("metadata").or_insert_with(|| Value::Object(Default::default())));
-        if let Some(meta) = meta.and_then(Value::as_object_mut) {
-            meta.insert("uid".into(), uid.clone());
-        }
-        v
+/// `patch` setting the object's `metadata.<field>` to `value` as part of the write, so the API
+/// server checks it atomically with the patch: a resourceVersion is compared with the stored one
+/// (409 on a mismatch), a uid cannot change (`metadata.uid: field is immutable`). `Invalid` for a
+/// patch with no metadata object to set it in.
+fn set_in_metadata(patch: &Patch, field: &str, value: &str) -> Result<Patch, CallError> {
+    let value = Value::String(value.to_owned());
+    let merged = |v: &Value| -> Result<Value, CallError> {
+        let mut v = v.clone();
+        let object = v
+            .as_object_mut()
+            .ok_or_else(|| CallError::Invalid("a patch with preconditions must be a JSON object".into()))?;
+        let meta = object.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
+        let meta = meta.as_object_mut().ok_or_else(|| CallError::Invalid("patch metadata is not an object".into()))?;
+        meta.insert(field.into(), value.clone());
+        Ok(v)
     };
-    match patch {
-        Patch::Merge(v) => Patch::Merge(set(v)),
-        Patch::Strategic(v) => Patch::Strategic(set(v)),
-        Patch::Json(Value::Array(mut ops)) => {
-            ops.push(serde_json::json!({"op": "replace", "path": "/metadata/uid", "value": uid}));
+    Ok(match patch {
+        Patch::Merge(v) => Patch::Merge(merged(v)?),
+        Patch::Strategic(v) => Patch::Strategic(merged(v)?),
+        Patch::Json(v) => {
+            let mut ops = v.as_array().cloned().ok_or_else(|| CallError::Invalid("a JSON patch is a list".into()))?;
+            ops.push(serde_json::json!({"op": "replace", "path": format!("/metadata/{field}"), "value": value}));
             Patch::Json(Value::Array(ops))
         }
-        other => other,
-    }
+    })
 }
 
 fn to_json<T: Serialize>(object: T) -> Result<Vec<u8>, CallError> {
@@ -248,12 +231,12 @@ impl KubeWriter {
         options: &PatchOptions,
     ) -> Result<Vec<u8>, CallError> {
         let api = self.api(caller, target).await?;
-        let patch = self.with_preconditions(heard, &api, target, patch, &options.preconditions).await?;
-        // The plugin's own preconditions name the object already; else the judged copy's uid.
+        // The plugin's own preconditions name the object already; else the judged copy's uid. A
+        // patch with nowhere to put it is sent as it is: the API server refuses it anyway.
         let judged = options.judged_uid.as_deref().filter(|_| options.preconditions.is_empty());
         let patch = match judged {
-            Some(uid) => with_uid(patch, uid),
-            None => patch,
+            Some(uid) => set_in_metadata(patch, "uid", uid).unwrap_or_else(|_| patch.clone()),
+            None => self.with_preconditions(heard, &api, target, patch, &options.preconditions).await?,
         };
         let params =
             PatchParams { field_manager: Some(caller.manager.clone()), dry_run: self.dry_run, ..Default::default() };
