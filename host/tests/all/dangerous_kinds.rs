@@ -183,6 +183,22 @@ async fn a_plugin_bound_to_cluster_admin_is_refused_dangerous_kinds_unless_exemp
     let made = endpoints_api.create(&PostParams::default(), &serde_json::from_value(endpoints).unwrap()).await;
     let refused = made.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(refused.contains("plugin hostile may not CREATE endpoints"), "{refused}");
+
+    // Held-out round of issue 49, the API server alone: a Lease (the control plane's leaders, a
+    // node's heartbeat) and a Binding (anyone's pending Pod onto a node of its choosing).
+    let refusal = |gvk: GroupVersionKind, body: Value| {
+        let api = Api::<DynamicObject>::namespaced_with(hostile.clone(), "default", &ApiResource::from_gvk(&gvk));
+        async move {
+            let made = api.create(&PostParams::default(), &serde_json::from_value(body).unwrap()).await;
+            made.err().map(|e| e.to_string()).unwrap_or_default()
+        }
+    };
+    let lease = json!({"metadata": {"name": "hostile-lease"}, "spec": {"holderIdentity": "hostile"}});
+    let refused = refusal(GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"), lease).await;
+    assert!(refused.contains("plugin hostile may not CREATE leases.coordination.k8s.io"), "{refused}");
+    let binding = json!({"metadata": {"name": "pending"}, "target": {"kind": "Node", "name": "anywhere"}});
+    let refused = refusal(GroupVersionKind::gvk("", "v1", "Binding"), binding).await;
+    assert!(refused.contains("plugin hostile may not CREATE bindings"), "{refused}");
 }
 
 #[test]
