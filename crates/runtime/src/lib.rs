@@ -24,6 +24,8 @@ pub mod engine;
 pub mod grants;
 pub mod guest_error;
 pub mod host;
+#[cfg(test)]
+mod layering;
 pub mod limits;
 mod loader;
 pub mod metrics;
