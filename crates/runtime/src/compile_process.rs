@@ -3,12 +3,12 @@
 //! of a process) and a compiler crash stay out of the host.
 //!
 //! The child is the host's own binary (`kubewasm compile-plugin`, hidden), run with the engine
-//! settings of the host's [`super::Runtime`]. It builds the same engine, compiles the
-//! component read from stdin into the shared wasmtime cache directory, then writes a marker named
-//! by the component's sha256 and the engine's compatibility hash. The host compiles in a child
-//! only when that marker is missing. Either way, it then loads the component through its own
-//! engine, which reads the cache. A marker whose cache entry was evicted costs only an in-host
-//! compile.
+//! settings of the host's [`super::Runtime`]. It builds the same engine, compiles the component
+//! read from stdin into the shared wasmtime cache directory, then writes a marker, beside that
+//! directory (wasmtime prunes files it does not know), named by the component's sha256 and the
+//! engine's compatibility hash. The host compiles in a child only when that marker is missing.
+//! Either way, it then loads the component through its own engine, which reads the cache. A
+//! marker whose cache entry was evicted costs only an in-host compile.
 //!
 //! No crate runs a wasmtime compile in another process, so this is hand-written.
 
@@ -143,9 +143,16 @@ pub fn child(args: ChildSettings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The directory of markers inside a compile cache (beside wasmtime's own files).
+/// The directory of markers inside a compile cache, beside [`wasmtime_dir`].
 fn markers(cache_dir: &Path) -> PathBuf {
     cache_dir.join("kubewasm-compiled")
+}
+
+/// The directory wasmtime's cache keeps its files in, inside a compile cache. Its cleanup worker
+/// deletes every file there it does not recognise, markers included, at a time of its own: the
+/// markers must live beside it.
+pub(crate) fn wasmtime_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.join("wasmtime")
 }
 
 fn marker(markers: &Path, sha256: &str, engine_hash: &str) -> PathBuf {
@@ -167,4 +174,16 @@ fn engine_hash(engine: &Engine) -> String {
     let mut sha = Sha(Sha256::new());
     engine.precompile_compatibility_hash().hash(&mut sha);
     hex::encode(&sha.0.finalize()[..8])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_live_outside_the_directory_wasmtimes_cleanup_worker_prunes() {
+        let cache = Path::new("/var/cache/kubewasm");
+        assert!(!markers(cache).starts_with(wasmtime_dir(cache)), "{:?}", markers(cache));
+        assert!(!wasmtime_dir(cache).starts_with(markers(cache)));
+    }
 }

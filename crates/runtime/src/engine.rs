@@ -355,7 +355,7 @@ impl Runtime {
         let cache = match &config.cache_dir {
             Some(dir) => {
                 let mut cc = CacheConfig::new();
-                cc.with_directory(dir);
+                cc.with_directory(super::compile_process::wasmtime_dir(dir));
                 let cache = Cache::new(cc).map_err(|source| Error::Cache { dir: dir.clone(), source })?;
                 wasm.cache(Some(cache.clone()));
                 Some(cache)
