@@ -46,6 +46,10 @@ const TIMEOUT: Duration = Duration::from_secs(240);
 const STAMP: &str = "kubewasm.test/version";
 /// Namespaces the objects are spread over (the shard key is the namespace).
 const NAMESPACES: usize = 30;
+/// ConfigMaps touched over and over while ranges move (20 in each namespace): every range has
+/// keys in flight at each hand-over. Touching all 10,000 reached no namespace more and cost 5%
+/// more of the test's CPU (541 s against 517 s on a 2-core machine).
+const CHURNED: usize = 600;
 
 fn objects(server_side: bool) -> usize {
     let default = if server_side { 10_000 } else { 1_500 };
@@ -299,10 +303,10 @@ async fn scenario(cp: &ControlPlane, server_side: bool) {
     }
 
     // From here on keys are touched while their ranges move, so the hand-overs happen with
-    // reconciles in flight.
+    // reconciles in flight: the first CHURNED names, spread over every namespace.
     let churn = tokio::spawn({
         let client = client.clone();
-        let names: Vec<_> = (0..total).map(name).collect();
+        let names: Vec<_> = (0..total.min(CHURNED)).map(name).collect();
         async move {
             for round in 0_u64.. {
                 futures::stream::iter(&names)
