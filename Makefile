@@ -174,22 +174,50 @@ lint:
 
 ## The image's static binary alone (what takes long in `make image`).
 image-binary: image-tools
-	CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) CC_$(subst -,_,$(MUSL_TARGET))=musl-gcc \
+	$(NO_JOBSERVER) CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) CC_$(subst -,_,$(MUSL_TARGET))=musl-gcc \
 		$(CARGO) build --profile image --locked --target $(MUSL_TARGET) -p kubewasm
 
 ## The test binaries, built and not run.
 test-binaries: toolchain
-	$(CARGO) test --no-run --locked
+	$(NO_JOBSERVER) $(CARGO) test --no-run --locked
+
+# `make test` runs the test binaries side by side (the e2e binaries mostly wait on API servers
+# and Leases), each target's output printed whole when it ends (--output-sync). The host's
+# e2e binaries are named here; every other test target of the default members runs in
+# `test-units`, so a new one is never left out, and a new e2e binary fails the check below.
+E2E_TESTS := shard_e2e all outage_e2e
+METADATA = $(CARGO) metadata --format-version 1 --no-deps
+UNIT_PACKAGES = $(shell $(METADATA) | python3 -c 'import json,sys; m=json.load(sys.stdin); d=set(m["workspace_default_members"]); print(" ".join("-p "+p["name"] for p in m["packages"] if p["id"] in d and p["name"] != "kubewasm"))')
+HOST_TESTS = $(shell $(METADATA) | python3 -c 'import json,sys; print(" ".join(sorted(t["name"] for p in json.load(sys.stdin)["packages"] if p["name"] == "kubewasm" for t in p["targets"] if "test" in t["kind"])))')
+# A test run must not join this make's jobserver: `cargo` under the tests (a new project's
+# build) would wait for tokens the other test runs hold.
+NO_JOBSERVER := env -u MAKEFLAGS -u MFLAGS -u CARGO_MAKEFLAGS
+# Tests that run the image's binary need `make image`, which finishes later than the other runs.
+IMAGE_TESTS := image::
+
+.PHONY: test-runs test-units test-image $(addprefix test-e2e-,$(E2E_TESTS))
+test-e2e-all: test-binaries plugins sdk-packages
+	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm --test all -- --skip $(IMAGE_TESTS)
+test-e2e-%: test-binaries plugins
+	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm --test $*
+test-image: test-binaries image
+	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm --test all -- $(IMAGE_TESTS)
+test-units: test-binaries plugins
+	@test "$(HOST_TESTS)" = "$(sort $(E2E_TESTS))" || { echo "host/tests has test targets $(HOST_TESTS); the Makefile runs $(sort $(E2E_TESTS)): name the new one in E2E_TESTS"; exit 1; }
+	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast $(UNIT_PACKAGES)
+	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm --lib --bins
+	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm --doc
+	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm-go-component
+# The longest first: make starts prerequisites in the order they are named.
+test-runs: $(addprefix test-e2e-,$(E2E_TESTS)) test-image test-units sdk-test
 
 ## Formatting, then every test of the native crates (the guest crates are exercised through
 ## the components `plugins` builds, the container image through the image test). Missing docs fail
-## the build itself (workspace lints).
-test: toolchain plugins control-plane registry image-tools sdk-test sdk-packages
+## the build itself (workspace lints). The image's binary builds beside the test binaries and
+## the test runs; `-k` runs every test even when one fails, and make fails at the end.
+test: toolchain control-plane registry image-tools
 	$(CARGO) fmt --all -- --check
-	$(MAKE) --no-print-directory -j2 image-binary test-binaries
-	$(MAKE) --no-print-directory image
-	$(CARGO) test --no-fail-fast
-	$(CARGO) test --no-fail-fast -p kubewasm-go-component
+	$(MAKE) --no-print-directory -j8 -k --output-sync=target image-binary test-runs
 
 ## The host and the control-plane launcher, then deploy/demo/demo.sh (Ctrl-C stops it).
 demo: plugins control-plane
