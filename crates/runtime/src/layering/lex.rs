@@ -1,4 +1,9 @@
 //! Rust source as tokens: enough to find `mod` items, `use` trees and paths, in code and docs.
+//!
+//! Hand-written, with std alone, so that the host's test can include the check by `#[path]`
+//! without a dev-dependency. `syn` (already in the lock file) parses code fully but gives doc
+//! comments as strings, whose intra-doc links would still need this; moving to it is left to
+//! the runtime restructure of issue 47.
 
 /// A token of Rust source: a word (identifier, keyword, number), `::`, a string literal or one
 /// other character; `doc` when it is in a doc comment (whose intra-doc links are paths too).
