@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::core::GroupVersionKind;
-use kubewasm_host::plugin::host::CacheReader;
-use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::api::CacheReader;
+use kubewasm_host::plugin::api::testing::{MemoryCache, RecordingWriter};
 use kubewasm_host::plugin::{Action, ObjectKey, PluginConfig, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::core::GroupVersionKind;
-use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::api::testing::{MemoryCache, RecordingWriter};
 use kubewasm_host::plugin::limits::Limits;
 use kubewasm_host::plugin::{Action, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
 use serde_json::json;

@@ -18,7 +18,7 @@ pub use crate::hotload::{PluginFile, plugin_files, read_config};
 use crate::identity::Identities;
 use crate::informer::{Discovery, SharedInformerFactory};
 use crate::leader::{self, LeaderGate};
-use crate::plugin::host::{ApiWriter, FIELD_MANAGER_PREFIX};
+use crate::plugin::api::{ApiWriter, FIELD_MANAGER_PREFIX};
 use crate::plugin::metrics::PluginMetrics;
 use crate::plugin::protected::Protected;
 use crate::plugin::{Runtime, RuntimeConfig};

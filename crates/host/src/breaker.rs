@@ -25,7 +25,7 @@ use futures::future::BoxFuture;
 use prometheus::{IntCounter, IntGauge, Registry};
 use tokio::sync::watch;
 
-use crate::plugin::host::{ApiCall, ApiReply, ApiWriter, CallError, Caller};
+use crate::plugin::api::{ApiCall, ApiReply, ApiWriter, CallError, Caller};
 
 /// The breaker's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,7 +290,7 @@ impl ApiWriter for BreakerWriter {
         self.seen(self.inner.send(caller, call)).await
     }
 
-    async fn scope(&self, kind: &kube::core::GroupVersionKind) -> Result<crate::plugin::host::Scope, CallError> {
+    async fn scope(&self, kind: &kube::core::GroupVersionKind) -> Result<crate::plugin::api::Scope, CallError> {
         self.seen(self.inner.scope(kind)).await
     }
 }
@@ -300,7 +300,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU32};
 
     use super::*;
-    use crate::plugin::host::{ApiWriterExt, DeleteOptions, ObjectRef};
+    use crate::plugin::api::{ApiWriterExt, DeleteOptions, ObjectRef};
 
     /// A probe that answers while `up` is set, counting its calls; a `hang` probe never answers.
     struct Server {

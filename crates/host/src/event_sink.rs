@@ -30,7 +30,7 @@ use tokio::sync::Notify;
 
 use self::lanes::{Lanes, Tier};
 use crate::identity::Identities;
-use crate::plugin::host::{Caller, EventRecord};
+use crate::plugin::api::{Caller, EventRecord};
 
 /// Events waiting to be sent, per plugin, and as many of the host's reports per plugin and of
 /// its own (client-go `tools/events`: `maxQueuedEvents = 1000` per broadcaster, which is one per
@@ -313,7 +313,7 @@ fn new_event(queued: &Queued, count: i32, now: Timestamp, nth: u32) -> Event {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::host::ObjectRef;
+    use crate::plugin::api::ObjectRef;
     use kube::core::GroupVersionKind;
 
     fn queued(manager: &str, name: &str, reason: &str) -> Queued {

@@ -14,9 +14,9 @@ use kube::discovery::{ApiCapabilities, ApiResource, Scope, verbs};
 use kube::{Client, Discovery};
 use serde_json::{Value, json};
 
-use crate::plugin::authorizer::body::PLUGIN_LABEL;
+use crate::plugin::api::PLUGIN_LABEL;
+use crate::plugin::api::{FIELD_MANAGER_PREFIX, address};
 use crate::plugin::grants::KindRef;
-use crate::plugin::host::{FIELD_MANAGER_PREFIX, address};
 
 /// Why a handover could not start.
 #[derive(Debug, thiserror::Error)]

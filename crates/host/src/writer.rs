@@ -1,6 +1,6 @@
 //! `KubeWriter`: plugins' calls (server-side apply, patch, create, delete, get, Events) over a
 //! `kube::Client`, with API errors mapped to the WIT error variants; the plugin runtime's
-//! [`RecordingWriter`](crate::plugin::host::RecordingWriter) is its recording mode.
+//! [`RecordingWriter`](crate::plugin::api::RecordingWriter) is its recording mode.
 
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ use crate::identity::Identities;
 use crate::informer::Discovery;
 use serde_json::Value;
 
-use crate::plugin::host::{
+use crate::plugin::api::{
     ApiCall, ApiReply, ApiWriter, CallError, Caller, DeleteOptions, NO_OBJECT_HAS_THIS_VERSION, ObjectRef, Patch,
     PatchOptions, Preconditions, Propagation, TypedObject, address,
 };

@@ -20,7 +20,7 @@
 //! 2. Address: a cluster-scoped kind names no namespace; the object's namespace (a Namespace's
 //!    own name) lies in `grants.namespaces`; no write reaches a protected host object, no Event
 //!    a protected namespace.
-//! 3. Body: no write sets managedFields or the host's mark ([`body::PLUGIN_LABEL`]) to another
+//! 3. Body: no write sets managedFields or the host's mark ([`PLUGIN_LABEL`](crate::api::PLUGIN_LABEL)) to another
 //!    plugin; a status write changes nothing outside `status`, judged on the object the write
 //!    would leave ([`body::status_write_effect`]), and only of an object the plugin reconciles
 //!    (its for filter) unless granted `write` on the kind.
@@ -40,9 +40,9 @@ mod tests;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::api::{ApiCall, CacheReader, Hidden, ObjectRef, Patch, Scope};
 use super::control;
-use super::grants::{Grants, KindRef, SensitiveScope, WriteScope};
-use super::host::{CacheReader, ObjectRef, Patch, Scope};
+use super::grants::{Grants, KindRef, WriteScope};
 use super::protected::Protected;
 use body::{StatusBody, StatusEffect};
 
@@ -101,6 +101,22 @@ pub struct Request<'a> {
     pub status: bool,
     /// What it writes.
     pub body: Body<'a>,
+}
+
+impl<'a> Request<'a> {
+    /// The request `call` makes, as the authorizer judges it.
+    pub fn of(call: &'a ApiCall) -> Self {
+        let (verb, status, body) = match call {
+            ApiCall::Apply { object, .. } => (Verb::Apply, false, Body::Object(&object.body)),
+            ApiCall::ApplyStatus { object, .. } => (Verb::Apply, true, Body::Object(&object.body)),
+            ApiCall::Create(object) => (Verb::Create, false, Body::Object(&object.body)),
+            ApiCall::Patch { patch, options, .. } => (Verb::Patch, options.status, Body::Patch(patch)),
+            ApiCall::Delete { .. } => (Verb::Delete, false, Body::None),
+            ApiCall::Get(_) => (Verb::Get, false, Body::None),
+            ApiCall::Event(_) => (Verb::Event, false, Body::None),
+        };
+        Request { verb, target: call.target(), status, body }
+    }
 }
 
 /// What the host has found out for a request so far.
@@ -183,27 +199,16 @@ pub struct Authorizer {
     withheld: parking_lot::RwLock<std::collections::BTreeSet<KindRef>>,
 }
 
-/// What the cache leaves out of a plugin's reads: what no plugin reads (the host's Secrets,
-/// [`Protected::hides`]), and the plugin's sensitive kinds outside the namespaces its operator
-/// named for them. The authorizer installs it in the plugin's cache ([`CacheReader::hide`]).
-#[derive(Clone, Debug, Default)]
-pub struct Hidden {
-    protected: Protected,
-    sensitive: SensitiveScope,
-}
-
-impl Hidden {
-    /// Whether an object of `kind` in `namespace` is left out of the plugin's reads. Asked for
-    /// every cached object a plugin reads.
-    pub fn hides(&self, kind: &GroupVersionKind, namespace: Option<&str>) -> bool {
-        self.protected.hides(kind, namespace).is_some() || self.sensitive.hides(kind, namespace)
-    }
-}
-
 impl Authorizer {
     /// The authorizer of plugin `plugin` (whose field manager is `kubewasm/<plugin>`).
     pub fn new(plugin: &str, grants: Grants, protected: Protected, cache: std::sync::Arc<dyn CacheReader>) -> Self {
-        cache.hide(Hidden { protected: protected.clone(), sensitive: grants.sensitive_scope().clone() });
+        // What the cache leaves out of the plugin's reads: what no plugin reads (the host's
+        // Secrets, [`Protected::hides`]), and its sensitive kinds outside the namespaces its
+        // operator named for them.
+        let (hidden, sensitive) = (protected.clone(), grants.sensitive_scope().clone());
+        cache.hide(Hidden::new(move |kind, namespace| {
+            hidden.hides(kind, namespace).is_some() || sensitive.hides(kind, namespace)
+        }));
         Self {
             plugin: plugin.to_owned(),
             manager: format!("kubewasm/{plugin}"),
@@ -484,7 +489,7 @@ impl Authorizer {
         let why = format!(
             "the plugin did not make it: plugin `{maker}` did ({}: {maker}); if this plugin should own it, \
              an operator hands it over with `kubewasm handover --from {maker} --to {} --kind {}{}`; {hint}",
-            body::PLUGIN_LABEL,
+            crate::api::PLUGIN_LABEL,
             self.plugin,
             KindRef::of(&req.target.kind),
             req.target.namespace.as_deref().map(|ns| format!(" --namespace {ns}")).unwrap_or_default(),
@@ -537,7 +542,7 @@ impl Authorizer {
             let Some(maker) = body::mark(existing) else {
                 return Err(format!(
                     "the plugin did not make it: no {} label naming it; {}",
-                    body::PLUGIN_LABEL,
+                    crate::api::PLUGIN_LABEL,
                     hint()
                 ));
             };

@@ -1,9 +1,10 @@
 //! Rust bindings of the `kubewasm:controller` worlds (0.1.0 and 0.2.0), generated from `wit/`,
-//! and the pre-linked component / instance of whichever world a plugin implements.
-
-use kube::core::GroupVersionKind;
+//! the pre-linked component / instance of whichever world a plugin implements, and (in
+//! `convert`) every conversion between their types and the host's.
 
 use super::state::PluginCtx;
+
+mod convert;
 
 /// The 0.1.0 world, frozen: what every plugin built before 0.2 implements.
 pub mod v0_1 {
@@ -134,28 +135,4 @@ pub fn add_to_linker(linker: &mut wasmtime::component::Linker<PluginCtx>) -> was
     use wasmtime::component::HasSelf;
     v0_1::Controller::add_to_linker::<_, HasSelf<_>>(linker, |s| s)?;
     v0_2::Controller::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
-}
-
-impl From<v0_1::types::Gvk> for GroupVersionKind {
-    fn from(g: v0_1::types::Gvk) -> Self {
-        GroupVersionKind::gvk(&g.group, &g.version, &g.kind)
-    }
-}
-
-impl From<&GroupVersionKind> for v0_1::types::Gvk {
-    fn from(g: &GroupVersionKind) -> Self {
-        v0_1::types::Gvk { group: g.group.clone(), version: g.version.clone(), kind: g.kind.clone() }
-    }
-}
-
-impl From<v0_2::types::Gvk> for GroupVersionKind {
-    fn from(g: v0_2::types::Gvk) -> Self {
-        GroupVersionKind::gvk(&g.group, &g.version, &g.kind)
-    }
-}
-
-impl From<&GroupVersionKind> for v0_2::types::Gvk {
-    fn from(g: &GroupVersionKind) -> Self {
-        v0_2::types::Gvk { group: g.group.clone(), version: g.version.clone(), kind: g.kind.clone() }
-    }
 }

@@ -3,7 +3,7 @@
 //! of a process) and a compiler crash stay out of the host.
 //!
 //! The child is the host's own binary (`kubewasm compile-plugin`, hidden), run with the engine
-//! settings of the host's [`super::Runtime`]. It builds the same engine, compiles the component
+//! settings of the host's runtime (the engine's `compile_child` is its side). It builds the same engine, compiles the component
 //! read from stdin into the shared wasmtime cache directory, then writes a marker, beside that
 //! directory (wasmtime prunes files it does not know), named by the component's sha256 and the
 //! engine's compatibility hash. The host compiles in a child only when that marker is missing.
@@ -14,14 +14,12 @@
 
 use std::ffi::OsString;
 use std::hash::{Hash, Hasher};
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
 use sha2::{Digest as _, Sha256};
 use wasmtime::Engine;
-
-use super::engine::{Runtime, RuntimeConfig};
 
 /// The subcommand the child runs.
 pub const SUBCOMMAND: &str = "compile-plugin";
@@ -59,10 +57,17 @@ pub(crate) struct CompileProcess {
 }
 
 impl CompileProcess {
-    /// For a runtime built from `config` with compile cache `cache_dir`, compiling with `exe`.
-    pub(crate) fn new(exe: PathBuf, config: &RuntimeConfig, cache_dir: &Path, engine: &Engine) -> Self {
+    /// For a runtime whose engine is `engine`, built from the settings `flags` (the child's
+    /// arguments that build the same engine), with compile cache `cache_dir`, compiling with
+    /// `exe`.
+    pub(crate) fn new(
+        exe: PathBuf,
+        flags: impl IntoIterator<Item = (&'static str, String)>,
+        cache_dir: &Path,
+        engine: &Engine,
+    ) -> Self {
         let mut args: Vec<OsString> = vec![SUBCOMMAND.into(), "--compile-cache".into(), cache_dir.into()];
-        for (flag, value) in config.engine_flags() {
+        for (flag, value) in flags {
             args.push(flag.into());
             args.push(value.into());
         }
@@ -104,43 +109,12 @@ impl CompileProcess {
     }
 }
 
-/// The engine settings a child is started with (as `--flag value` arguments after
-/// [`SUBCOMMAND`]; the CLI parses them back into this).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChildSettings {
-    /// The compile cache to fill.
-    pub compile_cache: PathBuf,
-    /// The host's largest linear memory.
-    pub max_memory_bytes: u64,
-    /// The host's instance pool size.
-    pub pool_instances: u32,
-    /// The host's bytes kept resident per freed slot.
-    pub keep_resident: usize,
-    /// Whether the host uses the pagemap scan.
-    pub pagemap_scan: bool,
-    /// The host's code generator.
-    pub compiler: super::engine::Compiler,
-}
-
-/// The child: builds the engine `args` describe, compiles the component on stdin into the cache
-/// and writes its marker.
-pub fn child(args: ChildSettings) -> anyhow::Result<()> {
-    let config = RuntimeConfig::default()
-        .cache_dir(&args.compile_cache)
-        .max_memory_bytes(args.max_memory_bytes)
-        .pool_instances(args.pool_instances)
-        .keep_resident(args.keep_resident)
-        .pagemap_scan(args.pagemap_scan)
-        .compiler(args.compiler);
-    let runtime = Runtime::new(config)?;
-    let mut wasm = Vec::new();
-    std::io::stdin().read_to_end(&mut wasm)?;
-    runtime.compile_here(&wasm).map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    let sha256 = hex::encode(Sha256::digest(&wasm));
-    let dir = markers(&args.compile_cache);
+/// Writes the marker that says the component with this sha256 is in the compile cache
+/// `cache_dir` for `engine`: the child's last step, once it has compiled the component.
+pub(crate) fn mark_compiled(cache_dir: &Path, sha256: &str, engine: &Engine) -> std::io::Result<()> {
+    let dir = markers(cache_dir);
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(marker(&dir, &sha256, &engine_hash(&runtime.engine)), b"")?;
-    Ok(())
+    std::fs::write(marker(&dir, sha256, &engine_hash(engine)), b"")
 }
 
 /// The directory of markers inside a compile cache, beside [`wasmtime_dir`].

@@ -13,8 +13,8 @@ use kube::core::GroupVersionKind;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::api::CacheReader;
 use super::grants::KindRef;
-use super::host::CacheReader;
 use super::registration::EventFilter;
 
 /// Why an object is not controlled by the plugin; the message completes "… because it …".
@@ -149,7 +149,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::testing::MemoryCache;
+    use crate::api::testing::MemoryCache;
     use serde_json::json;
 
     fn gvk(g: &str, k: &str) -> GroupVersionKind {

@@ -8,8 +8,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Plugin;
+use super::api::{ApiWriterExt, EventRecord, MAX_NOTE, ObjectRef};
 use super::bindings::{PluginInstance, v0_1, v0_2};
-use super::host::{ApiWriterExt, EventRecord, MAX_NOTE, ObjectRef};
 use super::limits::LimitHit;
 use super::registration::Registration;
 use super::state::PluginCtx;
@@ -145,7 +145,7 @@ impl Plugin {
                 let keys = inst.call_map(store, &kind.into(), object).await?;
                 Ok(keys
                     .map(|keys| keys.into_iter().map(|k| ObjectKey::parse(k.namespace.as_deref(), &k.name)).collect())
-                    .map_err(|e| CallFailed::Plugin(format!("map failed: {}", super::host::CallError::from(e)))))
+                    .map_err(|e| CallFailed::Plugin(format!("map failed: {}", super::api::CallError::from(e)))))
             }
         };
         self.call(None, Reuse::If(|r: &Result<Vec<_>, CallFailed>| r.is_ok()), map).await?

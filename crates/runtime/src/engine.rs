@@ -12,6 +12,9 @@ use wasmtime::{
     Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy,
 };
 
+mod child;
+pub use child::{ChildSettings, compile_child};
+
 use super::bindings::{self, PluginPre};
 use super::compile_process::CompileProcess;
 use super::metrics::PluginMetrics;
@@ -364,7 +367,7 @@ impl Runtime {
         };
         let engine = Engine::new(&wasm).map_err(Error::Engine)?;
         let compile_process = match (&config.compile_process, &config.cache_dir) {
-            (Some(exe), Some(dir)) => Some(CompileProcess::new(exe.clone(), &config, dir, &engine)),
+            (Some(exe), Some(dir)) => Some(CompileProcess::new(exe.clone(), config.engine_flags(), dir, &engine)),
             _ => None,
         };
         let mut linker = Linker::new(&engine);

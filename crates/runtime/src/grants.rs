@@ -22,7 +22,7 @@ mod dangerous;
 mod kind_ref;
 
 pub use dangerous::{DANGEROUS, DANGEROUS_STATUS, is_dangerous, is_dangerous_status};
-pub use kind_ref::{KindRef, is_kind};
+pub use kind_ref::KindRef;
 
 /// Kinds whose objects hold credentials, always sensitive: a plugin reads or writes them (a write
 /// answers with the object) only in the namespaces its operator names for them
@@ -389,7 +389,7 @@ impl Grants {
             missing.note(format!("name the namespaces where it may touch {} (sensitive)", kinds.join(", ")));
             missing.sensitive_namespaces = true;
         }
-        for ns in config.sensitive.namespaces.iter().filter(|ns| !super::host::address::is_label(ns)) {
+        for ns in config.sensitive.namespaces.iter().filter(|ns| !super::api::address::is_label(ns)) {
             missing.note(format!("`{ns}` in sensitive.namespaces is not a namespace name"));
         }
         missing.drop_covered();

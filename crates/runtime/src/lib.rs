@@ -7,13 +7,14 @@
 //! [`Plugin`]. An operator may let instances serve several calls (`limits.reuseInstances`) for
 //! plugins whose instantiation is expensive.
 //!
-//! A crate of its own, above `kubewasm-informer` (the cache plugins read, [`host::CacheReader`])
+//! A crate of its own, above `kubewasm-informer` (the cache plugins read, [`api::CacheReader`])
 //! and `kubewasm-queue` (rate-limiter configs), below the host, which re-exports it as
 //! `kubewasm_host::plugin`: it knows nothing of controllers, hot load or the CLI. Start reading at
 //! [`Runtime`] and [`Plugin`], then `dispatch.rs` (one call in one instance), the
-//! [`authorizer`] that decides every request, and [`host`], one file per WIT interface, whose
-//! writes are [`host::ApiCall`]s sent through a [`host::ApiWriter`].
+//! [`authorizer`] that decides every request, and `host`, one file per WIT interface, whose
+//! writes are [`api::ApiCall`]s sent through an [`api::ApiWriter`].
 
+pub mod api;
 pub mod authorizer;
 pub mod bindings;
 pub mod compile_process;
@@ -23,7 +24,7 @@ mod dispatch;
 pub mod engine;
 pub mod grants;
 pub mod guest_error;
-pub mod host;
+mod host;
 #[cfg(test)]
 mod layering;
 pub mod limits;

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 
 use super::Plugin;
+use super::api::{ApiWriter, CacheReader, Caller};
 use super::authorizer::Authorizer;
 use super::bindings::{Contract, PluginPre};
 use super::config::PluginConfig;
 use super::dispatch::{self, CallFailed};
 use super::engine::Runtime;
 use super::grants::{Grants, NotGranted};
-use super::host::{ApiWriter, CacheReader, Caller};
 use super::pool::{self, Oversized, PoolFull};
 use super::registration::{InvalidRegistration, Registration};
 use super::state::PluginShared;

@@ -165,7 +165,7 @@ impl Drop for Share {
 /// Linear memories one pool slot holds: a slot is one component instance, whatever its
 /// memories. 2: every component the SDKs build has one, and a composed component (a library or
 /// adapter with its own memory) fits. Each memory slot reserves ≈ 4 GiB of address space (no
-/// bounds checks): 4 TiB at [`super::engine::DEFAULT_POOL_INSTANCES`] with one per slot, 8 TiB
+/// bounds checks): 4 TiB at the engine's default of 1000 instances with one per slot, 8 TiB
 /// with two, of x86-64's 128 TiB.
 pub const MEMORIES_PER_INSTANCE: u32 = 2;
 

@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use super::api::ObjectRef;
 use super::grants::KindRef;
-use super::host::ObjectRef;
 
 /// Which names a rule covers.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,8 +2,6 @@
 
 use kube::core::GroupVersionKind;
 
-use super::bindings::{v0_1, v0_2};
-
 /// Which updates of an object trigger (contract 0.2's `predicates`): an update passes if any
 /// set flag's change happened; with none set, every update passes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -160,8 +158,8 @@ impl Registration {
     /// Checks what the host cannot serve; the message names the field.
     pub fn validate(&self) -> Result<(), InvalidRegistration> {
         let bad = |what: &str, g: &GroupVersionKind| {
-            let group_ok = g.group.is_empty() || (g.group != "core" && crate::host::address::is_subdomain(&g.group));
-            (g.version.is_empty() || !crate::grants::is_kind(&g.kind) || !group_ok).then(|| {
+            let group_ok = g.group.is_empty() || (g.group != "core" && crate::api::address::is_subdomain(&g.group));
+            (g.version.is_empty() || !crate::api::address::is_kind(&g.kind) || !group_ok).then(|| {
                 InvalidRegistration(format!(
                     "{what} is not a kind the API server could serve (an empty version, a kind not in \
                      CamelCase, or the group `core`): {g:?}"
@@ -221,112 +219,9 @@ pub const MAX_INDEXES: usize = 8;
 /// Index functions built into the host that plugins can name in `index-source.builtin`.
 pub const BUILTIN_INDEXES: &[&str] = &["pod-template-configmaps"];
 
-impl From<v0_1::Registration> for Registration {
-    fn from(r: v0_1::Registration) -> Self {
-        Self {
-            for_kind: r.for_kind.into(),
-            for_filter: EventFilter { label_selector: r.for_label_selector.clone(), ..EventFilter::default() },
-            for_label_selector: r.for_label_selector,
-            owns_filters: vec![EventFilter::default(); r.owns.len()],
-            owns: r.owns.into_iter().map(Into::into).collect(),
-            watches: r
-                .watches
-                .into_iter()
-                .map(|w| WatchSpec {
-                    kind: w.kind.into(),
-                    filter: EventFilter { label_selector: w.label_selector.clone(), ..EventFilter::default() },
-                    label_selector: w.label_selector,
-                })
-                .collect(),
-            reads: r.reads.into_iter().map(Into::into).collect(),
-            writes: r.writes.into_iter().map(Into::into).collect(),
-            indexes: r
-                .indexes
-                .into_iter()
-                .map(|i| IndexSpec {
-                    kind: i.kind.into(),
-                    name: i.name,
-                    source: match i.source {
-                        v0_1::IndexSource::Field(f) => IndexSource::Field(f),
-                        v0_1::IndexSource::Builtin(b) => IndexSource::Builtin(b),
-                    },
-                })
-                .collect(),
-            max_concurrent: r.max_concurrent,
-        }
-    }
-}
-
-impl From<v0_2::EventFilter> for EventFilter {
-    fn from(f: v0_2::EventFilter) -> Self {
-        let p = f.predicates;
-        Self {
-            namespace: f.namespace,
-            label_selector: f.label_selector,
-            predicates: Predicates {
-                generation_changed: p.contains(v0_2::Predicates::GENERATION_CHANGED),
-                labels_changed: p.contains(v0_2::Predicates::LABELS_CHANGED),
-                annotations_changed: p.contains(v0_2::Predicates::ANNOTATIONS_CHANGED),
-            },
-        }
-    }
-}
-
-/// Contract 0.2: selectors are event filters; no informer is selected.
-impl From<v0_2::Registration> for Registration {
-    fn from(r: v0_2::Registration) -> Self {
-        Self {
-            for_kind: r.for_kind.into(),
-            for_label_selector: None,
-            for_filter: r.for_filter.into(),
-            owns_filters: r.owns.iter().map(|o| o.filter.clone().into()).collect(),
-            owns: r.owns.into_iter().map(|o| o.kind.into()).collect(),
-            watches: r
-                .watches
-                .into_iter()
-                .map(|w| WatchSpec { kind: w.kind.into(), label_selector: None, filter: w.filter.into() })
-                .collect(),
-            reads: r.reads.into_iter().map(Into::into).collect(),
-            writes: r.writes.into_iter().map(Into::into).collect(),
-            indexes: r
-                .indexes
-                .into_iter()
-                .map(|i| IndexSpec {
-                    kind: i.kind.into(),
-                    name: i.name,
-                    source: match i.source {
-                        v0_2::IndexSource::Field(f) => IndexSource::Field(f),
-                        v0_2::IndexSource::Builtin(b) => IndexSource::Builtin(b),
-                    },
-                })
-                .collect(),
-            max_concurrent: r.max_concurrent,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_contract_0_1_selector_is_also_its_uses_event_filter_so_the_authorizer_knows_what_is_reconciled() {
-        let cm = GroupVersionKind::gvk("", "v1", "ConfigMap");
-        let legacy = v0_1::Registration {
-            for_kind: (&cm).into(),
-            for_label_selector: Some("app=web".into()),
-            owns: vec![(&cm).into()],
-            watches: vec![v0_1::Watch { kind: (&cm).into(), label_selector: Some("app=db".into()) }],
-            reads: Vec::new(),
-            writes: Vec::new(),
-            indexes: Vec::new(),
-            max_concurrent: None,
-        };
-        let reg = Registration::from(legacy);
-        assert_eq!(reg.for_filter.label_selector.as_deref(), Some("app=web"));
-        assert_eq!(reg.for_label_selector.as_deref(), Some("app=web"));
-        assert_eq!(reg.watches[0].filter.label_selector.as_deref(), Some("app=db"));
-    }
 
     #[test]
     fn a_registration_with_an_unknown_builtin_index_is_invalid_and_says_which() {

@@ -14,9 +14,9 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::api::{ApiWriter, CacheReader, Caller};
 use super::authorizer::Authorizer;
-use super::host::{ApiWriter, CacheReader, CallError, Caller};
-use super::limits::{LimitHit, Limiter, Limits};
+use super::limits::{Limiter, Limits};
 use super::metrics::PluginMetrics;
 use super::throttle::WriteLimiter;
 #[cfg(test)]
@@ -52,7 +52,8 @@ pub struct PluginCtx {
     table: ResourceTable,
     pub(crate) limiter: Limiter,
     pub(crate) shared: Arc<PluginShared>,
-    calls_left: u32,
+    /// Host calls left to this call (`limits.hostCalls`); `host` charges them.
+    pub(crate) calls_left: u32,
     /// Calls refused by the grants during this call, for the `AccessDenied` event.
     pub(crate) denied: Vec<String>,
     /// Writes the API server rejected as invalid during this call, for the `WriteRejected`
@@ -106,44 +107,10 @@ impl PluginCtx {
         self.output.reset(self.shared.limits.output_bytes);
     }
 
-    /// Waits for a token of the plugin's write rate limit; every write call takes one, refused
-    /// or not (like the host-call budget). Fails with `unavailable` if no token comes before
-    /// the call's deadline, so a plugin over its rate costs only its own reconciles.
-    pub(crate) async fn throttle_write(&mut self) -> Result<(), CallError> {
-        match self.shared.write_limiter.acquire(self.until).await {
-            Ok(waited) => {
-                if !waited.is_zero() {
-                    self.shared.metrics.write_throttled(&self.shared.name, "delayed");
-                }
-                Ok(())
-            }
-            Err(throttled) => {
-                self.shared.metrics.write_throttled(&self.shared.name, "refused");
-                Err(CallError::Unavailable(throttled.to_string()))
-            }
-        }
-    }
-
-    /// Charges one host call to the budget; past it, the call traps with [`LimitHit::HostCalls`].
-    pub(crate) fn charge(&mut self) -> wasmtime::Result<()> {
-        if self.calls_left == 0 {
-            let hit = LimitHit::HostCalls(self.shared.limits.host_calls);
-            self.limiter.hit.get_or_insert(hit.clone());
-            return Err(wasmtime::Error::new(hit));
-        }
-        self.calls_left -= 1;
-        Ok(())
-    }
-
     /// What the guest's language runtime printed about a failure at the end of this call's
     /// stderr (a panic, an uncaught exception), if anything.
     pub(crate) fn guest_failure(&self) -> Option<String> {
         super::guest_error::describe(&self.output.stderr_tail.lock().text())
-    }
-
-    /// Counts a finished host call in the metrics.
-    pub(crate) fn count(&self, function: &'static str, result: &'static str) {
-        self.shared.metrics.host_call(&self.shared.name, function, result);
     }
 }
 

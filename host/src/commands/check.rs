@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Args;
 use kube::core::GroupVersionKind;
 use kubewasm_host::hotload::read_config;
-use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::api::testing::{MemoryCache, RecordingWriter};
 use kubewasm_host::plugin::{Runtime, RuntimeConfig};
 
 /// `kubewasm check`.

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args};
 
 /// `kubewasm compile-plugin` (hidden): the engine settings of the host that runs it (the
-/// flags [`compile_process`](kubewasm_host::plugin::compile_process) passes its child).
+/// flags [`compile_process`](kubewasm_host::plugin::compile_process) passes its child; its side
+/// is [`compile_child`](kubewasm_host::plugin::engine::compile_child)).
 #[derive(Debug, Args)]
 pub struct CompileArgs {
     /// The compile cache to fill.
@@ -28,7 +29,7 @@ pub struct CompileArgs {
     pub compiler: kubewasm_host::plugin::Compiler,
 }
 
-impl From<CompileArgs> for kubewasm_host::plugin::compile_process::ChildSettings {
+impl From<CompileArgs> for kubewasm_host::plugin::engine::ChildSettings {
     fn from(a: CompileArgs) -> Self {
         Self {
             compile_cache: a.compile_cache,
@@ -45,7 +46,7 @@ impl CompileArgs {
     /// Compiles the component on stdin into the compile cache; on failure prints one line on
     /// stderr, for the host to quote (no backtrace), and exits 1.
     pub fn execute(self) -> anyhow::Result<()> {
-        if let Err(e) = kubewasm_host::plugin::compile_process::child(self.into()) {
+        if let Err(e) = kubewasm_host::plugin::engine::compile_child(self.into()) {
             eprintln!("{e:#}");
             std::process::exit(1);
         }

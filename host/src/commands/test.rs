@@ -142,7 +142,7 @@ fn compare(args: &TestArgs, recording: Option<Recording>, report: &offline::Repo
 }
 
 /// The writer of `--server-dry-run`: the kubeconfig's API server, storing nothing.
-async fn server(args: &TestArgs) -> anyhow::Result<Arc<dyn kubewasm_host::plugin::host::ApiWriter>> {
+async fn server(args: &TestArgs) -> anyhow::Result<Arc<dyn kubewasm_host::plugin::api::ApiWriter>> {
     let client = kubewasm_host::app::client(args.kubeconfig.as_deref(), args.context.as_deref())
         .await
         .context("--server-dry-run needs an API server")?;

@@ -17,7 +17,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use parking_lot::Mutex;
 
-use kubewasm_host::plugin::host::{
+use kubewasm_host::plugin::api::{
     ApiCall, ApiReply, ApiWriter, ApiWriterExt, CallError, Caller, ObjectRef, RecordingWriter,
 };
 
@@ -141,7 +141,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use kubewasm_host::plugin::host::{DeleteOptions, TypedObject};
+    use kubewasm_host::plugin::api::{DeleteOptions, TypedObject};
 
     /// A server that rejects applies as invalid, knows no object and only the namespace `a`.
     struct Server;

@@ -27,9 +27,9 @@ use dry_run::{DryRunWriter, Finding};
 
 use kubewasm_host::controller::{PluginCache, serve_reads, wanted_informers};
 use kubewasm_host::informer::{CachedObject, Informer, parse_label_selector};
+use kubewasm_host::plugin::api::{ApiCall, RecordingWriter};
+use kubewasm_host::plugin::api::{ApiWriter, CacheReader};
 use kubewasm_host::plugin::grants::KindRef;
-use kubewasm_host::plugin::host::{ApiCall, RecordingWriter};
-use kubewasm_host::plugin::host::{ApiWriter, CacheReader};
 use kubewasm_host::plugin::{Action, ObjectKey, Plugin, PluginConfig, Runtime};
 
 /// Why an offline run could not be made.

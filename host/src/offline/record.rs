@@ -16,7 +16,7 @@ use super::fixtures::{RECORDING_API_VERSION, RECORDING_KIND, Recording};
 use super::{Harness, Report, Result};
 use kubewasm_host::controller::PluginCache;
 use kubewasm_host::informer::{InformerParams, SharedInformerFactory};
-use kubewasm_host::plugin::host::{CacheReader, CallError, TypedObject};
+use kubewasm_host::plugin::api::{CacheReader, CallError, TypedObject};
 use kubewasm_host::plugin::{ObjectKey, PluginConfig, Runtime};
 
 /// How long recording waits for the plugin's caches to sync.
@@ -87,7 +87,7 @@ impl CacheReader for ReadRecorder {
         self.inner.in_scope(namespace)
     }
 
-    fn hide(&self, hidden: kubewasm_host::plugin::authorizer::Hidden) {
+    fn hide(&self, hidden: kubewasm_host::plugin::api::Hidden) {
         self.inner.hide(hidden);
     }
 

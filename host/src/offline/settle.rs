@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::Harness;
 use kubewasm_host::plugin::ObjectKey;
-use kubewasm_host::plugin::host::{ApiCall, Caller, Patch};
+use kubewasm_host::plugin::api::{ApiCall, Caller, Patch};
 
 /// How long a value is shown in a change before it is cut.
 const SHOWN_VALUE: usize = 80;

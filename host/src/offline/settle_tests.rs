@@ -2,7 +2,7 @@ use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 use super::*;
-use kubewasm_host::plugin::host::{DeleteOptions, ObjectRef, PatchOptions, TypedObject};
+use kubewasm_host::plugin::api::{DeleteOptions, ObjectRef, PatchOptions, TypedObject};
 
 const MANAGER: &str = "kubewasm/p";
 
@@ -82,7 +82,7 @@ fn a_create_of_an_existing_object_and_an_event_change_nothing() {
     let mut state = State::new(&[config_map(json!({"k": "v"}))]);
     let create = ApiCall::Create(TypedObject::from_json(config_map(json!({"k": "w"})).to_string().as_bytes()).unwrap());
     assert!(state.write(MANAGER, &create).is_empty());
-    let event = ApiCall::Event(kubewasm_host::plugin::host::EventRecord {
+    let event = ApiCall::Event(kubewasm_host::plugin::api::EventRecord {
         regarding: target(),
         warning: false,
         reason: "R".into(),

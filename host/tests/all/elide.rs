@@ -11,7 +11,7 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch as KubePatch, PatchParams
 use kube::core::GroupVersionKind;
 use kubewasm_host::controller::PluginCache;
 use kubewasm_host::informer::{CachedObject, Informer, SharedInformerFactory};
-use kubewasm_host::plugin::host::{ApiWriterExt, CacheReader, CallError, Caller, FIELD_MANAGER_PREFIX, TypedObject};
+use kubewasm_host::plugin::api::{ApiWriterExt, CacheReader, CallError, Caller, FIELD_MANAGER_PREFIX, TypedObject};
 use kubewasm_host::plugin::metrics::PluginMetrics;
 use kubewasm_host::writer::KubeWriter;
 use kubewasm_host::writer::elide::{ElidingWriter, Elision};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use kube::core::GroupVersionKind;
-use kubewasm_host::plugin::host::{ApiWriterExt, Caller, EventRecord, ObjectRef};
+use kubewasm_host::plugin::api::{ApiWriterExt, Caller, EventRecord, ObjectRef};
 use kubewasm_host::writer::KubeWriter;
 use kubewasm_testenv::ControlPlane;
 

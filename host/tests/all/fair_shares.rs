@@ -8,8 +8,8 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kubewasm_host::plugin::api::testing::{MemoryCache, RecordingWriter};
 use kubewasm_host::plugin::grants::GrantConfig;
-use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
 use kubewasm_host::plugin::limits::{LimitHit, Limits};
 use kubewasm_host::plugin::metrics::PluginMetrics;
 use kubewasm_host::plugin::registration::MAX_INDEXES;

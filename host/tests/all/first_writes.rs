@@ -15,7 +15,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kubewasm_host::app::App;
 use kubewasm_host::hotload::Options;
-use kubewasm_host::plugin::host::{ApiCall, ApiReply, ApiWriter, CallError, Caller, Scope};
+use kubewasm_host::plugin::api::{ApiCall, ApiReply, ApiWriter, CallError, Caller, Scope};
 use kubewasm_host::writer::KubeWriter;
 use kubewasm_testenv::ControlPlane;
 use parking_lot::Mutex;

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::core::GroupVersionKind;
+use kubewasm_host::plugin::api::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::api::{ApiCall, Patch, Propagation};
 use kubewasm_host::plugin::grants::GrantConfig;
-use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
-use kubewasm_host::plugin::host::{ApiCall, Patch, Propagation};
 use kubewasm_host::plugin::limits::Limits;
 use kubewasm_host::plugin::{Action, CallFailed, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
 use serde_json::json;

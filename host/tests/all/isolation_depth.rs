@@ -222,7 +222,7 @@ async fn a_write_judged_on_one_object_does_not_reach_another_made_under_its_name
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::DeleteParams;
     use kube::core::GroupVersionKind;
-    use kubewasm_host::plugin::host::{
+    use kubewasm_host::plugin::api::{
         ApiCall, ApiWriter, CallError, Caller, DeleteOptions, ObjectRef, Patch as HostPatch, PatchOptions,
     };
     use kubewasm_host::writer::KubeWriter;

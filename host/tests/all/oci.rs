@@ -435,7 +435,7 @@ async fn signed_oci_modules_are_served_and_each_signature_failure_keeps_the_prev
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement; see BENCHMARKS.md"]
 async fn python_pull_and_load_beside_its_load_from_a_local_file() {
-    use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
+    use kubewasm_host::plugin::api::testing::{MemoryCache, RecordingWriter};
     use kubewasm_host::plugin::{PluginConfig, Runtime, RuntimeConfig};
     let Some(registry) = Registry::start_or_skip().await else { return };
     let path = common::plugin_dir().join("namespace_defaults_py.wasm");

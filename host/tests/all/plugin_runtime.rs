@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::core::GroupVersionKind;
+use kubewasm_host::plugin::api::ApiCall;
+use kubewasm_host::plugin::api::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::api::{CallError, EventRecord, ObjectRef};
 use kubewasm_host::plugin::grants::GrantConfig;
-use kubewasm_host::plugin::host::ApiCall;
-use kubewasm_host::plugin::host::testing::{MemoryCache, RecordingWriter};
-use kubewasm_host::plugin::host::{CallError, EventRecord, ObjectRef};
 use kubewasm_host::plugin::limits::{LimitHit, Limits};
 use kubewasm_host::plugin::protected::Protected;
 use kubewasm_host::plugin::{Action, CallFailed, LoadError, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};

@@ -15,7 +15,7 @@ use kube::api::{Api, PostParams};
 use kubewasm_host::app::App;
 use kubewasm_host::hotload::{Desired, Options, Origin};
 use kubewasm_host::plugin::PluginConfig;
-use kubewasm_host::plugin::host::{ApiCall, ApiReply, ApiWriter, CallError, Caller};
+use kubewasm_host::plugin::api::{ApiCall, ApiReply, ApiWriter, CallError, Caller};
 use kubewasm_host::writer::KubeWriter;
 use kubewasm_testenv::ControlPlane;
 

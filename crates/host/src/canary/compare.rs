@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::plugin::host::ApiCall;
+use crate::plugin::api::ApiCall;
 
 /// Longest diff kept as a sample (status and Event stay small); longer ones are cut. 4 KiB.
 pub const MAX_SAMPLE: usize = 4096;
@@ -110,7 +110,7 @@ pub fn compare(serving: &Side, candidate: &Side) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::host::TypedObject;
+    use crate::plugin::api::TypedObject;
     use serde_json::json;
 
     fn object(json: Value) -> TypedObject {

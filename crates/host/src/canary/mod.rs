@@ -25,8 +25,8 @@ pub use compare::{Side, Verdict};
 pub use tap::{TapWriter, WriteLog};
 
 use crate::informer::Informer;
+use crate::plugin::api::RecordingWriter;
 use crate::plugin::grants::KindRef;
-use crate::plugin::host::RecordingWriter;
 use crate::plugin::{ObjectKey, Plugin};
 
 /// Serving reconciles waiting for the candidate; past it a comparison is skipped. 64.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 
-use crate::plugin::host::{ApiCall, ApiReply, ApiWriter, CallError, Caller};
+use crate::plugin::api::{ApiCall, ApiReply, ApiWriter, CallError, Caller};
 
 /// The writes one reconcile made (or tried to make), in order.
 #[derive(Debug, Default)]
@@ -68,7 +68,7 @@ impl ApiWriter for TapWriter {
         result
     }
 
-    async fn scope(&self, kind: &kube::core::GroupVersionKind) -> Result<crate::plugin::host::Scope, CallError> {
+    async fn scope(&self, kind: &kube::core::GroupVersionKind) -> Result<crate::plugin::api::Scope, CallError> {
         self.0.scope(kind).await
     }
 }
@@ -76,7 +76,7 @@ impl ApiWriter for TapWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::host::{ApiWriterExt, DeleteOptions, ObjectRef, RecordingWriter};
+    use crate::plugin::api::{ApiWriterExt, DeleteOptions, ObjectRef, RecordingWriter};
 
     #[tokio::test]
     async fn writes_are_logged_only_inside_a_logged_scope_and_still_sent() {
@@ -102,7 +102,7 @@ mod tests {
         let tap = TapWriter(sent.clone());
         let body =
             serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "a"}});
-        let mut object = crate::plugin::host::TypedObject::from_json(body.to_string().as_bytes()).unwrap();
+        let mut object = crate::plugin::api::TypedObject::from_json(body.to_string().as_bytes()).unwrap();
         object.only_if_absent = true;
         let locked = ApiCall::Apply { object: object.clone(), force: false };
         let caller = Caller::new("p");

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use crate::informer::{CONTROLLER_OWNER_INDEX, CachedObject, IndexFunc, Informer, LABEL_INDEX, NAMESPACE_INDEX};
+use crate::plugin::api::{CacheReader, CallError, FieldSelector, ListOptions, ObjectList, copy_within, list_page};
 use crate::plugin::grants::{KindRef, NamespaceScope};
-use crate::plugin::host::{CacheReader, CallError, FieldSelector, ListOptions, ObjectList, copy_within, list_page};
 
 /// The store name of a custom index of one plugin version (`prefix` is
 /// [`PluginCache::index_prefix`]). Built-in index names pass through unchanged.
@@ -48,7 +48,7 @@ pub struct PluginCache {
     scope: RwLock<Option<Scope>>,
     /// What the plugin does not read (the host's Secrets, its sensitive kinds outside their
     /// namespaces), installed by the authorizer: again for each authorizer of this version.
-    hidden: RwLock<Option<crate::plugin::authorizer::Hidden>>,
+    hidden: RwLock<Option<crate::plugin::api::Hidden>>,
 }
 
 /// A confined plugin's namespaces, and the Namespace informer its selector is matched on.
@@ -235,7 +235,7 @@ impl CacheReader for PluginCache {
         self.visible_only(kind, objects, max_bytes, "cache.by-index")
     }
 
-    fn hide(&self, hidden: crate::plugin::authorizer::Hidden) {
+    fn hide(&self, hidden: crate::plugin::api::Hidden) {
         *self.hidden.write() = Some(hidden);
     }
 

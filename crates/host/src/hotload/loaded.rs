@@ -15,8 +15,8 @@ use super::metrics::HotloadMetrics;
 use super::module::Module;
 use crate::canary::{Canary, TapWriter};
 use crate::controller::{self, Controller, PluginCache};
+use crate::plugin::api::{ApiWriter, CacheReader};
 use crate::plugin::grants::KindRef;
-use crate::plugin::host::{ApiWriter, CacheReader};
 use crate::plugin::{LoadError, Plugin, PluginConfig, Runtime};
 use crate::writer::elide::Elision;
 

@@ -21,9 +21,7 @@ use serde_json::Value;
 
 use super::unchanged::Apply;
 use crate::informer::ObjectKey;
-use crate::plugin::host::{
-    ApiCall, ApiReply, ApiWriter, CacheReader, CallError, Caller, ObjectRef, Scope, TypedObject,
-};
+use crate::plugin::api::{ApiCall, ApiReply, ApiWriter, CacheReader, CallError, Caller, ObjectRef, Scope, TypedObject};
 use crate::plugin::metrics::PluginMetrics;
 
 /// One object, whatever the version it is named in: its group, kind and key.

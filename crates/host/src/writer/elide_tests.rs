@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::informer::CachedObject;
-use crate::plugin::host::{ApiWriterExt, DeleteOptions, Patch, PatchOptions};
+use crate::plugin::api::{ApiWriterExt, DeleteOptions, Patch, PatchOptions};
 
 const MANAGER: &str = "kubewasm/cm";
 
@@ -44,7 +44,7 @@ impl CacheReader for Cache {
         self.0.lock().clone()
     }
     /// Holds one object of the test's own: nothing to hide.
-    fn hide(&self, _: crate::plugin::authorizer::Hidden) {}
+    fn hide(&self, _: crate::plugin::api::Hidden) {}
 }
 
 /// The API server: counts requests and answers each write with the next resourceVersion.

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::KubeWriter;
-use crate::plugin::host::{ApiCall, ApiWriter, CallError, Caller, DeleteOptions, ObjectRef, Patch, PatchOptions};
+use crate::plugin::api::{ApiCall, ApiWriter, CallError, Caller, DeleteOptions, ObjectRef, Patch, PatchOptions};
 
 /// A writer whose API server serves ConfigMaps (discovery) and answers every object request
 /// 404, recording each object request's path and query.

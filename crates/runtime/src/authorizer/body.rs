@@ -2,10 +2,7 @@
 
 use serde_json::Value;
 
-use super::super::host::Patch;
-
-/// The label the host puts on every object a plugin makes: `kubewasm.dev/plugin: <name>`.
-pub const PLUGIN_LABEL: &str = "kubewasm.dev/plugin";
+use crate::api::{PLUGIN_LABEL, Patch};
 
 /// The mark as a JSON pointer segment (`/` escaped as `~1`).
 const PLUGIN_LABEL_POINTER: &str = "/metadata/labels/kubewasm.dev~1plugin";
@@ -31,17 +28,6 @@ pub fn made_by(object: &Value, plugin: &str, manager: &str) -> bool {
             .pointer("/metadata/managedFields")
             .and_then(Value::as_array)
             .is_some_and(|entries| entries.iter().any(|e| e.get("manager").and_then(Value::as_str) == Some(manager))),
-    }
-}
-
-/// Adds the host's mark naming `plugin` to an object body.
-pub fn add_mark(object: &mut Value, plugin: &str) {
-    let Some(object) = object.as_object_mut() else { return };
-    let meta = object.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
-    let Some(meta) = meta.as_object_mut() else { return };
-    let labels = meta.entry("labels").or_insert_with(|| Value::Object(Default::default()));
-    if let Some(labels) = labels.as_object_mut() {
-        labels.insert(PLUGIN_LABEL.to_owned(), Value::String(plugin.to_owned()));
     }
 }
 

@@ -7,9 +7,9 @@ use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::api::testing::MemoryCache;
+use crate::api::{CallError, ListOptions, ObjectList, builtin_scope};
 use crate::grants::GrantConfig;
-use crate::host::testing::MemoryCache;
-use crate::host::{CallError, ListOptions, ObjectList, builtin_scope};
 use crate::registration::{EventFilter, Registration, WatchSpec};
 
 /// A cache confined to the namespace `in` (and the Namespace `in`).
@@ -43,7 +43,7 @@ impl CacheReader for Scoped {
     fn in_scope(&self, namespace: &str) -> bool {
         namespace == "in"
     }
-    fn hide(&self, hidden: crate::authorizer::Hidden) {
+    fn hide(&self, hidden: crate::api::Hidden) {
         self.0.hide(hidden);
     }
 }
@@ -76,7 +76,7 @@ fn child(ns: &str, name: &str, maker: Option<&str>, by: &str) -> Value {
            "metadata": {"name": name, "namespace": ns, "labels": labels, "ownerReferences": [owner(by)]}})
 }
 
-use body::PLUGIN_LABEL;
+use crate::api::PLUGIN_LABEL;
 
 /// `object` naming a resourceVersion.
 fn with_version(mut object: Value) -> Value {
@@ -595,4 +595,17 @@ fn no_plugin_sets_a_services_external_ips_however_the_write_is_spelled() {
     let ports = Patch::Merge(json!({"spec": {"ports": [{"port": 80}]}}));
     let request = Request { verb: Verb::Patch, target: &target, status: false, body: Body::Patch(&ports) };
     assert!(matches!(world.decide(&authorizer, &request), Decision::Allow { .. }), "other Service writes pass");
+}
+
+#[test]
+fn a_status_patch_is_judged_as_a_status_write_of_its_target() {
+    use crate::api::PatchOptions;
+    let target =
+        ObjectRef { kind: GroupVersionKind::gvk("", "v1", "ConfigMap"), namespace: Some("a".into()), name: "c".into() };
+    let options = PatchOptions { status: true, ..Default::default() };
+    let call = ApiCall::Patch { target: target.clone(), patch: Patch::Merge(json!({})), options };
+    let request = Request::of(&call);
+    assert_eq!((request.verb, request.status, request.target), (Verb::Patch, true, &target));
+    assert!(call.is_write());
+    assert!(!ApiCall::Get(target).is_write());
 }

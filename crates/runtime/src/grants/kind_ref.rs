@@ -7,6 +7,7 @@ use kube::core::GroupVersionKind;
 use serde::{Deserialize, Serialize};
 
 use super::{SENSITIVE, is_dangerous, is_dangerous_status};
+use crate::api::address::{is_kind, is_subdomain};
 
 /// A kind regardless of version, written as kubectl does: `Kind.group`, or `Kind` for the core
 /// group (`Secret`, `Deployment.apps`, `ConfigMapSync.examples.kubewasm.dev`).
@@ -72,7 +73,7 @@ impl FromStr for KindRef {
         // As the API server names kinds (CamelCase, one capital first) and groups (the core one
         // is empty, not `core`): a kind spelled otherwise would name nothing the host serves,
         // yet become a resource once lowercased for RBAC (`secret` → `secrets`).
-        if !is_kind(kind) || group == "core" || !(group.is_empty() || crate::host::address::is_subdomain(group)) {
+        if !is_kind(kind) || group == "core" || !(group.is_empty() || is_subdomain(group)) {
             return Err(format!(
                 "`{s}` is not a kind: write `Kind` or `Kind.group` as the API server names it, e.g. `Secret`, \
                  `Deployment.apps`"
@@ -80,12 +81,6 @@ impl FromStr for KindRef {
         }
         Ok(Self { group: group.to_owned(), kind: kind.to_owned() })
     }
-}
-
-/// Whether `kind` is a kind's name as the API server writes it: an ASCII capital, then letters and
-/// digits.
-pub fn is_kind(kind: &str) -> bool {
-    kind.chars().next().is_some_and(|c| c.is_ascii_uppercase()) && kind.chars().all(|c| c.is_ascii_alphanumeric())
 }
 
 impl TryFrom<String> for KindRef {

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{ApiWriterExt, CallError, ObjectRef, address};
+use crate::api::{ApiWriterExt, CallError, ObjectRef, address};
 use crate::authorizer::{Decision, Existing, Facts, Lookup, Request};
 use crate::grants::KindRef;
 use crate::refusals::Cause;
@@ -13,7 +13,7 @@ const MAX_LOOKUPS: usize = 3;
 
 /// A request the authorizer lets through, and how the host must send it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Permit {
+pub(super) struct Permit {
     /// Label the body as made by the plugin.
     pub mark: bool,
     /// Send it so that the API server takes it only if the object does not exist
@@ -29,13 +29,13 @@ impl PluginCtx {
     /// Whether the plugin may make `request`: a [`Permit`] to send it, `Invalid` when it names no
     /// address an object could have ([`address::check`]), `NotFound` when the object it would
     /// change does not exist, `Forbidden` (remembered for the `AccessDenied` Event) when refused.
-    pub(crate) async fn authorize(&mut self, request: &Request<'_>) -> Result<Permit, CallError> {
+    pub(super) async fn authorize(&mut self, request: &Request<'_>) -> Result<Permit, CallError> {
         self.decide(request, Facts::default()).await
     }
 
     /// [`authorize`](Self::authorize) on the API server's copy of the object, read now: for a
     /// write sent only-if-absent that found the object there (the cache had not seen it yet).
-    pub(crate) async fn authorize_on_server(&mut self, request: &Request<'_>) -> Result<Permit, CallError> {
+    pub(super) async fn authorize_on_server(&mut self, request: &Request<'_>) -> Result<Permit, CallError> {
         let existing = Existing::Server(server_copy(&self.shared, request.target).await?);
         self.decide(request, Facts { existing, ..Facts::default() }).await
     }

@@ -1,171 +1,37 @@
-//! `kubewasm:controller/client`: writes (and the uncached get) through the host's API writer,
-//! each decided by the plugin's authorizer first.
+//! `kubewasm:controller/client`: writes (and the uncached get) through the host's API writer;
+//! each function builds one [`ApiCall`] from its arguments and hands it to
+//! [`request`](PluginCtx::request), which judges and sends it.
 
 use serde_json::Value;
 
-use super::authorize::Permit;
-use super::{
+use super::function::Outcome;
+use crate::api::{
     ApiCall, ApiReply, CallError, DeleteOptions, ObjectRef, Patch, PatchOptions, Preconditions, Propagation,
     TypedObject,
 };
 use crate::bindings::v0_2::{client as c2, types as t2};
 use crate::bindings::{client, types};
-use crate::refusals::Cause;
 use crate::state::PluginCtx;
 
-type CallResult<T> = wasmtime::Result<Result<T, types::Error>>;
-
-impl PluginCtx {
-    /// Authorizes `call`, marks an object the plugin makes (the authorizer says which), and
-    /// sends it through the host's write path; a write the API server rejects as invalid is
-    /// remembered for the `WriteRejected` Event.
-    async fn send_authorized(&mut self, mut call: ApiCall) -> Result<ApiReply, CallError> {
-        let permit = self.authorize(&call.access()).await?;
-        let only_if_absent = permit.only_if_absent;
-        let mut result = self.send_permitted(&mut call, permit).await;
-        if only_if_absent && matches!(result, Err(CallError::Conflict(_))) {
-            // The object exists after all (the cache had not seen it yet): judged again on the
-            // API server's copy, and sent as that decision says.
-            let permit = self.authorize_on_server(&call.access()).await?;
-            result = self.send_permitted(&mut call, permit).await;
-        }
-        // Kept for the `WriteRejected` Event: a plugin may swallow the error, and an operator
-        // otherwise finds the rejection only in the host's log.
-        if let (Err(CallError::Invalid(message)), true) = (&result, call.is_write()) {
-            self.rejected.push(format!("{}: {message}", call.summary()));
-        }
-        // The host allowed it and the API server did not (the plugin's identity lacks a right,
-        // or an admission policy refused it): an `AccessDenied` Event too, or the operator would
-        // see a plugin that fails every reconcile and a status that says all is well.
-        if let Err(CallError::Forbidden(message)) = &result {
-            let summary = call.summary();
-            let refusal = format!("{summary}: the API server refused it: {message}");
-            // The verb and kind: the summary without its object.
-            let request = summary.rsplit_once(' ').map_or(summary.as_str(), |(request, _)| request);
-            self.shared.refusals.record(&self.shared.caller.plugin, Cause::Forbidden, request, &refusal);
-            self.denied.push(refusal);
-        }
-        result
-    }
-
-    async fn send_permitted(&mut self, call: &mut ApiCall, permit: Permit) -> Result<ApiReply, CallError> {
-        match call {
-            ApiCall::Apply { object, .. } | ApiCall::ApplyStatus { object, .. } | ApiCall::Create(object) => {
-                object.mark = permit.mark.then(|| self.shared.authorizer.plugin().to_owned());
-                object.only_if_absent = permit.only_if_absent;
-            }
-            // What is judged is what is written: the object the authorizer looked at, not one
-            // that took its name since.
-            ApiCall::Patch { options, .. } => options.judged_uid = permit.judged_uid,
-            ApiCall::Delete { options, .. } => options.judged_uid = permit.judged_uid,
-            _ => {}
-        }
-        self.shared.writer.send(&self.shared.caller, call).await
-    }
-
-    async fn apply_authorized(&mut self, object: &[u8], force: bool, status: bool) -> Result<Vec<u8>, CallError> {
-        let object = TypedObject::from_json(object)?;
-        let call = if status { ApiCall::ApplyStatus { object, force } } else { ApiCall::Apply { object, force } };
-        self.send_authorized(call).await?.into_object()
-    }
-
-    async fn create_authorized(&mut self, object: &[u8]) -> Result<Vec<u8>, CallError> {
-        let object = TypedObject::from_json(object)?;
-        self.send_authorized(ApiCall::Create(object)).await?.into_object()
-    }
-
-    async fn patch_authorized(
-        &mut self,
-        target: ObjectRef,
-        patch: Patch,
-        options: PatchOptions,
-    ) -> Result<Vec<u8>, CallError> {
-        self.send_authorized(ApiCall::Patch { target, patch, options }).await?.into_object()
-    }
-
-    async fn delete_authorized(&mut self, target: ObjectRef, options: DeleteOptions) -> Result<(), CallError> {
-        self.send_authorized(ApiCall::Delete { target, options }).await.map(drop)
-    }
-
-    async fn get_authorized(&mut self, target: ObjectRef) -> Result<Option<Vec<u8>>, CallError> {
-        self.send_authorized(ApiCall::Get(target)).await?.into_found()
-    }
+/// An apply of the object or (`status`) of its status subresource.
+fn apply(object: &[u8], force: bool, status: bool) -> Result<ApiCall, CallError> {
+    let object = TypedObject::from_json(object)?;
+    Ok(if status { ApiCall::ApplyStatus { object, force } } else { ApiCall::Apply { object, force } })
 }
 
-/// One write rule for every contract version: each WIT function of either world is one of these
-/// with its arguments converted.
-impl PluginCtx {
-    async fn apply_as(
-        &mut self,
-        function: &'static str,
-        object: &[u8],
-        force: bool,
-        status: bool,
-    ) -> Result<Vec<u8>, types::Error> {
-        if let Err(e) = self.throttle_write().await {
-            return self.finish(function, Err(e));
-        }
-        let result = self.apply_authorized(object, force, status).await;
-        self.finish(function, result)
-    }
-
-    /// A contract-0.2 patch of the object or (`status`) its status subresource.
-    async fn patch_0_2(
-        &mut self,
-        function: &'static str,
-        status: bool,
-        target: ObjectRef,
-        body: &[u8],
-        patch_kind: c2::PatchType,
-        pre: c2::Preconditions,
-    ) -> Result<Vec<u8>, types::Error> {
-        let patch = patch_body(body, patch_kind_0_2(patch_kind));
-        let options = PatchOptions { status, preconditions: preconditions(pre), judged_uid: None };
-        self.patch_as(function, target, patch, options).await
-    }
-
-    async fn patch_as(
-        &mut self,
-        function: &'static str,
-        target: ObjectRef,
-        patch: Result<Patch, CallError>,
-        options: PatchOptions,
-    ) -> Result<Vec<u8>, types::Error> {
-        if let Err(e) = self.throttle_write().await {
-            return self.finish(function, Err(e));
-        }
-        let result = match patch {
-            Ok(patch) => self.patch_authorized(target, patch, options).await,
-            Err(e) => Err(e),
-        };
-        self.finish(function, result)
-    }
-
-    async fn create_as(&mut self, function: &'static str, object: &[u8]) -> Result<Vec<u8>, types::Error> {
-        if let Err(e) = self.throttle_write().await {
-            return self.finish(function, Err(e));
-        }
-        let result = self.create_authorized(object).await;
-        self.finish(function, result)
-    }
-
-    async fn delete_as(
-        &mut self,
-        function: &'static str,
-        target: ObjectRef,
-        options: DeleteOptions,
-    ) -> Result<(), types::Error> {
-        if let Err(e) = self.throttle_write().await {
-            return self.finish(function, Err(e));
-        }
-        let result = self.delete_authorized(target, options).await;
-        self.finish(function, result)
-    }
+/// A patch of `target`, its body parsed as the kind of patch it names.
+fn patch(
+    target: ObjectRef,
+    body: &[u8],
+    kind: fn(Value) -> Patch,
+    options: PatchOptions,
+) -> Result<ApiCall, CallError> {
+    let patch = crate::api::parse_body(body, "patch body").map(kind)?;
+    Ok(ApiCall::Patch { target, patch, options })
 }
 
-/// Parses a plugin's patch body as the kind of patch it names.
-fn patch_body(body: &[u8], kind: fn(Value) -> Patch) -> Result<Patch, CallError> {
-    super::parse_body(body, "patch body").map(kind)
+fn create(object: &[u8]) -> Result<ApiCall, CallError> {
+    TypedObject::from_json(object).map(ApiCall::Create)
 }
 
 fn patch_kind_0_1(kind: client::PatchType) -> fn(Value) -> Patch {
@@ -184,20 +50,19 @@ fn patch_kind_0_2(kind: c2::PatchType) -> fn(Value) -> Patch {
     }
 }
 
-fn preconditions(p: c2::Preconditions) -> Preconditions {
-    Preconditions { resource_version: p.resource_version, uid: p.uid }
+fn patch_options_0_2(status: bool, p: c2::Preconditions) -> PatchOptions {
+    let preconditions = Preconditions { resource_version: p.resource_version, uid: p.uid };
+    PatchOptions { status, preconditions, judged_uid: None }
 }
 
 /// Contract 0.1: apply-status always forces, patch has no preconditions, delete is background.
 impl client::Host for PluginCtx {
-    async fn apply(&mut self, object: Vec<u8>, force: bool) -> CallResult<Vec<u8>> {
-        self.charge()?;
-        Ok(self.apply_as("client.apply", &object, force, false).await)
+    async fn apply(&mut self, object: Vec<u8>, force: bool) -> Outcome<Vec<u8>, types::Error> {
+        self.request("client.apply", apply(&object, force, false), ApiReply::into_object).await
     }
 
-    async fn apply_status(&mut self, object: Vec<u8>) -> CallResult<Vec<u8>> {
-        self.charge()?;
-        Ok(self.apply_as("client.apply-status", &object, true, true).await)
+    async fn apply_status(&mut self, object: Vec<u8>) -> Outcome<Vec<u8>, types::Error> {
+        self.request("client.apply-status", apply(&object, true, true), ApiReply::into_object).await
     }
 
     async fn patch(
@@ -207,50 +72,32 @@ impl client::Host for PluginCtx {
         name: String,
         patch_kind: client::PatchType,
         body: Vec<u8>,
-    ) -> CallResult<Vec<u8>> {
-        self.charge()?;
+    ) -> Outcome<Vec<u8>, types::Error> {
         let target = ObjectRef { kind: kind.into(), namespace, name };
-        let patch = patch_body(&body, patch_kind_0_1(patch_kind));
-        Ok(self.patch_as("client.patch", target, patch, PatchOptions::default()).await)
+        let call = patch(target, &body, patch_kind_0_1(patch_kind), PatchOptions::default());
+        self.request("client.patch", call, ApiReply::into_object).await
     }
 
-    async fn create(&mut self, object: Vec<u8>) -> CallResult<Vec<u8>> {
-        self.charge()?;
-        Ok(self.create_as("client.create", &object).await)
+    async fn create(&mut self, object: Vec<u8>) -> Outcome<Vec<u8>, types::Error> {
+        self.request("client.create", create(&object), ApiReply::into_object).await
     }
 
-    async fn delete(&mut self, kind: types::Gvk, namespace: Option<String>, name: String) -> CallResult<()> {
-        self.charge()?;
+    async fn delete(&mut self, kind: types::Gvk, namespace: Option<String>, name: String) -> Outcome<(), types::Error> {
         let target = ObjectRef { kind: kind.into(), namespace, name };
-        Ok(self.delete_as("client.delete", target, DeleteOptions::default()).await)
+        let call = ApiCall::Delete { target, options: DeleteOptions::default() };
+        self.request("client.delete", Ok(call), drop_reply).await
     }
-}
-
-type CallResult2<T> = wasmtime::Result<Result<T, t2::Error>>;
-
-/// 0.1's errors as 0.2's: the variant is the same, only the generated types differ.
-fn v2<T>(r: Result<T, types::Error>) -> Result<T, t2::Error> {
-    r.map_err(|e| match e {
-        types::Error::NotFound => t2::Error::NotFound,
-        types::Error::Forbidden(m) => t2::Error::Forbidden(m),
-        types::Error::Conflict(m) => t2::Error::Conflict(m),
-        types::Error::Invalid(m) => t2::Error::Invalid(m),
-        types::Error::Unavailable(m) => t2::Error::Unavailable(m),
-        types::Error::Other(m) => t2::Error::Other(m),
-    })
 }
 
 /// Contract 0.2: the same writes with force, preconditions and propagation passed through,
 /// plus status patches and the uncached `get`.
 impl c2::Host for PluginCtx {
-    async fn apply(&mut self, object: Vec<u8>, force: bool) -> CallResult2<Vec<u8>> {
-        self.charge()?;
-        Ok(v2(self.apply_as("client.apply", &object, force, false).await))
+    async fn apply(&mut self, object: Vec<u8>, force: bool) -> Outcome<Vec<u8>, t2::Error> {
+        self.request("client.apply", apply(&object, force, false), ApiReply::into_object).await
     }
 
-    async fn apply_status(&mut self, object: Vec<u8>, force: bool) -> CallResult2<Vec<u8>> {
-        self.charge()?;
-        Ok(v2(self.apply_as("client.apply-status", &object, force, true).await))
+    async fn apply_status(&mut self, object: Vec<u8>, force: bool) -> Outcome<Vec<u8>, t2::Error> {
+        self.request("client.apply-status", apply(&object, force, true), ApiReply::into_object).await
     }
 
     async fn patch(
@@ -261,10 +108,10 @@ impl c2::Host for PluginCtx {
         patch_kind: c2::PatchType,
         body: Vec<u8>,
         pre: c2::Preconditions,
-    ) -> CallResult2<Vec<u8>> {
-        self.charge()?;
+    ) -> Outcome<Vec<u8>, t2::Error> {
         let target = ObjectRef { kind: kind.into(), namespace, name };
-        Ok(v2(self.patch_0_2("client.patch", false, target, &body, patch_kind, pre).await))
+        let call = patch(target, &body, patch_kind_0_2(patch_kind), patch_options_0_2(false, pre));
+        self.request("client.patch", call, ApiReply::into_object).await
     }
 
     async fn patch_status(
@@ -275,15 +122,14 @@ impl c2::Host for PluginCtx {
         patch_kind: c2::PatchType,
         body: Vec<u8>,
         pre: c2::Preconditions,
-    ) -> CallResult2<Vec<u8>> {
-        self.charge()?;
+    ) -> Outcome<Vec<u8>, t2::Error> {
         let target = ObjectRef { kind: kind.into(), namespace, name };
-        Ok(v2(self.patch_0_2("client.patch-status", true, target, &body, patch_kind, pre).await))
+        let call = patch(target, &body, patch_kind_0_2(patch_kind), patch_options_0_2(true, pre));
+        self.request("client.patch-status", call, ApiReply::into_object).await
     }
 
-    async fn create(&mut self, object: Vec<u8>) -> CallResult2<Vec<u8>> {
-        self.charge()?;
-        Ok(v2(self.create_as("client.create", &object).await))
+    async fn create(&mut self, object: Vec<u8>) -> Outcome<Vec<u8>, t2::Error> {
+        self.request("client.create", create(&object), ApiReply::into_object).await
     }
 
     async fn delete(
@@ -292,28 +138,33 @@ impl c2::Host for PluginCtx {
         namespace: Option<String>,
         name: String,
         options: c2::DeleteOptions,
-    ) -> CallResult2<()> {
-        self.charge()?;
+    ) -> Outcome<(), t2::Error> {
         let target = ObjectRef { kind: kind.into(), namespace, name };
         let propagation = match options.propagation_policy {
             None | Some(c2::PropagationPolicy::Background) => Propagation::Background,
             Some(c2::PropagationPolicy::Foreground) => Propagation::Foreground,
             Some(c2::PropagationPolicy::Orphan) => Propagation::Orphan,
         };
-        let options =
-            DeleteOptions { preconditions: preconditions(options.preconditions), propagation, judged_uid: None };
-        Ok(v2(self.delete_as("client.delete", target, options).await))
+        let pre = options.preconditions;
+        let preconditions = Preconditions { resource_version: pre.resource_version, uid: pre.uid };
+        let options = DeleteOptions { preconditions, propagation, judged_uid: None };
+        self.request("client.delete", Ok(ApiCall::Delete { target, options }), drop_reply).await
     }
 
     /// Granted like a cache read; an API call, so rate-limited like a write and counted under
     /// its own function label.
-    async fn get(&mut self, kind: t2::Gvk, namespace: Option<String>, name: String) -> CallResult2<Option<Vec<u8>>> {
-        self.charge()?;
-        if let Err(e) = self.throttle_write().await {
-            return Ok(v2(self.finish("client.get", Err(e))));
-        }
+    async fn get(
+        &mut self,
+        kind: t2::Gvk,
+        namespace: Option<String>,
+        name: String,
+    ) -> Outcome<Option<Vec<u8>>, t2::Error> {
         let target = ObjectRef { kind: kind.into(), namespace, name };
-        let result = self.get_authorized(target).await;
-        Ok(v2(self.finish("client.get", result)))
+        self.request("client.get", Ok(ApiCall::Get(target)), ApiReply::into_found).await
     }
+}
+
+/// The answer of a call that returns nothing (a delete).
+fn drop_reply(_: ApiReply) -> Result<(), CallError> {
+    Ok(())
 }

@@ -13,8 +13,6 @@ impl config::Host for PluginCtx {
 /// Contract 0.2's config, the same function.
 impl c2::Host for PluginCtx {
     async fn settings(&mut self) -> wasmtime::Result<Vec<u8>> {
-        self.charge()?;
-        self.count("config.settings", "ok");
-        Ok(self.shared.settings.clone())
+        self.local("config.settings", |ctx| ctx.shared.settings.clone())
     }
 }

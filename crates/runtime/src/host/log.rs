@@ -20,17 +20,16 @@ impl log::Host for PluginCtx {
 /// Contract 0.2's log, which 0.1's is converted to.
 impl l2::Host for PluginCtx {
     async fn log(&mut self, level: l2::Level, message: String) -> wasmtime::Result<()> {
-        self.charge()?;
-        let message = &message[..message.floor_char_boundary(MAX_LOG_LINE)];
-        let plugin = &*self.shared.name;
-        match level {
-            l2::Level::Trace => tracing::trace!(target: "kubewasm::plugin", plugin, "{message}"),
-            l2::Level::Debug => tracing::debug!(target: "kubewasm::plugin", plugin, "{message}"),
-            l2::Level::Info => tracing::info!(target: "kubewasm::plugin", plugin, "{message}"),
-            l2::Level::Warn => tracing::warn!(target: "kubewasm::plugin", plugin, "{message}"),
-            l2::Level::Error => tracing::error!(target: "kubewasm::plugin", plugin, "{message}"),
-        }
-        self.count("log.log", "ok");
-        Ok(())
+        self.local("log.log", |ctx| {
+            let message = &message[..message.floor_char_boundary(MAX_LOG_LINE)];
+            let plugin = &*ctx.shared.name;
+            match level {
+                l2::Level::Trace => tracing::trace!(target: "kubewasm::plugin", plugin, "{message}"),
+                l2::Level::Debug => tracing::debug!(target: "kubewasm::plugin", plugin, "{message}"),
+                l2::Level::Info => tracing::info!(target: "kubewasm::plugin", plugin, "{message}"),
+                l2::Level::Warn => tracing::warn!(target: "kubewasm::plugin", plugin, "{message}"),
+                l2::Level::Error => tracing::error!(target: "kubewasm::plugin", plugin, "{message}"),
+            }
+        })
     }
 }

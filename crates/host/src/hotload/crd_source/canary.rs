@@ -7,7 +7,7 @@ use super::{Informer, STATUS_MANAGER, WasmPluginSource, gvk};
 use crate::canary::Findings;
 use crate::hotload::loaded::{Candidate, Origin};
 use crate::hotload::wasmplugin::{CanaryDifference, CanaryStatus, WasmPlugin};
-use crate::plugin::host::{EventRecord, MAX_NOTE, ObjectRef};
+use crate::plugin::api::{EventRecord, MAX_NOTE, ObjectRef};
 
 /// How often a running canary's findings are written to its WasmPlugin's status (only when
 /// they changed), with an Event for a new difference: at most one status write and one Event

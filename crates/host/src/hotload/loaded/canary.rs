@@ -9,9 +9,9 @@ use crate::canary::{Canary, Count, Findings};
 use crate::controller::{self, PluginCache};
 use crate::informer::InformerParams;
 use crate::plugin::PluginConfig;
+use crate::plugin::api::RecordingWriter;
+use crate::plugin::api::{ApiWriter, CacheReader};
 use crate::plugin::grants::KindRef;
-use crate::plugin::host::RecordingWriter;
-use crate::plugin::host::{ApiWriter, CacheReader};
 
 impl LoadedPlugins {
     /// Runs `candidate` as a dry-run canary of the version of `name` that `origin` serves (or

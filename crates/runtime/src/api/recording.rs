@@ -108,8 +108,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::host::testing::MemoryCache;
-    use crate::host::{ApiWriterExt, DeleteOptions, PatchOptions, TypedObject};
+    use crate::api::testing::MemoryCache;
+    use crate::api::{ApiWriterExt, DeleteOptions, PatchOptions, TypedObject};
 
     fn config_map() -> ObjectRef {
         ObjectRef { kind: GroupVersionKind::gvk("", "v1", "ConfigMap"), namespace: Some("a".into()), name: "c".into() }

@@ -83,6 +83,12 @@ fn quoted(value: &str) -> String {
     format!("{shown:?}{more}")
 }
 
+/// Whether `kind` is a kind's name as the API server writes it: an ASCII capital, then letters and
+/// digits.
+pub fn is_kind(kind: &str) -> bool {
+    kind.chars().next().is_some_and(|c| c.is_ascii_uppercase()) && kind.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
 #[cfg(test)]
 mod tests {
     use kube::core::GroupVersionKind;

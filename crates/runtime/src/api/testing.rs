@@ -10,9 +10,9 @@ use kube::core::GroupVersionKind;
 use parking_lot::Mutex;
 use serde_json::Value;
 
+use super::Hidden;
 pub use super::RecordingWriter;
 use super::{CacheReader, CallError, TypedObject, copy_within};
-use crate::authorizer::Hidden;
 
 type Key = (String, String, Option<String>, String);
 

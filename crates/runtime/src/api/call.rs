@@ -7,7 +7,6 @@ use serde_json::{Value, json};
 
 use super::{ApiWriter, CallError, Caller, DeleteOptions, EventRecord, ObjectRef, Patch, PatchOptions, Propagation};
 use super::{Preconditions, TypedObject};
-use crate::authorizer::{self, Body, Verb};
 
 /// One request to the API server on a plugin's behalf.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,20 +117,6 @@ impl ApiCall {
         let target = self.target();
         let key = object_key(target.namespace.as_deref(), &target.name);
         format!("{verb} {} {} {key}", target.kind.api_version(), target.kind.kind)
-    }
-
-    /// The call as the authorizer judges it.
-    pub fn access(&self) -> authorizer::Request<'_> {
-        let (verb, status, body) = match self {
-            ApiCall::Apply { object, .. } => (Verb::Apply, false, Body::Object(&object.body)),
-            ApiCall::ApplyStatus { object, .. } => (Verb::Apply, true, Body::Object(&object.body)),
-            ApiCall::Create(object) => (Verb::Create, false, Body::Object(&object.body)),
-            ApiCall::Patch { patch, options, .. } => (Verb::Patch, options.status, Body::Patch(patch)),
-            ApiCall::Delete { .. } => (Verb::Delete, false, Body::None),
-            ApiCall::Get(_) => (Verb::Get, false, Body::None),
-            ApiCall::Event(_) => (Verb::Event, false, Body::None),
-        };
-        authorizer::Request { verb, target: self.target(), status, body }
     }
 
     /// The call as a report shows it (`kubewasm test`, `kubewasm record`, a canary's diff): an
@@ -266,16 +251,6 @@ mod tests {
             json!({ "delete": { "apiVersion": "v1", "kind": "ConfigMap", "key": "a/c",
                 "preconditions": { "resourceVersion": "7" }, "propagationPolicy": "Orphan" } })
         );
-    }
-
-    #[test]
-    fn a_status_patch_is_judged_as_a_status_write_of_its_target() {
-        let options = PatchOptions { status: true, ..Default::default() };
-        let call = ApiCall::Patch { target: config_map(), patch: Patch::Merge(json!({})), options };
-        let access = call.access();
-        assert_eq!((access.verb, access.status, access.target), (Verb::Patch, true, &config_map()));
-        assert!(call.is_write());
-        assert!(!ApiCall::Get(config_map()).is_write());
     }
 
     #[test]
