@@ -1,52 +1,17 @@
-//! Rust bindings of the `kubewasm:controller` worlds (0.1.0 and 0.2.0), generated from `wit/`,
-//! the pre-linked component / instance of whichever world a plugin implements, and (in
-//! `convert`) every conversion between their types and the host's.
+//! The `kubewasm:controller` worlds (0.1.0 and 0.2.0): one module per contract version holds its
+//! bindings generated from `wit/`, the conversions of its types and its imports as calls of the
+//! host functions (`crate::host`, written once for every version); this file picks the world a
+//! component implements and pre-links it. A new contract version is one more module here.
 
+use kube::core::GroupVersionKind;
+use kubewasm_informer::{InvalidKey, ObjectKey};
+
+use super::outcome::{Action, CallFailed};
+use super::registration::Registration;
 use super::state::PluginCtx;
 
-mod convert;
-
-/// The 0.1.0 world, frozen: what every plugin built before 0.2 implements.
-pub mod v0_1 {
-    // Generated code carries the WIT's doc comments where bindgen copies them; the WIT file is
-    // the reference for the rest.
-    #[allow(missing_docs)]
-    mod generated {
-        wasmtime::component::bindgen!({
-            world: "controller",
-            path: "../../wit/controller@0.1.0",
-            imports: { default: async | trappable },
-            exports: { default: async },
-        });
-    }
-
-    pub use generated::kubewasm::controller::{cache, client, config, events, log, types};
-    pub use generated::{Action, Controller, ControllerPre, Index, IndexSource, Registration, Request, Watch};
-}
-
-/// The 0.2.0 world: fallible `map`, reconcile errors with a retry policy, paged cached lists,
-/// preconditions, status patches, uncached reads, per-use event filters.
-pub mod v0_2 {
-    // As for v0_1: the WIT file is the reference for the docs bindgen does not copy.
-    #[allow(missing_docs)]
-    mod generated {
-        wasmtime::component::bindgen!({
-            world: "controller",
-            path: "../../wit/controller@0.2.0",
-            imports: { default: async | trappable },
-            exports: { default: async },
-        });
-    }
-
-    pub use generated::kubewasm::controller::{cache, client, config, events, log, types};
-    pub use generated::{
-        Action, Controller, ControllerPre, EventFilter, Index, IndexSource, Owned, Predicates, ReconcileError,
-        Registration, Request, Requeue, Watch,
-    };
-}
-
-// The 0.1 names stay the default ones: most host code predates 0.2.
-pub use v0_1::{cache, client, config, events, log, types};
+pub mod v0_1;
+pub mod v0_2;
 
 /// Which contract version a component implements, read once from its imports at load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -135,4 +100,41 @@ pub fn add_to_linker(linker: &mut wasmtime::component::Linker<PluginCtx>) -> was
     use wasmtime::component::HasSelf;
     v0_1::Controller::add_to_linker::<_, HasSelf<_>>(linker, |s| s)?;
     v0_2::Controller::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
+}
+
+impl PluginInstance {
+    /// Calls `reconcile` for `key` of `for_kind`, in the instance's world.
+    pub(crate) async fn reconcile(
+        &self,
+        store: &mut wasmtime::Store<PluginCtx>,
+        for_kind: &GroupVersionKind,
+        key: ObjectKey,
+        attempt: u32,
+    ) -> wasmtime::Result<Result<Action, CallFailed>> {
+        match self {
+            PluginInstance::V0_1(inst) => v0_1::reconcile(inst, store, for_kind, key, attempt).await,
+            PluginInstance::V0_2(inst) => v0_2::reconcile(inst, store, for_kind, key, attempt).await,
+        }
+    }
+
+    /// Calls `map` for `object` (JSON) of `kind`: the keys it names, each checked.
+    pub(crate) async fn map(
+        &self,
+        store: &mut wasmtime::Store<PluginCtx>,
+        kind: &GroupVersionKind,
+        object: &[u8],
+    ) -> wasmtime::Result<Result<Vec<Result<ObjectKey, InvalidKey>>, CallFailed>> {
+        match self {
+            PluginInstance::V0_1(inst) => v0_1::map(inst, store, kind, object).await,
+            PluginInstance::V0_2(inst) => v0_2::map(inst, store, kind, object).await,
+        }
+    }
+
+    /// Calls `describe`: what the plugin asks of the host.
+    pub(crate) async fn describe(&self, store: &mut wasmtime::Store<PluginCtx>) -> wasmtime::Result<Registration> {
+        match self {
+            PluginInstance::V0_1(inst) => v0_1::describe(inst, store).await,
+            PluginInstance::V0_2(inst) => v0_2::describe(inst, store).await,
+        }
+    }
 }

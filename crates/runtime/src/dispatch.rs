@@ -9,8 +9,9 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Plugin;
 use super::api::{ApiWriterExt, EventRecord, MAX_NOTE, ObjectRef};
-use super::bindings::{PluginInstance, v0_1, v0_2};
+use super::bindings::PluginInstance;
 use super::limits::LimitHit;
+use super::outcome::{Action, CallFailed};
 use super::registration::Registration;
 use super::state::PluginCtx;
 
@@ -27,101 +28,13 @@ pub(crate) struct IdleInstance {
     _permit: OwnedSemaphorePermit,
 }
 
-/// What to do with a key after a successful reconcile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Nothing until something changes.
-    Done,
-    /// Reconcile again after this long.
-    RequeueAfter(Duration),
-}
-
-/// Why a call into a plugin failed. Every variant costs only that call.
-#[derive(Debug, thiserror::Error)]
-pub enum CallFailed {
-    /// The plugin returned an error to retry with the key's backoff (0.1's only kind, 0.2's
-    /// `retryable`), or `map` failed.
-    #[error("plugin returned an error: {0}")]
-    Plugin(String),
-    /// The plugin returned a terminal error (0.2): not retried.
-    #[error("plugin returned a terminal error: {0}")]
-    Terminal(String),
-    /// The plugin failed and asked to be retried after `after` (0.2), not after its backoff.
-    #[error("plugin asked to retry after {after:?}: {reason}")]
-    RequeueAfter {
-        /// When to retry.
-        after: Duration,
-        /// Why, from the plugin.
-        reason: String,
-    },
-    /// A sandbox limit stopped the plugin.
-    #[error("{0}")]
-    Limit(LimitHit),
-    /// The plugin trapped (a panic, an unreachable, a host bug).
-    #[error("plugin trapped: {0}")]
-    Trap(String),
-    /// No instance could be made (e.g. the instance pool is exhausted).
-    #[error("cannot instantiate the plugin: {0}")]
-    Instantiate(String),
-}
-
-impl CallFailed {
-    /// Bounded label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            CallFailed::Plugin(_) => "error",
-            CallFailed::Terminal(_) => "terminal",
-            CallFailed::RequeueAfter { .. } => "requeue_after",
-            CallFailed::Limit(LimitHit::Deadline(_)) => "timeout",
-            CallFailed::Limit(LimitHit::Memory { .. }) => "memory",
-            CallFailed::Limit(LimitHit::HostCalls(_)) => "host_calls",
-            CallFailed::Limit(LimitHit::Resource(_)) => "resource",
-            CallFailed::Trap(_) => "trap",
-            CallFailed::Instantiate(_) => "instantiate",
-        }
-    }
-
-    /// Whether this counts as a panic (controller-runtime's `reconcile_panics_total`).
-    pub fn is_panic(&self) -> bool {
-        matches!(self, CallFailed::Trap(_))
-    }
-}
-
 impl Plugin {
     /// Reconciles one key of the plugin's for kind in a fresh (or reusable) instance. The
     /// world was picked at load: this matches the instance once, on an enum.
     pub async fn reconcile(&self, key: &ObjectKey, attempt: u32) -> Result<Action, CallFailed> {
         let for_kind = &self.registration.for_kind;
-        let (namespace, name) = (key.namespace().map(str::to_owned), key.name().to_owned());
-        let reconcile = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| match inst {
-            PluginInstance::V0_1(inst) => {
-                let key = v0_1::types::ObjectKey { namespace, name };
-                let request = v0_1::Request { kind: for_kind.into(), key, attempt };
-                let result = inst.call_reconcile(store, &request).await?;
-                Ok(result
-                    .map(|a| match a {
-                        v0_1::Action::Done => Action::Done,
-                        v0_1::Action::RequeueAfter(ms) => Action::RequeueAfter(Duration::from_millis(ms)),
-                    })
-                    .map_err(CallFailed::Plugin))
-            }
-            PluginInstance::V0_2(inst) => {
-                let key = v0_2::types::ObjectKey { namespace, name };
-                let request = v0_2::Request { kind: for_kind.into(), key, attempt };
-                let result = inst.call_reconcile(store, &request).await?;
-                Ok(result
-                    .map(|a| match a {
-                        v0_2::Action::Done => Action::Done,
-                        v0_2::Action::RequeueAfter(ms) => Action::RequeueAfter(Duration::from_millis(ms)),
-                    })
-                    .map_err(|e| match e {
-                        v0_2::ReconcileError::Retryable(m) => CallFailed::Plugin(m),
-                        v0_2::ReconcileError::Terminal(m) => CallFailed::Terminal(m),
-                        v0_2::ReconcileError::RequeueAfter(r) => {
-                            CallFailed::RequeueAfter { after: Duration::from_millis(r.after_ms), reason: r.reason }
-                        }
-                    }))
-            }
+        let reconcile = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| {
+            inst.reconcile(store, for_kind, key.clone(), attempt).await
         };
         // An instance whose reconcile returned an error is not reused: its state may be why.
         self.call(Some(key), Reuse::If(|r: &Result<_, CallFailed>| r.is_ok()), reconcile).await?
@@ -136,18 +49,7 @@ impl Plugin {
         kind: &kube::core::GroupVersionKind,
         object: &[u8],
     ) -> Result<Vec<Result<ObjectKey, InvalidKey>>, CallFailed> {
-        let map = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| match inst {
-            PluginInstance::V0_1(inst) => {
-                let keys = inst.call_map(store, &kind.into(), object).await?;
-                Ok(Ok(keys.into_iter().map(|k| ObjectKey::parse(k.namespace.as_deref(), &k.name)).collect()))
-            }
-            PluginInstance::V0_2(inst) => {
-                let keys = inst.call_map(store, &kind.into(), object).await?;
-                Ok(keys
-                    .map(|keys| keys.into_iter().map(|k| ObjectKey::parse(k.namespace.as_deref(), &k.name)).collect())
-                    .map_err(|e| CallFailed::Plugin(format!("map failed: {}", super::api::CallError::from(e)))))
-            }
-        };
+        let map = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| inst.map(store, kind, object).await;
         self.call(None, Reuse::If(|r: &Result<Vec<_>, CallFailed>| r.is_ok()), map).await?
     }
 
@@ -295,9 +197,6 @@ pub(crate) async fn instantiate(
 
 /// Calls `describe` on a fresh instance.
 pub(crate) async fn describe(plugin: &Plugin) -> Result<Registration, CallFailed> {
-    let describe = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| match inst {
-        PluginInstance::V0_1(inst) => inst.call_describe(store).await.map(Registration::from),
-        PluginInstance::V0_2(inst) => inst.call_describe(store).await.map(Registration::from),
-    };
+    let describe = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| inst.describe(store).await;
     plugin.call(None, Reuse::<fn(&_) -> bool>::Never, describe).await
 }

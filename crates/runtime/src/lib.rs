@@ -30,6 +30,7 @@ mod layering;
 pub mod limits;
 mod loader;
 pub mod metrics;
+mod outcome;
 pub mod pool;
 pub mod protected;
 pub mod refusals;
@@ -38,11 +39,11 @@ mod state;
 pub mod throttle;
 
 pub use config::{CanaryConfig, PluginConfig};
-pub use dispatch::{Action, CallFailed};
 pub use engine::{CacheStats, Compiler, Runtime, RuntimeConfig};
 /// The key of an object the plugin reconciles: the cache's and the queues' key type.
 pub use kubewasm_informer::{InvalidKey, ObjectKey};
 pub use loader::{LoadError, WORLD};
+pub use outcome::{Action, CallFailed};
 pub use registration::Registration;
 pub use state::PluginCtx;
 

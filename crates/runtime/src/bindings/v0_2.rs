@@ -1,0 +1,304 @@
+//! The 0.2.0 world: fallible `map`, reconcile errors with a retry policy, paged cached lists,
+//! preconditions, status patches, uncached reads, per-use event filters. Its bindings, the
+//! conversions of its types, and its imports as calls of the host functions (`crate::host`).
+
+use std::time::Duration;
+
+use kube::core::GroupVersionKind;
+use kubewasm_informer::{InvalidKey, ObjectKey};
+use wasmtime::Store;
+
+use crate::api::{CallError, DeleteOptions, ListOptions, ObjectRef, Patch, PatchOptions, Preconditions, Propagation};
+use crate::outcome::{Action, CallFailed};
+use crate::registration;
+use crate::state::PluginCtx;
+
+// As for 0.1: the WIT file is the reference for the docs bindgen does not copy.
+#[allow(missing_docs)]
+mod generated {
+    wasmtime::component::bindgen!({
+        world: "controller",
+        path: "../../wit/controller@0.2.0",
+        imports: { default: async | trappable },
+        exports: { default: async },
+    });
+}
+
+pub use generated::kubewasm::controller::{cache, client, config, events, log, types};
+pub use generated::{
+    Controller, ControllerPre, EventFilter, Index, IndexSource, Owned, Predicates, ReconcileError, Registration,
+    Request, Requeue, Watch,
+};
+
+/// Calls a 0.2 instance's `reconcile`: its errors say whether and when to retry.
+pub(super) async fn reconcile(
+    inst: &Controller,
+    store: &mut Store<PluginCtx>,
+    for_kind: &GroupVersionKind,
+    key: ObjectKey,
+    attempt: u32,
+) -> wasmtime::Result<Result<Action, CallFailed>> {
+    let key = types::ObjectKey { namespace: key.namespace().map(str::to_owned), name: key.name().to_owned() };
+    let request = Request { kind: for_kind.into(), key, attempt };
+    let result = inst.call_reconcile(store, &request).await?;
+    Ok(result
+        .map(|a| match a {
+            generated::Action::Done => Action::Done,
+            generated::Action::RequeueAfter(ms) => Action::RequeueAfter(Duration::from_millis(ms)),
+        })
+        .map_err(|e| match e {
+            ReconcileError::Retryable(m) => CallFailed::Plugin(m),
+            ReconcileError::Terminal(m) => CallFailed::Terminal(m),
+            ReconcileError::RequeueAfter(r) => {
+                CallFailed::RequeueAfter { after: Duration::from_millis(r.after_ms), reason: r.reason }
+            }
+        }))
+}
+
+/// Calls a 0.2 instance's `map`; its error is the plugin's, retried like a trap by the mapper.
+pub(super) async fn map(
+    inst: &Controller,
+    store: &mut Store<PluginCtx>,
+    kind: &GroupVersionKind,
+    object: &[u8],
+) -> wasmtime::Result<Result<Vec<Result<ObjectKey, InvalidKey>>, CallFailed>> {
+    let keys = inst.call_map(store, &kind.into(), object).await?;
+    Ok(keys
+        .map(|keys| keys.into_iter().map(|k| ObjectKey::parse(k.namespace.as_deref(), &k.name)).collect())
+        .map_err(|e| CallFailed::Plugin(format!("map failed: {}", CallError::from(e)))))
+}
+
+/// Calls a 0.2 instance's `describe`.
+pub(super) async fn describe(
+    inst: &Controller,
+    store: &mut Store<PluginCtx>,
+) -> wasmtime::Result<registration::Registration> {
+    inst.call_describe(store).await.map(Into::into)
+}
+
+type Outcome<T> = wasmtime::Result<Result<T, types::Error>>;
+
+/// `list` pages and takes a field selector; `get` and `by-index` as in 0.1.
+impl cache::Host for PluginCtx {
+    async fn get(&mut self, kind: types::Gvk, namespace: Option<String>, name: String) -> Outcome<Option<Vec<u8>>> {
+        self.cache_get(ObjectRef { kind: kind.into(), namespace, name })
+    }
+
+    async fn list(&mut self, kind: types::Gvk, options: cache::ListOptions) -> Outcome<cache::ObjectList> {
+        let options = ListOptions {
+            namespace: options.namespace,
+            label_selector: options.label_selector,
+            field_selector: options.field_selector,
+            limit: options.limit,
+            continue_token: options.continue_token,
+        };
+        let page = self.cache_list_page(kind.into(), options)?;
+        Ok(page.map(|page| cache::ObjectList { items: page.items, continue_token: page.continue_token }))
+    }
+
+    async fn by_index(&mut self, kind: types::Gvk, index: String, value: String) -> Outcome<Vec<Vec<u8>>> {
+        self.cache_by_index(kind.into(), index, value)
+    }
+}
+
+fn patch_kind(kind: client::PatchType) -> fn(serde_json::Value) -> Patch {
+    match kind {
+        client::PatchType::Merge => Patch::Merge,
+        client::PatchType::Json => Patch::Json,
+        client::PatchType::Strategic => Patch::Strategic,
+    }
+}
+
+fn preconditions(p: client::Preconditions) -> Preconditions {
+    Preconditions { resource_version: p.resource_version, uid: p.uid }
+}
+
+/// The writes of 0.1 with force, preconditions and propagation passed through, plus status
+/// patches and the uncached `get`.
+impl client::Host for PluginCtx {
+    async fn apply(&mut self, object: Vec<u8>, force: bool) -> Outcome<Vec<u8>> {
+        self.client_apply(&object, force, false).await
+    }
+
+    async fn apply_status(&mut self, object: Vec<u8>, force: bool) -> Outcome<Vec<u8>> {
+        self.client_apply(&object, force, true).await
+    }
+
+    async fn patch(
+        &mut self,
+        kind: types::Gvk,
+        namespace: Option<String>,
+        name: String,
+        patch_type: client::PatchType,
+        body: Vec<u8>,
+        pre: client::Preconditions,
+    ) -> Outcome<Vec<u8>> {
+        let target = ObjectRef { kind: kind.into(), namespace, name };
+        let options = PatchOptions { status: false, preconditions: preconditions(pre), judged_uid: None };
+        self.client_patch(target, &body, patch_kind(patch_type), options).await
+    }
+
+    async fn patch_status(
+        &mut self,
+        kind: types::Gvk,
+        namespace: Option<String>,
+        name: String,
+        patch_type: client::PatchType,
+        body: Vec<u8>,
+        pre: client::Preconditions,
+    ) -> Outcome<Vec<u8>> {
+        let target = ObjectRef { kind: kind.into(), namespace, name };
+        let options = PatchOptions { status: true, preconditions: preconditions(pre), judged_uid: None };
+        self.client_patch(target, &body, patch_kind(patch_type), options).await
+    }
+
+    async fn create(&mut self, object: Vec<u8>) -> Outcome<Vec<u8>> {
+        self.client_create(&object).await
+    }
+
+    async fn delete(
+        &mut self,
+        kind: types::Gvk,
+        namespace: Option<String>,
+        name: String,
+        options: client::DeleteOptions,
+    ) -> Outcome<()> {
+        let target = ObjectRef { kind: kind.into(), namespace, name };
+        let propagation = match options.propagation_policy {
+            None | Some(client::PropagationPolicy::Background) => Propagation::Background,
+            Some(client::PropagationPolicy::Foreground) => Propagation::Foreground,
+            Some(client::PropagationPolicy::Orphan) => Propagation::Orphan,
+        };
+        let options =
+            DeleteOptions { preconditions: preconditions(options.preconditions), propagation, judged_uid: None };
+        self.client_delete(target, options).await
+    }
+
+    async fn get(&mut self, kind: types::Gvk, namespace: Option<String>, name: String) -> Outcome<Option<Vec<u8>>> {
+        self.client_get(ObjectRef { kind: kind.into(), namespace, name }).await
+    }
+}
+
+impl events::Host for PluginCtx {
+    async fn publish(
+        &mut self,
+        regarding: types::ObjectRef,
+        event_type: events::EventType,
+        reason: String,
+        note: String,
+    ) -> Outcome<()> {
+        let regarding =
+            ObjectRef { kind: regarding.kind.into(), namespace: regarding.key.namespace, name: regarding.key.name };
+        let warning = matches!(event_type, events::EventType::Warning);
+        self.events_publish(regarding, warning, reason, note).await
+    }
+}
+
+impl config::Host for PluginCtx {
+    async fn settings(&mut self) -> wasmtime::Result<Vec<u8>> {
+        self.config_settings()
+    }
+}
+
+impl log::Host for PluginCtx {
+    async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+        let level = match level {
+            log::Level::Trace => tracing::Level::TRACE,
+            log::Level::Debug => tracing::Level::DEBUG,
+            log::Level::Info => tracing::Level::INFO,
+            log::Level::Warn => tracing::Level::WARN,
+            log::Level::Error => tracing::Level::ERROR,
+        };
+        self.log_line(level, message)
+    }
+}
+
+impl types::Host for PluginCtx {}
+
+impl From<types::Gvk> for GroupVersionKind {
+    fn from(g: types::Gvk) -> Self {
+        GroupVersionKind::gvk(&g.group, &g.version, &g.kind)
+    }
+}
+
+impl From<&GroupVersionKind> for types::Gvk {
+    fn from(g: &GroupVersionKind) -> Self {
+        types::Gvk { group: g.group.clone(), version: g.version.clone(), kind: g.kind.clone() }
+    }
+}
+
+impl From<CallError> for types::Error {
+    fn from(e: CallError) -> Self {
+        use types::Error as E;
+        match e {
+            CallError::NotFound => E::NotFound,
+            CallError::Forbidden(m) => E::Forbidden(m),
+            CallError::Conflict(m) => E::Conflict(m),
+            CallError::Invalid(m) => E::Invalid(m),
+            CallError::Unavailable(m) => E::Unavailable(m),
+            CallError::Other(m) => E::Other(m),
+        }
+    }
+}
+
+impl From<types::Error> for CallError {
+    fn from(e: types::Error) -> Self {
+        use types::Error as E;
+        match e {
+            E::NotFound => CallError::NotFound,
+            E::Forbidden(m) => CallError::Forbidden(m),
+            E::Conflict(m) => CallError::Conflict(m),
+            E::Invalid(m) => CallError::Invalid(m),
+            E::Unavailable(m) => CallError::Unavailable(m),
+            E::Other(m) => CallError::Other(m),
+        }
+    }
+}
+
+impl From<EventFilter> for registration::EventFilter {
+    fn from(f: EventFilter) -> Self {
+        let p = f.predicates;
+        Self {
+            namespace: f.namespace,
+            label_selector: f.label_selector,
+            predicates: registration::Predicates {
+                generation_changed: p.contains(Predicates::GENERATION_CHANGED),
+                labels_changed: p.contains(Predicates::LABELS_CHANGED),
+                annotations_changed: p.contains(Predicates::ANNOTATIONS_CHANGED),
+            },
+        }
+    }
+}
+
+/// Contract 0.2: selectors are event filters; no informer is selected.
+impl From<Registration> for registration::Registration {
+    fn from(r: Registration) -> Self {
+        Self {
+            for_kind: r.for_kind.into(),
+            for_label_selector: None,
+            for_filter: r.for_filter.into(),
+            owns_filters: r.owns.iter().map(|o| o.filter.clone().into()).collect(),
+            owns: r.owns.into_iter().map(|o| o.kind.into()).collect(),
+            watches: r
+                .watches
+                .into_iter()
+                .map(|w| registration::WatchSpec { kind: w.kind.into(), label_selector: None, filter: w.filter.into() })
+                .collect(),
+            reads: r.reads.into_iter().map(Into::into).collect(),
+            writes: r.writes.into_iter().map(Into::into).collect(),
+            indexes: r
+                .indexes
+                .into_iter()
+                .map(|i| registration::IndexSpec {
+                    kind: i.kind.into(),
+                    name: i.name,
+                    source: match i.source {
+                        IndexSource::Field(f) => registration::IndexSource::Field(f),
+                        IndexSource::Builtin(b) => registration::IndexSource::Builtin(b),
+                    },
+                })
+                .collect(),
+            max_concurrent: r.max_concurrent,
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! What a call into a plugin ends in: the [`Action`] of a reconcile that succeeded, or why the
+//! call failed ([`CallFailed`]), whatever the contract version.
+
+use std::time::Duration;
+
+use super::limits::LimitHit;
+
+/// What to do with a key after a successful reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing until something changes.
+    Done,
+    /// Reconcile again after this long.
+    RequeueAfter(Duration),
+}
+
+/// Why a call into a plugin failed. Every variant costs only that call.
+#[derive(Debug, thiserror::Error)]
+pub enum CallFailed {
+    /// The plugin returned an error to retry with the key's backoff (0.1's only kind, 0.2's
+    /// `retryable`), or `map` failed.
+    #[error("plugin returned an error: {0}")]
+    Plugin(String),
+    /// The plugin returned a terminal error (0.2): not retried.
+    #[error("plugin returned a terminal error: {0}")]
+    Terminal(String),
+    /// The plugin failed and asked to be retried after `after` (0.2), not after its backoff.
+    #[error("plugin asked to retry after {after:?}: {reason}")]
+    RequeueAfter {
+        /// When to retry.
+        after: Duration,
+        /// Why, from the plugin.
+        reason: String,
+    },
+    /// A sandbox limit stopped the plugin.
+    #[error("{0}")]
+    Limit(LimitHit),
+    /// The plugin trapped (a panic, an unreachable, a host bug).
+    #[error("plugin trapped: {0}")]
+    Trap(String),
+    /// No instance could be made (e.g. the instance pool is exhausted).
+    #[error("cannot instantiate the plugin: {0}")]
+    Instantiate(String),
+}
+
+impl CallFailed {
+    /// Bounded label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            CallFailed::Plugin(_) => "error",
+            CallFailed::Terminal(_) => "terminal",
+            CallFailed::RequeueAfter { .. } => "requeue_after",
+            CallFailed::Limit(LimitHit::Deadline(_)) => "timeout",
+            CallFailed::Limit(LimitHit::Memory { .. }) => "memory",
+            CallFailed::Limit(LimitHit::HostCalls(_)) => "host_calls",
+            CallFailed::Limit(LimitHit::Resource(_)) => "resource",
+            CallFailed::Trap(_) => "trap",
+            CallFailed::Instantiate(_) => "instantiate",
+        }
+    }
+
+    /// Whether this counts as a panic (controller-runtime's `reconcile_panics_total`).
+    pub fn is_panic(&self) -> bool {
+        matches!(self, CallFailed::Trap(_))
+    }
+}
