@@ -32,7 +32,7 @@ pub struct PluginConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanaryConfig>,
     /// Answer applies that would change nothing from the cache instead of sending them (see the
-    /// README's "Writes that change nothing"); unset: the host's `--elide-unchanged-writes`.
+    /// the book's "Writes that change nothing"); unset: the host's `--elide-unchanged-writes`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elide_unchanged_writes: Option<bool>,
 }
@@ -212,9 +212,9 @@ mod tests {
     }
 
     #[test]
-    fn every_config_key_an_error_lists_is_in_the_readmes_config_reference() {
-        let readme = include_str!("../../../README.md");
-        let reference = readme.split("Each plugin has a config file beside it").nth(1).unwrap();
+    fn every_config_key_an_error_lists_is_in_the_books_config_reference() {
+        let book = include_str!("../../../docs/src/reference/plugin-config.md");
+        let reference = book.split("Each plugin has a config file beside it").nth(1).unwrap();
         let reference = reference.split("```yaml").nth(1).unwrap().split("```").next().unwrap();
         let mut missing = Vec::new();
         for yaml in [
@@ -234,7 +234,10 @@ mod tests {
                     && !reference.contains(&format!("\n{k}:"))
             }));
         }
-        assert!(missing.is_empty(), "README's config reference lacks {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "the book's config reference (docs/src/reference/plugin-config.md) lacks {missing:?}"
+        );
     }
 
     #[test]
