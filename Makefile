@@ -20,6 +20,10 @@ KUBEWASM_TOOLS ?= $(HOME)/.cache/kubewasm/tools
 COMPONENTIZE_PY_VERSION := $(shell sed -n 's/^componentize-py==//p' plugins/python/requirements.txt)
 PY_TOOL := $(KUBEWASM_TOOLS)/componentize-py-$(COMPONENTIZE_PY_VERSION)
 JS_TOOL := $(KUBEWASM_TOOLS)/js-$(shell cat plugins/js/package.json plugins/js/package-lock.json | sha256sum | cut -c1-16)
+# mdBook, for the book (docs/; `make docs`): the newest release when pinned, built from crates.io
+# with the lock file it was released with, without its `serve`/`watch` features.
+MDBOOK_VERSION := 0.5.4
+MDBOOK := $(KUBEWASM_TOOLS)/mdbook-$(MDBOOK_VERSION)/bin/mdbook
 # Go: mainline Go (GOOS=wasip1) and tools/go-component, a workspace binary that gives the WASI
 # preview1 adapter an arena in Go's data and wraps module + adapter into a component
 # (wit-component, what `wasm-tools component new` runs). The adapter is the preview1 reactor
@@ -44,13 +48,14 @@ IMAGE_TARGET_DIR := $(TARGET_DIR)/image-build
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy fixture-hostile fixture-hostile-legacy
 
-.PHONY: install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary test-binaries
+.PHONY: docs install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary test-binaries
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
 	@echo "make test    run every test (builds plugins and the control plane first)"
 	@echo "make image   build the host's container image ($(IMAGE)) without a Docker engine"
 	@echo "make install put kubewasm on the PATH (cargo install into ~/.cargo/bin)"
+	@echo "make docs    build the book (docs/) into $(TARGET_DIR)/book and check its links"
 	@echo "parts: toolchain plugins control-plane lint bench"
 
 ## `kubewasm` on the PATH (~/.cargo/bin): the release binary, built from the lock file.
@@ -143,6 +148,19 @@ sdk-packages: $(PY_TOOL)/.installed
 		-w $(SDK_DIST) plugins/sdk/python
 	cd plugins/sdk/js && npm pack --loglevel=error --pack-destination $(SDK_DIST)
 
+## The book: docs/src rendered by the pinned mdBook into $(TARGET_DIR)/book (not the source tree),
+## then every internal link and anchor checked (docs/check-links.py says why it is hand-written).
+## `host/tests/book.rs` runs its getting-started commands; `make test` runs both.
+BOOK_DIR := $(TARGET_DIR)/book
+docs: $(MDBOOK)
+	$(MDBOOK) build docs --dest-dir $(BOOK_DIR)
+	python3 docs/check-links.py $(BOOK_DIR) .
+# Installed once per version (the file's existence is enough); a temporary target dir, so the
+# workspace's is not locked meanwhile.
+$(MDBOOK):
+	$(NO_JOBSERVER) env -u CARGO_TARGET_DIR $(CARGO) install --locked --quiet --no-default-features \
+		--features search --root $(KUBEWASM_TOOLS)/mdbook-$(MDBOOK_VERSION) mdbook@$(MDBOOK_VERSION)
+
 ## kube-apiserver, etcd and kubectl built from Go modules, cached by version.
 control-plane:
 	bash tests/control-plane/build.sh
@@ -162,7 +180,7 @@ image-tools: toolchain
 
 ## The host's container image without a Docker engine or base-image pull: a static (musl)
 ## release binary and the example plugins, as the Dockerfile's final stage lays them out
-## (deploy/image/build.sh). Prints the image's name; README "Deploy" says how to push it.
+## (deploy/image/build.sh). Prints the image's name; the book's "Deploying with kustomize" says how to push it.
 image: image-tools rust-plugins image-binary
 	bash deploy/image/build.sh $(KUBEWASM_IMAGE_DIR) $(IMAGE_TARGET_DIR)/$(MUSL_TARGET)/image/kubewasm \
 		$(TARGET_DIR)/wasm32-wasip2/plugin
@@ -208,7 +226,7 @@ test-units: test-binaries plugins
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --doc
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm-go-component
 # The longest first: make starts prerequisites in the order they are named.
-test-runs: $(addprefix test-e2e-,$(E2E_TESTS)) test-image test-units sdk-test
+test-runs: $(addprefix test-e2e-,$(E2E_TESTS)) test-image test-units sdk-test docs
 
 ## Formatting, then every test of the native crates (the guest crates are exercised through
 ## the components `plugins` builds, the container image through the image test). Missing docs fail
