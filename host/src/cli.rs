@@ -42,7 +42,7 @@ pub enum Command {
     /// plugins of a directory on it with hot reload, until Ctrl-C.
     Dev(Box<dev::DevArgs>),
     /// Create a plugin project outside this repository: build script, config with a settings
-    /// schema, and an offline test that runs `kubewasm test` (cargo test, pytest, node --test).
+    /// schema, and an offline test that runs `kubewasm test` (`cargo test`, `pytest`, `node --test`).
     New(new::NewArgs),
     /// Push a component to an OCI registry as the standard wasm artifact and print its
     /// reference pinned by digest (what a WasmPlugin's `module.oci.ref` names).

@@ -16,11 +16,12 @@ pub struct PushArgs {
     pub plugin: PathBuf,
     /// Where: `registry/repository:tag`.
     pub reference: String,
-    /// User name for the registry (with `--password-stdin` or `KUBEWASM_REGISTRY_PASSWORD`);
-    /// default: anonymous.
+    /// User name for the registry (its password in `KUBEWASM_REGISTRY_PASSWORD`); default:
+    /// anonymous.
     #[arg(long, env = "KUBEWASM_REGISTRY_USER")]
     pub user: Option<String>,
-    /// The password, read from the environment.
+    /// The password of `--user`. Prefer the environment variable: a flag's value shows in the
+    /// process list.
     #[arg(long, env = "KUBEWASM_REGISTRY_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
     /// PEM file of CA certificates to trust beside the system's.
@@ -56,7 +57,7 @@ async fn push(args: &PushArgs) -> anyhow::Result<String> {
     let puller = Puller::new(&Options { ca_pem, insecure_registries, ..Default::default() });
     let auth = match (&args.user, &args.password) {
         (Some(user), Some(password)) => RegistryAuth::Basic(user.clone(), password.clone()),
-        (Some(_), None) => anyhow::bail!("--user needs KUBEWASM_REGISTRY_PASSWORD"),
+        (Some(_), None) => anyhow::bail!("--user needs a password: KUBEWASM_REGISTRY_PASSWORD (or --password)"),
         _ => RegistryAuth::Anonymous,
     };
     let key = match &args.sign_key {
