@@ -28,44 +28,6 @@ use kubewasm_testenv::ControlPlane;
 /// wasm32-wasip2 (minutes on 2 cores); later runs reuse the target dir under CARGO_TARGET_TMPDIR.
 const CONVERGE: Duration = Duration::from_secs(120);
 
-/// Where the Makefile installs the Python and JavaScript toolchains (and build.sh looks).
-fn tools_dir() -> PathBuf {
-    std::env::var_os("KUBEWASM_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kubewasm/tools"))
-}
-
-/// The componentize-py venv `make py-plugins sdk-test` installed; panics, saying how to get it.
-fn python_toolchain() -> PathBuf {
-    let pins = include_str!("../../../plugins/python/requirements.txt");
-    let version = pins.lines().find_map(|l| l.strip_prefix("componentize-py==")).expect("componentize-py pinned");
-    let venv = tools_dir().join(format!("componentize-py-{version}"));
-    for tool in ["componentize-py", "pytest"] {
-        assert!(
-            venv.join("bin").join(tool).is_file(),
-            "no {tool} in {}: install the Python toolchain with `make py-plugins sdk-test` (`make test` does)",
-            venv.display()
-        );
-    }
-    venv
-}
-
-/// The JavaScript toolchain `make js-plugins` installed (named by its lock file's hash, which a
-/// `kubewasm new js` project carries byte for byte); panics, saying how to get it.
-fn js_toolchain() -> PathBuf {
-    use sha2::Digest as _;
-    let manifests =
-        [include_str!("../../../plugins/js/package.json"), include_str!("../../../plugins/js/package-lock.json")];
-    let hash = hex::encode(sha2::Sha256::digest(manifests.concat()));
-    let dir = tools_dir().join(format!("js-{}", &hash[..16]));
-    assert!(
-        dir.join(".installed").is_file(),
-        "no JavaScript toolchain in {}: install it with `make js-plugins` (`make test` does)",
-        dir.display()
-    );
-    dir
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_rust_project_builds_passes_its_offline_test_and_reconciles_on_the_apiserver() {
     let kubewasm = Installed::new();
@@ -121,7 +83,7 @@ fn offline_test(mut runner: Command, project: &Path) -> (String, PathBuf) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_python_project_builds_passes_its_pytest_and_reconciles_on_the_apiserver() {
-    let venv = python_toolchain();
+    let venv = project::python_toolchain();
     let sdk = project::checkout().join("plugins/sdk/python");
     let before = project::files_under(&sdk);
     let kubewasm = Installed::new();
@@ -137,7 +99,7 @@ async fn a_new_python_project_builds_passes_its_pytest_and_reconciles_on_the_api
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_js_project_builds_passes_its_node_test_and_reconciles_on_the_apiserver() {
-    js_toolchain();
+    project::js_toolchain();
     let kubewasm = Installed::new();
     let (_clone, project) = project::scaffold(&kubewasm, "js", "hello-js");
     project::build(&kubewasm, &project, "hello-js");

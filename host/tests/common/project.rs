@@ -27,6 +27,12 @@ impl Installed {
         Self { path: std::env::join_paths(dirs).unwrap(), bin }
     }
 
+    /// Puts a copy of another `program` beside `kubewasm` on this PATH (a tool the author
+    /// installed too, e.g. `kubewasm-go-component`).
+    pub fn add(&self, program: &Path) {
+        std::fs::copy(program, self.bin.path().join(program.file_name().unwrap())).unwrap();
+    }
+
     /// `program` as the author runs it: from `cwd`, with this `kubewasm` on the PATH (a bare
     /// `program` is looked up on that PATH too) and no `$KUBEWASM`.
     pub fn command(&self, program: impl AsRef<OsStr>, cwd: &Path) -> Command {
@@ -119,4 +125,42 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     files.sort();
     files
+}
+
+/// Where the Makefile installs the Python and JavaScript toolchains (and build.sh looks).
+pub fn tools_dir() -> PathBuf {
+    std::env::var_os("KUBEWASM_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/kubewasm/tools"))
+}
+
+/// The componentize-py venv `make py-plugins sdk-test` installed; panics, saying how to get it.
+pub fn python_toolchain() -> PathBuf {
+    let pins = include_str!("../../../plugins/python/requirements.txt");
+    let version = pins.lines().find_map(|l| l.strip_prefix("componentize-py==")).expect("componentize-py pinned");
+    let venv = tools_dir().join(format!("componentize-py-{version}"));
+    for tool in ["componentize-py", "pytest"] {
+        assert!(
+            venv.join("bin").join(tool).is_file(),
+            "no {tool} in {}: install the Python toolchain with `make py-plugins sdk-test` (`make test` does)",
+            venv.display()
+        );
+    }
+    venv
+}
+
+/// The JavaScript toolchain `make js-plugins` installed (named by its lock file's hash, which a
+/// `kubewasm new js` project carries byte for byte); panics, saying how to get it.
+pub fn js_toolchain() -> PathBuf {
+    use sha2::Digest as _;
+    let manifests =
+        [include_str!("../../../plugins/js/package.json"), include_str!("../../../plugins/js/package-lock.json")];
+    let hash = hex::encode(sha2::Sha256::digest(manifests.concat()));
+    let dir = tools_dir().join(format!("js-{}", &hash[..16]));
+    assert!(
+        dir.join(".installed").is_file(),
+        "no JavaScript toolchain in {}: install it with `make js-plugins` (`make test` does)",
+        dir.display()
+    );
+    dir
 }
