@@ -14,6 +14,8 @@ pub use object::{
     DeleteOptions, MAX_BODY, NO_OBJECT_HAS_THIS_VERSION, ObjectRef, PLUGIN_LABEL, Patch, PatchOptions, Preconditions,
     Propagation, TypedObject, add_mark,
 };
+mod no_cluster;
+pub use no_cluster::NoCluster;
 mod recording;
 pub use recording::RecordingWriter;
 mod scope;

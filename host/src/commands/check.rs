@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Args;
 use kube::core::GroupVersionKind;
 use kubewasm_host::hotload::read_config;
-use kubewasm_host::plugin::api::testing::{MemoryCache, RecordingWriter};
+use kubewasm_host::plugin::api::NoCluster;
 use kubewasm_host::plugin::{Runtime, RuntimeConfig};
 
 /// `kubewasm check`.
@@ -42,13 +42,7 @@ impl CheckArgs {
             runtime_config = runtime_config.cache_dir(dir);
         }
         let runtime = Runtime::new(runtime_config)?;
-        let loaded = runtime.load(
-            &name,
-            wasm.into(),
-            config,
-            Arc::new(MemoryCache::default()),
-            Arc::new(RecordingWriter::default()),
-        );
+        let loaded = runtime.load(&name, wasm.into(), config, Arc::new(NoCluster), Arc::new(NoCluster));
         // A rejection names the file to fix: the config for its grants, limits or settings.
         let plugin = loaded.await.map_err(|e| {
             let blamed = match (config_path, e.blames_config()) {
