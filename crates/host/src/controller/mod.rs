@@ -49,6 +49,16 @@ pub enum Error {
         #[source]
         source: crate::informer::Error,
     },
+    /// The API server serves no such group and version: a CRD not installed yet. Its answer is
+    /// a 404 page, not a Status ("404 page not found: Failed to parse error data"), so it is not
+    /// quoted.
+    #[error(
+        "cannot resolve {kind}: the API server does not serve its group and version: is its CustomResourceDefinition installed?"
+    )]
+    NotServed {
+        /// The kind.
+        kind: KindRef,
+    },
     /// The for kind could not be resolved.
     #[error("cannot resolve {kind}: {source}")]
     Discovery {
@@ -184,12 +194,10 @@ impl Controller {
     pub async fn build(ctx: &Context, plugin: Arc<Plugin>, cache: Arc<PluginCache>) -> Result<Self, Error> {
         let name = plugin.name().to_owned();
         let for_kind = plugin.registration().for_kind.clone();
-        let resolved = ctx
-            .factory
-            .discovery()
-            .resolve(&for_kind)
-            .await
-            .map_err(|source| Error::Discovery { kind: KindRef::of(&for_kind), source })?;
+        let resolved = ctx.factory.discovery().resolve(&for_kind).await.map_err(|source| match source {
+            kube::Error::Api(status) if status.code == 404 => Error::NotServed { kind: KindRef::of(&for_kind) },
+            source => Error::Discovery { kind: KindRef::of(&for_kind), source },
+        })?;
         let owner = Owner { kind: KindRef::of(&for_kind), namespaced: resolved.scope == Scope::Namespaced };
 
         let queue = queue::Config::default().name(name.clone()).metrics(ctx.queue_metrics.clone());
