@@ -44,6 +44,19 @@ async fn every_kustomization_passes_server_side_dry_run() {
     }
 }
 
+/// A new user's `kubectl apply` of the CRD printed `Warning: unrecognized format "uint64"` (and
+/// `"uint"`, `"uint32"`): formats the API server does not know (issue 48).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wasmplugin_crd_is_applied_without_a_warning() {
+    let cp = ControlPlane::shared().expect("kube-apiserver, etcd and kubectl: run `make control-plane`");
+    let mut apply = cp.kubectl();
+    apply.args(["apply", "--dry-run=server", "--server-side", "-f"]).arg(deploy_dir().join("crds/wasmplugin.yaml"));
+    let out = apply.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("Warning"), "the API server warned about the CRD:\n{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_examples_overlay_lets_the_plugins_converge_without_a_forbidden_request_and_one_rule_less_is_refused() {
     let work = tempfile::tempdir().unwrap();

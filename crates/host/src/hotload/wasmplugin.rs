@@ -329,9 +329,34 @@ pub fn crd() -> CustomResourceDefinition {
     for version in value.pointer_mut("/spec/versions").and_then(Value::as_array_mut).into_iter().flatten() {
         if let Some(schema) = version.pointer_mut("/schema/openAPIV3Schema") {
             strip_defaults(schema);
+            strip_unknown_formats(schema);
         }
     }
     serde_json::from_value(value).expect("still a CRD")
+}
+
+/// Drops the formats of numbers the API server does not know: schemars names Rust's unsigned
+/// types (`uint32`, `uint64`, `uint`), which kube-apiserver ignores with a warning on every
+/// apply of the CRD; it knows `int32`, `int64`, `float` and `double` only
+/// (k8s.io/apiextensions-apiserver `pkg/apiserver/validation/formats.go`). The `minimum: 0`
+/// schemars writes beside them keeps the values unsigned.
+fn strip_unknown_formats(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            let known: &[&str] = match map.get("type").and_then(Value::as_str) {
+                Some("integer") => &["int32", "int64"],
+                Some("number") => &["float", "double"],
+                _ => &[],
+            };
+            let format = map.get("format").and_then(Value::as_str);
+            if format.is_some_and(|f| !known.is_empty() && !known.contains(&f)) {
+                map.remove("format");
+            }
+            map.values_mut().for_each(strip_unknown_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_unknown_formats),
+        _ => {}
+    }
 }
 
 /// The CRD as YAML, as `deploy/crds/wasmplugin.yaml` holds it.
