@@ -225,11 +225,13 @@ test-units: test-binaries plugins
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --lib --bins $(addprefix --test ,$(OTHER_TESTS))
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --doc
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm-go-component
+	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm-sdk --lib
 # The longest first: make starts prerequisites in the order they are named.
 test-runs: $(addprefix test-e2e-,$(E2E_TESTS)) test-image test-units sdk-test docs
 
 ## Formatting, then every test of the native crates (the guest crates are exercised through
-## the components `plugins` builds, the container image through the image test). Missing docs fail
+## the components `plugins` builds, and the Rust SDK's unit tests run natively; the container image
+## through the image test). Missing docs fail
 ## the build itself (workspace lints). The image's binary builds beside the test binaries and
 ## the test runs; `-k` runs every test even when one fails, and make fails at the end.
 test: toolchain control-plane registry image-tools

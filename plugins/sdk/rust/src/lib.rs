@@ -162,6 +162,40 @@ where
     }
 }
 
+/// [`controller_reference`] for an untyped JSON object (a custom resource without a Rust type,
+/// read with `cache::get_as::<serde_json::Value>`): `Json` if it has no `apiVersion`, `kind`, `metadata.name` or
+/// `metadata.uid`.
+pub fn controller_reference_json(owner: &serde_json::Value) -> Result<OwnerReference> {
+    let field = |pointer: &str| json_str(owner, pointer);
+    Ok(OwnerReference {
+        api_version: field("/apiVersion")?,
+        kind: field("/kind")?,
+        name: field("/metadata/name")?,
+        uid: field("/metadata/uid")?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+/// [`object_ref`] for an untyped JSON object: `Json` if it has no `apiVersion`, `kind` or
+/// `metadata.name`.
+pub fn object_ref_json(object: &serde_json::Value) -> Result<ObjectRef> {
+    let api_version = json_str(object, "/apiVersion")?;
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+    let kind = Gvk { group: group.to_owned(), version: version.to_owned(), kind: json_str(object, "/kind")? };
+    let namespace = object.pointer("/metadata/namespace").and_then(serde_json::Value::as_str).map(str::to_owned);
+    Ok(ObjectRef { kind, key: ObjectKey { namespace, name: json_str(object, "/metadata/name")? } })
+}
+
+/// The string at `pointer` in `object`, or a `Json` error naming the field.
+fn json_str(object: &serde_json::Value, pointer: &str) -> Result<String> {
+    object
+        .pointer(pointer)
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| Error::Json(format!("the object has no {}", pointer[1..].replace('/', "."))))
+}
+
 #[doc(hidden)]
 pub mod __private {
     use super::*;
@@ -220,4 +254,47 @@ macro_rules! export_reconciler {
         }
         $crate::bindings::__export_controller!(__KubewasmGuest with_types_in $crate::bindings);
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant() -> serde_json::Value {
+        serde_json::json!({"apiVersion": "example.dev/v1", "kind": "Tenant",
+            "metadata": {"name": "acme", "uid": "u-1"}})
+    }
+
+    #[test]
+    fn a_json_custom_resource_makes_the_same_controller_reference_as_a_typed_object() {
+        let reference = controller_reference_json(&tenant()).unwrap();
+        assert_eq!(
+            (reference.api_version.as_str(), reference.kind.as_str(), reference.name.as_str(), reference.uid.as_str()),
+            ("example.dev/v1", "Tenant", "acme", "u-1")
+        );
+        assert_eq!((reference.controller, reference.block_owner_deletion), (Some(true), Some(true)));
+        let child = serde_json::json!({"metadata": {"ownerReferences": [serde_json::to_value(&reference).unwrap()]}});
+        assert!(is_controlled_by_json(&child, &tenant()));
+    }
+
+    #[test]
+    fn a_json_object_ref_splits_its_api_version_and_keeps_its_namespace() {
+        let cluster_scoped = object_ref_json(&tenant()).unwrap();
+        assert_eq!((cluster_scoped.kind.group.as_str(), cluster_scoped.kind.version.as_str()), ("example.dev", "v1"));
+        assert_eq!((cluster_scoped.key.namespace, cluster_scoped.key.name.as_str()), (None, "acme"));
+        let core =
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "a"}});
+        let core = object_ref_json(&core).unwrap();
+        assert_eq!((core.kind.group.as_str(), core.key.namespace.as_deref()), ("", Some("a")));
+    }
+
+    #[test]
+    fn a_json_object_without_a_uid_or_kind_is_an_error_naming_the_field() {
+        let mut no_uid = tenant();
+        no_uid["metadata"].as_object_mut().unwrap().remove("uid");
+        let err = controller_reference_json(&no_uid).unwrap_err();
+        assert!(matches!(&err, Error::Json(m) if m.contains("metadata.uid")), "{err:?}");
+        let err = object_ref_json(&serde_json::json!({"apiVersion": "v1"})).unwrap_err();
+        assert!(matches!(&err, Error::Json(m) if m.contains("kind")), "{err:?}");
+    }
 }
