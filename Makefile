@@ -48,7 +48,7 @@ IMAGE_TARGET_DIR := $(TARGET_DIR)/image-build
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy fixture-hostile fixture-hostile-legacy
 
-.PHONY: docs install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary test-binaries
+.PHONY: docs install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry helm promtool test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary test-binaries
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -56,7 +56,7 @@ help:
 	@echo "make image   build the host's container image ($(IMAGE)) without a Docker engine"
 	@echo "make install put kubewasm on the PATH (cargo install into ~/.cargo/bin)"
 	@echo "make docs    build the book (docs/) into $(TARGET_DIR)/book and check its links"
-	@echo "parts: toolchain plugins control-plane lint bench"
+	@echo "parts: toolchain plugins control-plane registry helm promtool lint bench"
 
 ## `kubewasm` on the PATH (~/.cargo/bin): the release binary, built from the lock file.
 install: toolchain
@@ -169,6 +169,13 @@ control-plane:
 registry:
 	bash tests/registry/build.sh
 
+## helm and promtool, built from their Go modules (cached by version) for the chart and alert
+## tests (host/tests/kit).
+helm:
+	bash tests/helm/build.sh
+promtool:
+	bash tests/promtool/build.sh
+
 ## What `make image` needs: umoci, skopeo, musl-gcc (ring's C code) and CA certificates from
 ## Debian packages, and the musl target of the pinned toolchain; buildah for the image test,
 ## which builds the Dockerfile's final stage with it.
@@ -221,7 +228,8 @@ $(addprefix test-e2e-,$(filter-out all,$(E2E_TESTS))): test-e2e-%: test-binaries
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --test $*
 test-image: test-binaries image
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --test all -- $(IMAGE_TESTS)
-test-units: test-binaries plugins
+# helm and promtool (host/tests/kit) build here, beside the test binaries, not before them.
+test-units: test-binaries plugins helm promtool
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --lib --bins $(addprefix --test ,$(OTHER_TESTS))
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --doc
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm-go-component

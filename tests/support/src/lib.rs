@@ -26,6 +26,7 @@ mod pki;
 mod process;
 mod proxy;
 mod registry;
+mod tools;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,6 +43,7 @@ use kube::api::PostParams;
 pub use binaries::DEFAULT_K8S_VERSION;
 pub use proxy::FaultProxy;
 pub use registry::{DEFAULT_REGISTRY_VERSION, REGISTRY_PASSWORD, REGISTRY_USER, Registry};
+pub use tools::{DEFAULT_HELM_VERSION, DEFAULT_PROMTOOL_VERSION, Tool};
 
 use binaries::Binaries;
 use etcd::Etcd;
