@@ -228,8 +228,13 @@ $(addprefix test-e2e-,$(filter-out all,$(E2E_TESTS))): test-e2e-%: test-binaries
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --test $*
 test-image: test-binaries image
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --test all -- $(IMAGE_TESTS)
+# The kit test's PromQL reader (tools/promql-uses): a binary of its own, so that promql-parser's
+# build dependencies stay out of the test build's feature resolution.
+PROMQL_USES := $(TARGET_DIR)/debug/kubewasm-promql-uses
+$(PROMQL_USES): tools/promql-uses/Cargo.toml $(wildcard tools/promql-uses/src/*.rs)
+	$(NO_JOBSERVER) $(CARGO) build --locked -p kubewasm-promql-uses
 # helm and promtool (host/tests/kit) build here, beside the test binaries, not before them.
-test-units: test-binaries plugins helm promtool
+test-units: test-binaries plugins $(PROMQL_USES) helm promtool
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --lib --bins $(addprefix --test ,$(OTHER_TESTS))
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --doc
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm-go-component

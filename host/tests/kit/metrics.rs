@@ -1,5 +1,6 @@
 //! Every metric the dashboard and the alerting rules name exists on a running host, with every
-//! label they select, group or match by. The PromQL is parsed (promql-parser) out of
+//! label they select, group or match by. The PromQL is parsed (promql-parser, in
+//! `tools/promql-uses`) out of
 //! deploy/helm/kubewasm/files/ — the dashboard's panels and variables, the rules' expressions —
 //! so no list here can drift from them. The hosts run the example plugins and fixtures that put
 //! them in each state an alert watches: a memory-limit hit, forbidden calls, a rejected
@@ -14,8 +15,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kubewasm_testenv::ControlPlane;
-use promql_parser::label::MatchOp;
-use promql_parser::parser::{self, Expr, LabelModifier, VectorSelector};
 use serde_json::{Value, json};
 
 use crate::chart_file;
@@ -31,123 +30,106 @@ const SCRAPE_LABELS: &[&str] = &["job", "instance"];
 const NOT_PROVOKED: &[(&str, &str)] =
     &[("kubewasm_plugin_write_pushbacks_total", "the API server answering a plugin's request 429")];
 
-/// What an expression selects: each selector, and the labels its enclosing `by (…)` and
-/// `on (…)` clauses name (they must exist on the selected series too).
+/// What the dashboard and rules select: metric → label → values an `=` matcher asks for (empty:
+/// the label must only exist), with the labels of enclosing `by (…)` and `on (…)` clauses.
 #[derive(Debug, Default)]
 struct Uses {
-    /// metric → label → values an `=` matcher asks for (empty: the label must only exist).
     metrics: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
 }
 
+/// One query for `kubewasm-promql-uses`, a Grafana expression (its variables stand for any
+/// value) or a rule's.
+fn query(query: &str) -> Value {
+    let query = query.replace("$__rate_interval", "5m");
+    let query = ["$datasource", "$job", "$instance", "$plugin"].iter().fold(query, |q, v| q.replace(v, ".*"));
+    // A variable's `label_values(selector, label)` is Grafana's, not PromQL.
+    if let Some(inner) = query.strip_prefix("label_values(").and_then(|q| q.strip_suffix(')')) {
+        let (selector, label) = inner.rsplit_once(',').unwrap();
+        return json!({ "expr": selector, "grouping": [label.trim()] });
+    }
+    json!({ "expr": query, "grouping": [] })
+}
+
+/// What each of `queries` uses, as `tools/promql-uses` (promql-parser) reads it.
+fn parse(queries: &[Value]) -> Vec<Value> {
+    let tool = std::env::var_os("KUBEWASM_PROMQL_USES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("../debug/kubewasm-promql-uses"));
+    assert!(
+        tool.is_file(),
+        "no {}: build it with `cargo build -p kubewasm-promql-uses` (`make test` does)",
+        tool.display()
+    );
+    let mut child = std::process::Command::new(&tool)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child.stdin.take().unwrap().write_all(Value::Array(queries.to_vec()).to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap()
+}
+
 impl Uses {
-    fn add(&mut self, expr: &Expr, grouping: &[String]) {
-        match expr {
-            Expr::VectorSelector(vs) => self.selector(vs, grouping),
-            Expr::MatrixSelector(ms) => self.selector(&ms.vs, grouping),
-            Expr::Aggregate(agg) => {
-                let mut inner = grouping.to_vec();
-                if let Some(LabelModifier::Include(labels)) = &agg.modifier {
-                    inner.extend(labels.labels.iter().cloned());
-                }
-                self.add(&agg.expr, &inner);
-            }
-            Expr::Binary(bin) => {
-                let mut inner = grouping.to_vec();
-                if let Some(LabelModifier::Include(labels)) = bin.modifier.as_ref().and_then(|m| m.matching.as_ref()) {
-                    inner.extend(labels.labels.iter().cloned());
-                }
-                self.add(&bin.lhs, &inner);
-                self.add(&bin.rhs, &inner);
-            }
-            Expr::Paren(p) => self.add(&p.expr, grouping),
-            Expr::Unary(u) => self.add(&u.expr, grouping),
-            Expr::Subquery(s) => self.add(&s.expr, grouping),
-            Expr::Call(call) => call.args.args.iter().for_each(|arg| self.add(arg, grouping)),
-            Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => {}
-        }
-    }
-
-    fn selector(&mut self, vs: &VectorSelector, grouping: &[String]) {
-        let name = vs.name.clone().expect("every selector names its metric");
-        let labels = self.metrics.entry(name).or_default();
-        for label in grouping.iter().filter(|l| *l != "le") {
-            labels.entry(label.clone()).or_default();
-        }
-        for matcher in vs.matchers.matchers.iter().filter(|m| m.name != "__name__") {
-            let values = labels.entry(matcher.name.clone()).or_default();
-            if matches!(matcher.op, MatchOp::Equal) && !matcher.value.is_empty() {
-                values.insert(matcher.value.clone());
+    fn add(&mut self, parsed: &Value) {
+        for (metric, labels) in parsed["metrics"].as_object().unwrap() {
+            let entry = self.metrics.entry(metric.clone()).or_default();
+            for (label, values) in labels.as_object().unwrap() {
+                let seen = entry.entry(label.clone()).or_default();
+                seen.extend(values.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()));
             }
         }
-    }
-
-    /// Parses `query`, a Grafana expression (its variables stand for any value) or a rule's.
-    fn query(&mut self, query: &str) {
-        let query = query.replace("$__rate_interval", "5m");
-        let query = ["$datasource", "$job", "$instance", "$plugin"].iter().fold(query, |q, v| q.replace(v, ".*"));
-        // A variable's `label_values(selector, label)` is Grafana's, not PromQL.
-        if let Some(inner) = query.strip_prefix("label_values(").and_then(|q| q.strip_suffix(')')) {
-            let (selector, label) = inner.rsplit_once(',').unwrap();
-            let expr = parser::parse(selector).unwrap_or_else(|e| panic!("{selector}: {e}"));
-            return self.add(&expr, &[label.trim().to_owned()]);
-        }
-        let expr = parser::parse(&query).unwrap_or_else(|e| panic!("{query}: {e}"));
-        self.add(&expr, &[]);
     }
 }
 
 /// Every metric and label the dashboard and the rules use.
 fn used() -> Uses {
-    let mut uses = Uses::default();
     let dashboard: Value =
         serde_json::from_str(&std::fs::read_to_string(chart_file("kubewasm-dashboard.json")).unwrap()).unwrap();
-    fn walk(value: &Value, uses: &mut Uses) {
+    fn walk(value: &Value, queries: &mut Vec<Value>) {
         match value {
             Value::Object(map) => {
                 for (key, v) in map {
                     match (key.as_str(), v) {
-                        ("expr" | "definition", Value::String(q)) if !q.is_empty() => uses.query(q),
-                        _ => walk(v, uses),
+                        ("expr" | "definition", Value::String(q)) if !q.is_empty() => queries.push(query(q)),
+                        _ => walk(v, queries),
                     }
                 }
             }
-            Value::Array(items) => items.iter().for_each(|v| walk(v, uses)),
+            Value::Array(items) => items.iter().for_each(|v| walk(v, queries)),
             _ => {}
         }
     }
-    walk(&dashboard, &mut uses);
+    let mut queries = Vec::new();
+    walk(&dashboard, &mut queries);
     let rules: Value =
         serde_yaml::from_str(&std::fs::read_to_string(chart_file("kubewasm.rules.yaml")).unwrap()).unwrap();
-    for group in rules["groups"].as_array().unwrap() {
-        for rule in group["rules"].as_array().unwrap() {
-            uses.query(rule["expr"].as_str().unwrap());
-            // `{{ $labels.x }}` in an annotation: x must be a label of the alert's series.
-            let text = serde_json::to_string(&rule["annotations"]).unwrap();
-            for part in text.split("$labels.").skip(1) {
-                let label: String = part.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-                let expr = parser::parse(rule["expr"].as_str().unwrap()).unwrap();
-                assert!(
-                    output_labels(&expr).is_none_or(|l| l.contains(&label)),
-                    "{}: its annotations name {label}, which its expression drops",
-                    rule["alert"]
-                );
-            }
+    let rules: Vec<&Value> =
+        rules["groups"].as_array().unwrap().iter().flat_map(|g| g["rules"].as_array().unwrap()).collect();
+    let first_rule = queries.len();
+    queries.extend(rules.iter().map(|rule| query(rule["expr"].as_str().unwrap())));
+    let parsed = parse(&queries);
+    let mut uses = Uses::default();
+    parsed.iter().for_each(|p| uses.add(p));
+    for (rule, parsed) in rules.iter().zip(&parsed[first_rule..]) {
+        // `{{ $labels.x }}` in an annotation: x must be a label of the alert's series.
+        let text = serde_json::to_string(&rule["annotations"]).unwrap();
+        let kept: Option<BTreeSet<String>> = parsed["output_labels"]
+            .as_array()
+            .map(|labels| labels.iter().map(|l| l.as_str().unwrap().to_owned()).collect());
+        for part in text.split("$labels.").skip(1) {
+            let label: String = part.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            assert!(
+                kept.as_ref().is_none_or(|l| l.contains(&label)),
+                "{}: its annotations name {label}, which its expression drops",
+                rule["alert"]
+            );
         }
     }
     uses
-}
-
-/// The labels an expression's result keeps, when an outer `by (…)` fixes them.
-fn output_labels(expr: &Expr) -> Option<BTreeSet<String>> {
-    match expr {
-        Expr::Aggregate(agg) => match &agg.modifier {
-            Some(LabelModifier::Include(labels)) => Some(labels.labels.iter().cloned().collect()),
-            _ => None,
-        },
-        Expr::Binary(bin) => output_labels(&bin.lhs),
-        Expr::Paren(p) => output_labels(&p.expr),
-        _ => None,
-    }
 }
 
 /// metric → label → values seen, from Prometheus text exposition (`_bucket`, `_sum`, `_count`
