@@ -10,6 +10,77 @@ use super::outcome::{Action, CallFailed};
 use super::registration::Registration;
 use super::state::PluginCtx;
 
+/// What every contract version's module has alike: the `events`, `config`, `log` and `types`
+/// imports as calls of the host functions, and the conversions of its kinds and errors. Invoked
+/// inside a version's module, where `types`, `events`, `config` and `log` are its generated
+/// interfaces; a version that changes one of them writes that part itself instead.
+macro_rules! same_in_every_version {
+    () => {
+        impl events::Host for PluginCtx {
+            async fn publish(
+                &mut self,
+                regarding: types::ObjectRef,
+                event_type: events::EventType,
+                reason: String,
+                note: String,
+            ) -> wasmtime::Result<Result<(), types::Error>> {
+                let (namespace, name) = (regarding.key.namespace, regarding.key.name);
+                let regarding = crate::api::ObjectRef { kind: regarding.kind.into(), namespace, name };
+                let warning = matches!(event_type, events::EventType::Warning);
+                self.events_publish(regarding, warning, reason, note).await
+            }
+        }
+
+        impl config::Host for PluginCtx {
+            async fn settings(&mut self) -> wasmtime::Result<Vec<u8>> {
+                self.config_settings()
+            }
+        }
+
+        impl log::Host for PluginCtx {
+            async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+                let level = match level {
+                    log::Level::Trace => tracing::Level::TRACE,
+                    log::Level::Debug => tracing::Level::DEBUG,
+                    log::Level::Info => tracing::Level::INFO,
+                    log::Level::Warn => tracing::Level::WARN,
+                    log::Level::Error => tracing::Level::ERROR,
+                };
+                self.log_line(level, message)
+            }
+        }
+
+        impl types::Host for PluginCtx {}
+
+        impl From<types::Gvk> for kube::core::GroupVersionKind {
+            fn from(g: types::Gvk) -> Self {
+                kube::core::GroupVersionKind::gvk(&g.group, &g.version, &g.kind)
+            }
+        }
+
+        impl From<&kube::core::GroupVersionKind> for types::Gvk {
+            fn from(g: &kube::core::GroupVersionKind) -> Self {
+                types::Gvk { group: g.group.clone(), version: g.version.clone(), kind: g.kind.clone() }
+            }
+        }
+
+        impl From<crate::api::CallError> for types::Error {
+            fn from(e: crate::api::CallError) -> Self {
+                use crate::api::CallError;
+                match e {
+                    CallError::NotFound => Self::NotFound,
+                    CallError::Forbidden(m) => Self::Forbidden(m),
+                    CallError::Conflict(m) => Self::Conflict(m),
+                    CallError::Invalid(m) => Self::Invalid(m),
+                    CallError::Unavailable(m) => Self::Unavailable(m),
+                    CallError::Other(m) => Self::Other(m),
+                }
+            }
+        }
+    };
+}
+use same_in_every_version;
+
 pub mod v0_1;
 pub mod v0_2;
 

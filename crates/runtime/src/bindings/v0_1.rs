@@ -7,7 +7,7 @@ use kube::core::GroupVersionKind;
 use kubewasm_informer::{InvalidKey, ObjectKey};
 use wasmtime::Store;
 
-use crate::api::{CallError, DeleteOptions, ObjectRef, Patch, PatchOptions};
+use crate::api::{DeleteOptions, ObjectRef, Patch, PatchOptions};
 use crate::outcome::{Action, CallFailed};
 use crate::registration;
 use crate::state::PluginCtx;
@@ -123,66 +123,8 @@ impl client::Host for PluginCtx {
     }
 }
 
-impl events::Host for PluginCtx {
-    async fn publish(
-        &mut self,
-        regarding: types::ObjectRef,
-        event_type: events::EventType,
-        reason: String,
-        note: String,
-    ) -> Outcome<()> {
-        let regarding =
-            ObjectRef { kind: regarding.kind.into(), namespace: regarding.key.namespace, name: regarding.key.name };
-        let warning = matches!(event_type, events::EventType::Warning);
-        self.events_publish(regarding, warning, reason, note).await
-    }
-}
-
-impl config::Host for PluginCtx {
-    async fn settings(&mut self) -> wasmtime::Result<Vec<u8>> {
-        self.config_settings()
-    }
-}
-
-impl log::Host for PluginCtx {
-    async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
-        let level = match level {
-            log::Level::Trace => tracing::Level::TRACE,
-            log::Level::Debug => tracing::Level::DEBUG,
-            log::Level::Info => tracing::Level::INFO,
-            log::Level::Warn => tracing::Level::WARN,
-            log::Level::Error => tracing::Level::ERROR,
-        };
-        self.log_line(level, message)
-    }
-}
-
-impl types::Host for PluginCtx {}
-
-impl From<types::Gvk> for GroupVersionKind {
-    fn from(g: types::Gvk) -> Self {
-        GroupVersionKind::gvk(&g.group, &g.version, &g.kind)
-    }
-}
-
-impl From<&GroupVersionKind> for types::Gvk {
-    fn from(g: &GroupVersionKind) -> Self {
-        types::Gvk { group: g.group.clone(), version: g.version.clone(), kind: g.kind.clone() }
-    }
-}
-
-impl From<CallError> for types::Error {
-    fn from(e: CallError) -> Self {
-        match e {
-            CallError::NotFound => Self::NotFound,
-            CallError::Forbidden(m) => Self::Forbidden(m),
-            CallError::Conflict(m) => Self::Conflict(m),
-            CallError::Invalid(m) => Self::Invalid(m),
-            CallError::Unavailable(m) => Self::Unavailable(m),
-            CallError::Other(m) => Self::Other(m),
-        }
-    }
-}
+// events, config, log and types, and the kind and error conversions, as every version has them.
+super::same_in_every_version!();
 
 impl From<Registration> for registration::Registration {
     fn from(r: Registration) -> Self {
