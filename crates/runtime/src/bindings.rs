@@ -1,4 +1,4 @@
-//! The `kubewasm:controller` worlds (0.1.0 and 0.2.0): one module per contract version holds its
+//! The `kubewasm:controller` worlds (0.1.0, 0.2.0, 0.3.0): one module per contract version holds its
 //! bindings generated from `wit/`, the conversions of its types and its imports as calls of the
 //! host functions (`crate::host`, written once for every version); this file picks the world a
 //! component implements and pre-links it. A new contract version is one more module here.
@@ -83,6 +83,7 @@ use same_in_every_version;
 
 pub mod v0_1;
 pub mod v0_2;
+pub mod v0_3;
 
 /// Which contract version a component implements, read once from its imports at load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -91,6 +92,8 @@ pub enum Contract {
     V0_1,
     /// `kubewasm:controller/controller@0.2.0`.
     V0_2,
+    /// `kubewasm:controller/controller@0.3.0`.
+    V0_3,
 }
 
 impl Contract {
@@ -99,19 +102,29 @@ impl Contract {
         match self {
             Contract::V0_1 => "kubewasm:controller/controller@0.1.0",
             Contract::V0_2 => "kubewasm:controller/controller@0.2.0",
+            Contract::V0_3 => "kubewasm:controller/controller@0.3.0",
         }
     }
 
-    /// The contract of a component: 0.2 if it imports any `kubewasm:controller/*@0.2.0`
-    /// interface (every 0.2 component imports at least `types`, which its exports use), else
-    /// 0.1. A component mixing both fails to link against either world, with wasmtime's
-    /// message.
+    /// The contract of a component: the newest version whose `kubewasm:controller/*`
+    /// interfaces it imports (every component imports at least `types`, which its exports
+    /// use), else 0.1. A component mixing versions fails to link against the world picked, with
+    /// wasmtime's message.
     pub fn of(component: &wasmtime::component::Component, engine: &wasmtime::Engine) -> Self {
         let imports = component.component_type();
-        let v0_2 = imports
+        let versions: Vec<_> = imports
             .imports(engine)
-            .any(|(name, _)| name.starts_with("kubewasm:controller/") && name.ends_with("@0.2.0"));
-        if v0_2 { Contract::V0_2 } else { Contract::V0_1 }
+            .filter_map(|(name, _)| name.strip_prefix("kubewasm:controller/"))
+            .filter_map(|name| name.rsplit_once('@').map(|(_, version)| version.to_owned()))
+            .collect();
+        let imports_version = |v: &str| versions.iter().any(|version| version == v);
+        if imports_version("0.3.0") {
+            Contract::V0_3
+        } else if imports_version("0.2.0") {
+            Contract::V0_2
+        } else {
+            Contract::V0_1
+        }
     }
 }
 
@@ -122,6 +135,8 @@ pub enum PluginPre {
     V0_1(v0_1::ControllerPre<PluginCtx>),
     /// A 0.2.0 component.
     V0_2(v0_2::ControllerPre<PluginCtx>),
+    /// A 0.3.0 component.
+    V0_3(v0_3::ControllerPre<PluginCtx>),
 }
 
 /// An instance of a plugin, of the world its component implements.
@@ -130,6 +145,8 @@ pub enum PluginInstance {
     V0_1(v0_1::Controller),
     /// A 0.2.0 instance.
     V0_2(v0_2::Controller),
+    /// A 0.3.0 instance.
+    V0_3(v0_3::Controller),
 }
 
 impl PluginPre {
@@ -138,6 +155,7 @@ impl PluginPre {
         Ok(match contract {
             Contract::V0_1 => PluginPre::V0_1(v0_1::ControllerPre::new(pre)?),
             Contract::V0_2 => PluginPre::V0_2(v0_2::ControllerPre::new(pre)?),
+            Contract::V0_3 => PluginPre::V0_3(v0_3::ControllerPre::new(pre)?),
         })
     }
 
@@ -146,6 +164,7 @@ impl PluginPre {
         match self {
             PluginPre::V0_1(_) => Contract::V0_1,
             PluginPre::V0_2(_) => Contract::V0_2,
+            PluginPre::V0_3(_) => Contract::V0_3,
         }
     }
 
@@ -154,6 +173,7 @@ impl PluginPre {
         match self {
             PluginPre::V0_1(p) => p.instance_pre(),
             PluginPre::V0_2(p) => p.instance_pre(),
+            PluginPre::V0_3(p) => p.instance_pre(),
         }
     }
 
@@ -162,29 +182,33 @@ impl PluginPre {
         Ok(match self {
             PluginPre::V0_1(p) => PluginInstance::V0_1(p.instantiate_async(store).await?),
             PluginPre::V0_2(p) => PluginInstance::V0_2(p.instantiate_async(store).await?),
+            PluginPre::V0_3(p) => PluginInstance::V0_3(p.instantiate_async(store).await?),
         })
     }
 }
 
-/// Adds both worlds' imports to `linker`: their interfaces are versioned, so they do not clash.
+/// Adds every world's imports to `linker`: their interfaces are versioned, so they do not clash.
 pub fn add_to_linker(linker: &mut wasmtime::component::Linker<PluginCtx>) -> wasmtime::Result<()> {
     use wasmtime::component::HasSelf;
     v0_1::Controller::add_to_linker::<_, HasSelf<_>>(linker, |s| s)?;
-    v0_2::Controller::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
+    v0_2::Controller::add_to_linker::<_, HasSelf<_>>(linker, |s| s)?;
+    v0_3::Controller::add_to_linker::<_, HasSelf<_>>(linker, |s| s)
 }
 
 impl PluginInstance {
-    /// Calls `reconcile` for `key` of `for_kind`, in the instance's world.
+    /// Calls `reconcile` for `key` of `registration`'s for kind, in the instance's world (and,
+    /// from 0.3, makes the desired state it returns so).
     pub(crate) async fn reconcile(
         &self,
         store: &mut wasmtime::Store<PluginCtx>,
-        for_kind: &GroupVersionKind,
+        registration: &Registration,
         key: ObjectKey,
         attempt: u32,
     ) -> wasmtime::Result<Result<Action, CallFailed>> {
         match self {
-            PluginInstance::V0_1(inst) => v0_1::reconcile(inst, store, for_kind, key, attempt).await,
-            PluginInstance::V0_2(inst) => v0_2::reconcile(inst, store, for_kind, key, attempt).await,
+            PluginInstance::V0_1(inst) => v0_1::reconcile(inst, store, &registration.for_kind, key, attempt).await,
+            PluginInstance::V0_2(inst) => v0_2::reconcile(inst, store, registration, key, attempt).await,
+            PluginInstance::V0_3(inst) => v0_3::reconcile(inst, store, registration, key, attempt).await,
         }
     }
 
@@ -198,6 +222,7 @@ impl PluginInstance {
         match self {
             PluginInstance::V0_1(inst) => v0_1::map(inst, store, kind, object).await,
             PluginInstance::V0_2(inst) => v0_2::map(inst, store, kind, object).await,
+            PluginInstance::V0_3(inst) => v0_3::map(inst, store, kind, object).await,
         }
     }
 
@@ -206,6 +231,7 @@ impl PluginInstance {
         match self {
             PluginInstance::V0_1(inst) => v0_1::describe(inst, store).await,
             PluginInstance::V0_2(inst) => v0_2::describe(inst, store).await,
+            PluginInstance::V0_3(inst) => v0_3::describe(inst, store).await,
         }
     }
 }

@@ -32,9 +32,8 @@ impl Plugin {
     /// Reconciles one key of the plugin's for kind in a fresh (or reusable) instance. The
     /// world was picked at load: this matches the instance once, on an enum.
     pub async fn reconcile(&self, key: &ObjectKey, attempt: u32) -> Result<Action, CallFailed> {
-        let for_kind = &self.registration.for_kind;
         let reconcile = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| {
-            inst.reconcile(store, for_kind, key.clone(), attempt).await
+            inst.reconcile(store, &self.registration, key.clone(), attempt).await
         };
         // An instance whose reconcile returned an error is not reused: its state may be why.
         self.call(Some(key), Reuse::If(|r: &Result<_, CallFailed>| r.is_ok()), reconcile).await?

@@ -19,10 +19,10 @@ use super::throttle::{WriteLimiter, WriteRate};
 
 /// The newest world a plugin may implement; the host also serves every older one in
 /// `WORLDS`.
-pub const WORLD: &str = "kubewasm:controller/controller@0.2.0";
+pub const WORLD: &str = "kubewasm:controller/controller@0.3.0";
 
 /// Every world the host serves, oldest first.
-pub const WORLDS: &[&str] = &["kubewasm:controller/controller@0.1.0", WORLD];
+pub const WORLDS: &[&str] = &["kubewasm:controller/controller@0.1.0", "kubewasm:controller/controller@0.2.0", WORLD];
 
 /// Why a plugin version was rejected. The previous version, if any, keeps serving.
 #[derive(Debug, thiserror::Error)]

@@ -32,6 +32,10 @@ pub enum CallFailed {
         /// Why, from the plugin.
         reason: String,
     },
+    /// The plugin's desired state (0.3) could not be made so: a child's apply, a prune or the
+    /// status failed. Every child's outcome is in the message; retried with the key's backoff.
+    #[error("the desired state was not made so: {0}")]
+    Desired(String),
     /// A sandbox limit stopped the plugin.
     #[error("{0}")]
     Limit(LimitHit),
@@ -50,6 +54,7 @@ impl CallFailed {
             CallFailed::Plugin(_) => "error",
             CallFailed::Terminal(_) => "terminal",
             CallFailed::RequeueAfter { .. } => "requeue_after",
+            CallFailed::Desired(_) => "desired",
             CallFailed::Limit(LimitHit::Deadline(_)) => "timeout",
             CallFailed::Limit(LimitHit::Memory { .. }) => "memory",
             CallFailed::Limit(LimitHit::HostCalls(_)) => "host_calls",

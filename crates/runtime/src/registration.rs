@@ -1,5 +1,6 @@
 //! What a plugin's `describe()` asks of the host, as host types, validated.
 
+use crate::api::Propagation;
 use kube::core::GroupVersionKind;
 
 /// Which updates of an object trigger (contract 0.2's `predicates`): an update passes if any
@@ -116,6 +117,10 @@ pub struct Registration {
     pub owns: Vec<GroupVersionKind>,
     /// The filter of each owned kind, in the order of `owns` (0.2; empty filters for 0.1).
     pub owns_filters: Vec<EventFilter>,
+    /// How each owned kind's objects the plugin no longer wants are pruned, in the order of
+    /// `owns` (0.3's `owned.prune`; `None` never prunes, as for 0.1 and 0.2, whose reconciles
+    /// return no desired state).
+    pub owns_prune: Vec<Option<Propagation>>,
     /// Other kinds whose changes map to keys.
     pub watches: Vec<WatchSpec>,
     /// Further kinds read from the cache.
@@ -142,6 +147,7 @@ impl Registration {
             for_filter: EventFilter::default(),
             owns: Vec::new(),
             owns_filters: Vec::new(),
+            owns_prune: Vec::new(),
             watches: Vec::new(),
             reads: Vec::new(),
             writes: Vec::new(),

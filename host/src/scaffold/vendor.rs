@@ -2,15 +2,18 @@
 //! the project (`vendor/kubewasm-sdk/`), so the project builds on any machine, with no path to
 //! the checkout `kubewasm` was built from, and pins the SDK it was made with.
 
-use super::{File, WIT};
+use super::File;
+
+/// The world the Rust SDK binds: it is on contract 0.3, the other SDKs on 0.2 (`super::WIT`).
+const RUST_WIT: &str = include_str!("../../../wit/controller@0.3.0/controller.wit");
 
 /// The workspace's versions of the Rust SDK's dependencies, for its standalone manifest (the
 /// SDK's own `Cargo.toml` inherits them from the workspace, which a project does not have).
-const RUST_MANIFEST: &str = r#"# The kubewasm Rust SDK, contract 0.2 (wit/), vendored by `kubewasm new`.
+const RUST_MANIFEST: &str = r#"# The kubewasm Rust SDK, contract 0.3 (wit/), vendored by `kubewasm new`.
 [package]
 name = "kubewasm-sdk"
 description = "Write kubewasm reconcile plugins in Rust: typed cache reads, apply helpers, one trait"
-version = "0.2.0"
+version = "0.3.0"
 edition = "2024"
 license = "Apache-2.0"
 publish = false
@@ -23,7 +26,7 @@ wit-bindgen = "0.61"
 "#;
 
 /// Where the Rust SDK's `wit_bindgen::generate!` finds the world in the checkout, and in a copy.
-const RUST_WIT_PATH: (&str, &str) = (r#"path: "../../../wit/controller@0.2.0","#, r#"path: "wit","#);
+const RUST_WIT_PATH: (&str, &str) = (r#"path: "../../../wit/controller@0.3.0","#, r#"path: "wit","#);
 
 /// The Rust SDK's sources, by path below `plugins/sdk/rust/`.
 const RUST: &[(&str, &str)] = &[
@@ -31,6 +34,7 @@ const RUST: &[(&str, &str)] = &[
     ("src/cache.rs", include_str!("../../../plugins/sdk/rust/src/cache.rs")),
     ("src/client.rs", include_str!("../../../plugins/sdk/rust/src/client.rs")),
     ("src/conditions.rs", include_str!("../../../plugins/sdk/rust/src/conditions.rs")),
+    ("src/desired.rs", include_str!("../../../plugins/sdk/rust/src/desired.rs")),
     ("src/error.rs", include_str!("../../../plugins/sdk/rust/src/error.rs")),
     ("src/events.rs", include_str!("../../../plugins/sdk/rust/src/events.rs")),
     ("src/finalizer.rs", include_str!("../../../plugins/sdk/rust/src/finalizer.rs")),
@@ -77,7 +81,7 @@ pub fn rust() -> Vec<File> {
         }
     }
     files.push((format!("{DIR}/Cargo.toml"), RUST_MANIFEST.to_owned(), false));
-    files.push((format!("{DIR}/wit/controller.wit"), WIT.to_owned(), false));
+    files.push((format!("{DIR}/wit/controller.wit"), RUST_WIT.to_owned(), false));
     files
 }
 
@@ -139,7 +143,7 @@ mod tests {
         let files = rust();
         let lib = &files.iter().find(|(p, _, _)| p.ends_with("src/lib.rs")).unwrap().1;
         assert!(lib.contains(RUST_WIT_PATH.1) && !lib.contains(RUST_WIT_PATH.0), "the world's path is rewritten");
-        assert!(files.iter().any(|(p, t, _)| p.ends_with("wit/controller.wit") && t.contains("@0.2.0")));
+        assert!(files.iter().any(|(p, t, _)| p.ends_with("wit/controller.wit") && t.contains("@0.3.0")));
         let manifest = &files.iter().find(|(p, _, _)| p.ends_with("Cargo.toml")).unwrap().1;
         assert!(!manifest.contains("workspace"), "{manifest}");
         let workspace = include_str!("../../../Cargo.toml");

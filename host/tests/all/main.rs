@@ -22,6 +22,7 @@ mod contract;
 mod controller;
 mod dangerous_kinds;
 mod deploy;
+mod desired;
 mod dev;
 mod elide;
 mod events;

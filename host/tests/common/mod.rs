@@ -98,6 +98,10 @@ fn asked_by(built: &str) -> serde_json::Value {
             "read": ["ConfigMapSync.examples.kubewasm.dev", "ConfigMap", "Namespace"],
             "own": ["ConfigMap"], "write": ["ConfigMapSync.examples.kubewasm.dev"],
         }),
+        "fixture_desired" => serde_json::json!({
+            "read": ["Fanout.desired.kubewasm.test", "ConfigMap", "Namespace"],
+            "status": ["Fanout.desired.kubewasm.test"], "own": ["ConfigMap"],
+        }),
         "config_reloader" => {
             serde_json::json!({"read": ["ConfigMap", "Deployment.apps"], "write": ["Deployment.apps"]})
         }

@@ -88,7 +88,11 @@ impl TypedObject {
 
     /// Parses a plugin's JSON bytes; the error says what is missing.
     pub fn from_json(bytes: &[u8]) -> Result<Self, CallError> {
-        let body = parse_body(bytes, "object")?;
+        Self::from_value(parse_body(bytes, "object")?)
+    }
+
+    /// [`from_json`](Self::from_json) of an object already parsed.
+    pub fn from_value(body: Value) -> Result<Self, CallError> {
         let field = |v: &Value, path: &[&str]| -> Option<String> {
             path.iter().try_fold(v, |v, k| v.get(k))?.as_str().map(str::to_owned)
         };

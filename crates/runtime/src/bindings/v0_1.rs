@@ -136,6 +136,7 @@ impl From<Registration> for registration::Registration {
             },
             for_label_selector: r.for_label_selector,
             owns_filters: vec![registration::EventFilter::default(); r.owns.len()],
+            owns_prune: vec![None; r.owns.len()],
             owns: r.owns.into_iter().map(Into::into).collect(),
             watches: r
                 .watches

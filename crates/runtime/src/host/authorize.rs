@@ -2,11 +2,12 @@
 
 use serde_json::Value;
 
+use super::function::Requester;
 use crate::api::{ApiWriterExt, CallError, ObjectRef, address};
 use crate::authorizer::{Decision, Existing, Facts, Lookup, Request};
 use crate::grants::KindRef;
 use crate::refusals::Cause;
-use crate::state::{PluginCtx, PluginShared};
+use crate::state::PluginShared;
 
 /// How many facts a decision can need: the scope, the cached object, the server's copy.
 const MAX_LOOKUPS: usize = 3;
@@ -18,14 +19,14 @@ pub(super) struct Permit {
     pub mark: bool,
     /// Send it so that the API server takes it only if the object does not exist
     /// ([`Decision::AllowIfAbsent`]); refused as a conflict, the request is judged again by
-    /// [`PluginCtx::authorize_on_server`].
+    /// [`Requester::authorize_on_server`].
     pub only_if_absent: bool,
     /// The uid of the object it was judged on, if it was judged on one: a patch or delete is
     /// sent so that the API server refuses it for any other object of that name.
     pub judged_uid: Option<String>,
 }
 
-impl PluginCtx {
+impl Requester {
     /// Whether the plugin may make `request`: a [`Permit`] to send it, `Invalid` when it names no
     /// address an object could have ([`address::check`]), `NotFound` when the object it would
     /// change does not exist, `Forbidden` (remembered for the `AccessDenied` Event) when refused.

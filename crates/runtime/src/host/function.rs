@@ -5,13 +5,19 @@
 //! the plugin's Events and status, and the metric of its outcome cannot be left out of one. The
 //! budget, the rate and the outcome are private to this file.
 
+use std::sync::Arc;
+
+use futures::StreamExt as _;
 use kube::core::GroupVersionKind;
 
 use crate::api::{ApiCall, ApiReply, CallError, MAX_REASON};
 use crate::authorizer::Request;
 use crate::limits::LimitHit;
 use crate::refusals::Cause;
-use crate::state::PluginCtx;
+use crate::state::{PluginCtx, PluginShared};
+
+/// Most of one call's independent requests in flight at once ([`PluginCtx::request_all`]).
+pub(crate) const IN_FLIGHT: usize = 16;
 
 /// What a host function returns to the guest: a trap (the call budget is spent), or the
 /// function's result in its contract version's error type.
@@ -46,10 +52,8 @@ impl PluginCtx {
     }
 
     /// A request to the API server (a write, an Event, an uncached get), or why the arguments
-    /// make none: charged; a write waits for the plugin's write rate (an Event is dropped past
-    /// its own bucket instead, after it is judged); judged by the authorizer and sent as its
-    /// decision says; refusals and rejections kept for the plugin's Events and status;
-    /// `answer` reads the reply; counted by its outcome.
+    /// make none: charged, sent by a [`Requester`], and counted by its outcome; `answer` reads
+    /// the reply.
     pub(super) async fn request<T, E: From<CallError>>(
         &mut self,
         function: &'static str,
@@ -57,16 +61,49 @@ impl PluginCtx {
         answer: impl FnOnce(ApiReply) -> Result<T, CallError>,
     ) -> Outcome<T, E> {
         self.charge()?;
-        let result = match call {
-            Ok(call @ ApiCall::Event(_)) => self.publish(call).await,
-            Ok(call) => match self.throttle_write().await {
-                Ok(()) => self.send_authorized(call).await,
-                Err(e) => Err(e),
-            },
-            // The rate is taken for a request the host refuses to parse too, as for any write.
-            Err(e) => self.throttle_write().await.and(Err(e)),
-        };
+        let mut requester = self.requester();
+        let result = requester.send(call).await;
+        self.keep_notes(requester);
         Ok(self.finish(function, result.and_then(answer)))
+    }
+
+    /// Several independent requests at once (a desired state's applies, its prunes): each
+    /// charged, then sent as [`request`](Self::request) sends one, at most [`IN_FLIGHT`] at a
+    /// time (the host's fair write scheduler still shares the API server between plugins), and
+    /// counted by its outcome. The replies come in the order of `calls`.
+    pub(crate) async fn request_all(
+        &mut self,
+        function: &'static str,
+        calls: Vec<Result<ApiCall, CallError>>,
+    ) -> wasmtime::Result<Vec<Result<ApiReply, CallError>>> {
+        for _ in &calls {
+            self.charge()?;
+        }
+        // Made before the first send: a stream that made them as it went would hold `self`.
+        let requesters: Vec<_> = calls.into_iter().map(|call| (self.requester(), call)).collect();
+        let sends = requesters.into_iter().map(|(mut requester, call)| async move {
+            let result = requester.send(call).await;
+            (requester, result)
+        });
+        let sent: Vec<_> = futures::stream::iter(sends).buffered(IN_FLIGHT).collect().await;
+        let mut results = Vec::with_capacity(sent.len());
+        for (requester, result) in sent {
+            self.keep_notes(requester);
+            self.count(function, result.as_ref().map_or_else(CallError::metric_label, |_| "ok"));
+            results.push(result);
+        }
+        Ok(results)
+    }
+
+    /// A [`Requester`] for one request of this call, with its deadline.
+    fn requester(&self) -> Requester {
+        Requester { shared: self.shared.clone(), until: self.until, denied: Vec::new(), rejected: Vec::new() }
+    }
+
+    /// Keeps what a request was refused or rejected for, for this call's Events.
+    fn keep_notes(&mut self, requester: Requester) {
+        self.denied.extend(requester.denied);
+        self.rejected.extend(requester.rejected);
     }
 
     /// Charges one host call to the budget; past it, the call traps with [`LimitHit::HostCalls`].
@@ -92,6 +129,46 @@ impl PluginCtx {
         self.shared.metrics.host_call(&self.shared.name, function, result);
     }
 
+    /// `Forbidden` unless the plugin may read `kind` (the cache shows a confined plugin only
+    /// what it may see), as the authorizer decides a read.
+    fn check_read(&mut self, kind: &GroupVersionKind) -> Result<(), CallError> {
+        self.shared.authorizer.may_read(kind).map_err(|why| {
+            let message = self.shared.authorizer.read_message(kind, &why);
+            self.denied.push(message.clone());
+            CallError::Forbidden(message)
+        })
+    }
+}
+
+/// Sends one request of a plugin's call the way every request goes: a write waits for the
+/// plugin's write rate (an Event is dropped past its own bucket instead, after it is judged), is
+/// judged by the authorizer and sent as its decision says, and what was refused or rejected is
+/// noted for the plugin's Events and status. It holds what the plugin shares and its own notes,
+/// not the call's store, so a call's independent requests can be in flight at once.
+pub(crate) struct Requester {
+    pub(super) shared: Arc<PluginShared>,
+    /// When the call's deadline passes.
+    until: tokio::time::Instant,
+    /// Requests the authorizer refused, for the `AccessDenied` Event.
+    pub(super) denied: Vec<String>,
+    /// Writes the API server rejected as invalid, for the `WriteRejected` Event.
+    rejected: Vec<String>,
+}
+
+impl Requester {
+    /// Sends `call`; a request the host refuses to parse takes the write rate too, as any
+    /// write does.
+    async fn send(&mut self, call: Result<ApiCall, CallError>) -> Result<ApiReply, CallError> {
+        match call {
+            Ok(call @ ApiCall::Event(_)) => self.publish(call).await,
+            Ok(call) => match self.throttle_write().await {
+                Ok(()) => self.send_authorized(call).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => self.throttle_write().await.and(Err(e)),
+        }
+    }
+
     /// Waits for a token of the plugin's write rate limit; every write call takes one, refused
     /// or not (like the host-call budget). Fails with `unavailable` if no token comes before
     /// the call's deadline, so a plugin over its rate costs only its own reconciles.
@@ -108,16 +185,6 @@ impl PluginCtx {
                 Err(CallError::Unavailable(throttled.to_string()))
             }
         }
-    }
-
-    /// `Forbidden` unless the plugin may read `kind` (the cache shows a confined plugin only
-    /// what it may see), as the authorizer decides a read.
-    fn check_read(&mut self, kind: &GroupVersionKind) -> Result<(), CallError> {
-        self.shared.authorizer.may_read(kind).map_err(|why| {
-            let message = self.shared.authorizer.read_message(kind, &why);
-            self.denied.push(message.clone());
-            CallError::Forbidden(message)
-        })
     }
 
     /// An Event, judged like any request; Events are droppable (WIT) and have a bucket of their

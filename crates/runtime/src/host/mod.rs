@@ -6,6 +6,9 @@ mod authorize;
 mod cache;
 mod client;
 mod config;
+mod desired;
 mod events;
 mod function;
 mod log;
+
+pub(crate) use desired::Desired;

@@ -1,7 +1,9 @@
-//! Write kubewasm reconcile plugins in Rust (contract `kubewasm:controller@0.2.0`).
+//! Write kubewasm reconcile plugins in Rust (contract `kubewasm:controller@0.3.0`).
 //!
-//! A plugin is a type implementing [`Reconciler`], exported with [`export_reconciler!`] and built
-//! with `cargo build --target wasm32-wasip2`. It reads the host's informer cache with
+//! A plugin is a type implementing [`DesiredState`] (it says what should exist; the host applies,
+//! prunes and skips unchanged writes), exported with [`export_desired_state!`], or [`Reconciler`]
+//! (it writes itself), exported with [`export_reconciler!`]; built with `cargo build --target
+//! wasm32-wasip2`. It reads the host's informer cache with
 //! [`cache`], writes with [`client`], reports with [`events`] and [`log`], and gets the operator's
 //! settings with [`settings`]. Objects are k8s-openapi types, or `serde_json::Value` for kinds
 //! without one (CRDs). Controller helpers: [`finalizer`] (add/remove around a cleanup, with
@@ -34,7 +36,7 @@
 pub mod bindings {
     wit_bindgen::generate!({
         world: "controller",
-        path: "../../../wit/controller@0.2.0",
+        path: "../../../wit/controller@0.3.0",
         pub_export_macro: true,
         export_macro_name: "__export_controller",
         default_bindings_module: "kubewasm_sdk::bindings",
@@ -44,6 +46,7 @@ pub mod bindings {
 pub mod cache;
 pub mod client;
 pub mod conditions;
+mod desired;
 mod error;
 pub mod events;
 pub mod finalizer;
@@ -59,8 +62,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::de::DeserializeOwned;
 
 pub use bindings::kubewasm::controller::types::{Gvk, ObjectKey, ObjectRef};
+pub use desired::{Desired, DesiredState};
 pub use error::{Error, Result};
-pub use registration::{EventFilter, IndexSource, Predicates, Registration};
+pub use registration::{EventFilter, IndexSource, Predicates, Prune, Registration};
 
 /// The kind of a k8s-openapi type.
 pub fn gvk<K: k8s_openapi::Resource>() -> Gvk {
@@ -206,12 +210,32 @@ pub mod __private {
 
     pub fn reconcile<R: Reconciler>(
         r: bindings::Request,
-    ) -> core::result::Result<bindings::Action, bindings::ReconcileError> {
-        let request = Request { namespace: r.key.namespace, name: r.key.name, attempt: r.attempt };
-        match R::reconcile(request) {
-            Ok(Action::Done) => Ok(bindings::Action::Done),
-            Ok(Action::RequeueAfter(d)) => Ok(bindings::Action::RequeueAfter(millis(d))),
+    ) -> core::result::Result<bindings::Reconciled, bindings::ReconcileError> {
+        match R::reconcile(request(r)) {
+            Ok(action) => Ok(bindings::Reconciled { desired: None, action: action_of(action) }),
             Err(e) => Err(e.into_reconcile_error()),
+        }
+    }
+
+    pub fn desired<D: DesiredState>(
+        r: bindings::Request,
+    ) -> core::result::Result<bindings::Reconciled, bindings::ReconcileError> {
+        let desired = D::desired(request(r)).and_then(|d| d.map(Desired::into_parts).transpose());
+        match desired {
+            Ok(None) => Ok(bindings::Reconciled { desired: None, action: bindings::Action::Done }),
+            Ok(Some((state, action))) => Ok(bindings::Reconciled { desired: Some(state), action: action_of(action) }),
+            Err(e) => Err(e.into_reconcile_error()),
+        }
+    }
+
+    fn request(r: bindings::Request) -> Request {
+        Request { namespace: r.key.namespace, name: r.key.name, attempt: r.attempt }
+    }
+
+    fn action_of(action: Action) -> bindings::Action {
+        match action {
+            Action::Done => bindings::Action::Done,
+            Action::RequeueAfter(d) => bindings::Action::RequeueAfter(millis(d)),
         }
     }
 
@@ -220,6 +244,17 @@ pub mod __private {
         object: &[u8],
     ) -> core::result::Result<Vec<ObjectKey>, bindings::kubewasm::controller::types::Error> {
         R::map(kind, object).map_err(Error::into_host_error)
+    }
+
+    pub fn describe_desired<D: DesiredState>() -> bindings::Registration {
+        D::describe().into()
+    }
+
+    pub fn map_desired<D: DesiredState>(
+        kind: Gvk,
+        object: &[u8],
+    ) -> core::result::Result<Vec<ObjectKey>, bindings::kubewasm::controller::types::Error> {
+        D::map(kind, object).map_err(Error::into_host_error)
     }
 
     pub(crate) fn millis(d: Duration) -> u64 {
@@ -231,16 +266,32 @@ pub mod __private {
 #[macro_export]
 macro_rules! export_reconciler {
     ($reconciler:ty) => {
+        $crate::__export_guest!(describe, reconcile, map, $reconciler);
+    };
+}
+
+/// Exports a [`DesiredState`] as the plugin's `describe`, `reconcile` and `map`.
+#[macro_export]
+macro_rules! export_desired_state {
+    ($plugin:ty) => {
+        $crate::__export_guest!(describe_desired, desired, map_desired, $plugin);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_guest {
+    ($describe:ident, $reconcile:ident, $map:ident, $plugin:ty) => {
         #[doc(hidden)]
         pub struct __KubewasmGuest;
         impl $crate::bindings::Guest for __KubewasmGuest {
             fn describe() -> $crate::bindings::Registration {
-                $crate::__private::describe::<$reconciler>()
+                $crate::__private::$describe::<$plugin>()
             }
             fn reconcile(
                 request: $crate::bindings::Request,
-            ) -> ::core::result::Result<$crate::bindings::Action, $crate::bindings::ReconcileError> {
-                $crate::__private::reconcile::<$reconciler>(request)
+            ) -> ::core::result::Result<$crate::bindings::Reconciled, $crate::bindings::ReconcileError> {
+                $crate::__private::$reconcile::<$plugin>(request)
             }
             fn map(
                 kind: $crate::Gvk,
@@ -249,7 +300,7 @@ macro_rules! export_reconciler {
                 ::std::vec::Vec<$crate::ObjectKey>,
                 $crate::bindings::kubewasm::controller::types::Error,
             > {
-                $crate::__private::map::<$reconciler>(kind, &object)
+                $crate::__private::$map::<$plugin>(kind, &object)
             }
         }
         $crate::bindings::__export_controller!(__KubewasmGuest with_types_in $crate::bindings);

@@ -1,7 +1,7 @@
 //! A builder for what a plugin registers.
 
 use crate::bindings::{self, Index, Owned, Watch};
-pub use crate::bindings::{EventFilter, Predicates};
+pub use crate::bindings::{EventFilter, Predicates, Prune};
 use crate::{Gvk, gvk};
 
 impl EventFilter {
@@ -87,7 +87,20 @@ impl Registration {
 
     /// Creates and controls objects of `K`; only changes `filter` lets through trigger.
     pub fn owns_with<K: k8s_openapi::Resource>(mut self, filter: EventFilter) -> Self {
-        self.0.owns.push(Owned { kind: gvk::<K>(), filter });
+        self.0.owns.push(Owned { kind: gvk::<K>(), filter, prune: Prune::Background });
+        self
+    }
+
+    /// How the owned kind `K`'s objects that a [`DesiredState`](crate::DesiredState) plugin
+    /// made for a key and no longer returns are pruned: [`Prune::Background`] unless set
+    /// (Metacontroller's default), [`Prune::Foreground`], or [`Prune::Never`]. Call it after
+    /// [`owns`](Self::owns).
+    pub fn prune<K: k8s_openapi::Resource>(mut self, prune: Prune) -> Self {
+        let kind = gvk::<K>();
+        let same = |g: &Gvk| (&g.group, &g.version, &g.kind) == (&kind.group, &kind.version, &kind.kind);
+        for owned in self.0.owns.iter_mut().filter(|o| same(&o.kind)) {
+            owned.prune = prune;
+        }
         self
     }
 
