@@ -112,6 +112,11 @@ fn rust_files(name: &str, sdk: &Path) -> Vec<File> {
         ("tests/offline.rs".into(), fill(include_str!("scaffold/rust/offline.rs.tmpl")), false),
     ];
     files.extend(common_files(name));
+    // The Rust template says what should exist (contract 0.3), and a desired child is applied
+    // with force: its expected write says so.
+    if let Some((_, expected, _)) = files.iter_mut().find(|(path, _, _)| path == "tests/expected.yaml") {
+        expected.push_str("    force: true\n");
+    }
     files
 }
 

@@ -193,8 +193,11 @@ async fn the_mark_policy_lets_only_the_plugin_that_made_an_object_change_it_and_
     let params = PatchParams::default();
     alpha.create(&PostParams::default(), &made_by("alpha", "alphas")).await.unwrap();
     // The policy takes effect once the API server has compiled it: until then beta's write passes.
-    let refused = eventually("beta refused on alpha's ConfigMap", Duration::from_secs(30), || async {
-        beta.patch("alphas", &params, &data("beta")).await.err()
+    // Beta's RBAC binding takes effect once the API server's authorizer has seen it: until then
+    // RBAC refuses the write, which is not what this waits for.
+    let refused = eventually("beta refused on alpha's ConfigMap by the policy", Duration::from_secs(30), || async {
+        let refused = beta.patch("alphas", &params, &data("beta")).await.err()?;
+        refused.to_string().contains("plugin beta may not change or delete what plugin alpha made").then_some(refused)
     })
     .await;
     assert!(refused.to_string().contains("plugin beta may not change or delete what plugin alpha made"), "{refused}");
