@@ -82,6 +82,12 @@ impl Plugin {
         &self.shared.name
     }
 
+    /// The value of the `kubewasm.dev/plugin` label on what this plugin makes: its name, or for
+    /// a canary candidate (`<name>/canary`) the name of the plugin it stands for.
+    pub fn mark(&self) -> &str {
+        self.shared.authorizer.plugin()
+    }
+
     /// What the plugin registered.
     pub fn registration(&self) -> &Registration {
         &self.registration

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use super::ObjectKey;
 use super::worker::Workers;
 use crate::informer::{CachedObject, Enqueue, Informer, ResourceEventHandler};
+use crate::plugin::api::PLUGIN_LABEL;
 use crate::plugin::grants::KindRef;
 use crate::queue::{Config as QueueConfig, Next, WorkQueue};
 
@@ -19,15 +20,27 @@ pub(crate) fn for_trigger(workers: Arc<Workers>) -> impl ResourceEventHandler {
 
 /// Owns: a change to an object enqueues the key of its controller owner, if that owner is of
 /// kind `owner` (client-go's `handleObject`); the owner lives in the object's namespace when
-/// `owner_namespaced`. An owner change enqueues both owners.
-pub(crate) fn owns_trigger(workers: Arc<Workers>, owner: KindRef, owner_namespaced: bool) -> impl ResourceEventHandler {
+/// `owner_namespaced`. An owner change enqueues both owners. An object another plugin made (its
+/// `kubewasm.dev/plugin` mark is not `mark`) enqueues nothing: several plugins owning one kind
+/// under the same owner would otherwise wake each other for every child (issue 45 measured ten
+/// plugins making 46,000 reconciles for 5,040 Namespace–plugin pairs); unmarked objects still do.
+pub(crate) fn owns_trigger(
+    enqueue: impl Fn(ObjectKey) + Send + Sync + 'static,
+    mark: &str,
+    owner: KindRef,
+    owner_namespaced: bool,
+) -> impl ResourceEventHandler {
+    let mark: Arc<str> = mark.into();
     let owner_key = move |obj: &CachedObject| {
+        if obj.meta().labels.get(PLUGIN_LABEL).is_some_and(|made_by| made_by != &*mark) {
+            return None;
+        }
         let controller = obj.meta().controller_owner()?;
         let group = controller.api_version.rsplit_once('/').map_or("", |(g, _)| g);
         (group == owner.group && controller.kind == owner.kind)
             .then(|| ObjectKey::new(if owner_namespaced { obj.namespace() } else { None }, &controller.name))
     };
-    Enqueue::new(owner_key, move |key| workers.enqueue(key)).old_state_too()
+    Enqueue::new(owner_key, enqueue).old_state_too()
 }
 
 /// A watched object waiting to be mapped: which watch, and its cache key.
@@ -205,6 +218,33 @@ mod tests {
 
     fn versions(states: &[Arc<CachedObject>]) -> Vec<&str> {
         states.iter().map(|s| s.meta().resource_version.as_deref().unwrap()).collect()
+    }
+
+    /// A ConfigMap in `n` controlled by Namespace `n`, with `labels` (JSON).
+    fn child(labels: &str) -> Arc<CachedObject> {
+        let json = format!(
+            r#"{{"metadata":{{"name":"c","namespace":"n","labels":{labels},"ownerReferences":[{{"apiVersion":"v1","kind":"Namespace","name":"n","uid":"u","controller":true}}]}}}}"#
+        );
+        Arc::new(CachedObject::from_json(json.into_bytes()).unwrap())
+    }
+
+    #[test]
+    fn an_owned_object_wakes_its_owner_unless_another_plugin_made_it() {
+        let keys = Arc::new(Mutex::new(Vec::new()));
+        let seen = keys.clone();
+        let namespace = KindRef { group: String::new(), kind: "Namespace".into() };
+        let trigger = owns_trigger(move |key| seen.lock().push(key), "mine", namespace, false);
+        trigger.on_add(child(r#"{"kubewasm.dev/plugin":"mine"}"#), false);
+        trigger.on_add(child("{}"), false);
+        assert_eq!(keys.lock().len(), 2, "its own child and an unmarked one wake the owner");
+        trigger.on_add(child(r#"{"kubewasm.dev/plugin":"other"}"#), false);
+        trigger.on_update(
+            child(r#"{"kubewasm.dev/plugin":"other"}"#),
+            child(r#"{"kubewasm.dev/plugin":"other","a":"b"}"#),
+        );
+        trigger.on_delete(child(r#"{"kubewasm.dev/plugin":"other"}"#), false);
+        assert_eq!(keys.lock().len(), 2, "another plugin's child wakes nothing");
+        assert_eq!(keys.lock()[0], ObjectKey::new(None, "n"));
     }
 
     #[test]

@@ -158,7 +158,9 @@ impl Wiring {
             let filter = reg.owns_filters.get(i).cloned().unwrap_or_default();
             let kept = previous.and_then(|p| p.owns.get(&kind)).filter(|(f, _)| *f == filter).map(|(_, r)| r.clone());
             let registration = kept.unwrap_or_else(|| {
-                let trigger = owns_trigger(workers.clone(), owner.kind.clone(), owner.namespaced);
+                let workers = workers.clone();
+                let enqueue = move |key| workers.enqueue(key);
+                let trigger = owns_trigger(enqueue, plugin.mark(), owner.kind.clone(), owner.namespaced);
                 Arc::new(add_filtered(&informers[&kind], Some(&filter), trigger))
             });
             owns.insert(kind, (filter, registration));
