@@ -31,9 +31,11 @@ MDBOOK := $(KUBEWASM_TOOLS)/mdbook-$(MDBOOK_VERSION)/bin/mdbook
 GO_COMPONENT := $(TARGET_DIR)/debug/kubewasm-go-component
 REACTOR_ADAPTER := $(JS_TOOL)/node_modules/@bytecodealliance/jco/lib/wasi_snapshot_preview1.reactor.wasm
 GO ?= go
-# Every SDK is on contract 0.2. The host still serves 0.1 components: the legacy fixtures
-# (plugins/fixtures/legacy, hostile-legacy) bind wit/controller@0.1.0 themselves.
+# The Rust and Python SDKs are on contract 0.3, the JavaScript and Go SDKs on 0.2. The host still
+# serves 0.1 components: the legacy fixtures (plugins/fixtures/legacy, hostile-legacy) bind
+# wit/controller@0.1.0 themselves.
 WIT_02 := wit/controller@0.2.0
+WIT_03 := wit/controller@0.3.0
 # The host's container image (`make image`): a static binary for this machine's architecture,
 # named after the workspace version; the OCI layout and oci-archive land in KUBEWASM_IMAGE_DIR,
 # where the image test (host/tests/all/image.rs) reads them.
@@ -97,13 +99,13 @@ $(GO_COMPONENT): tools/go-component/Cargo.toml $(wildcard tools/go-component/src
 
 # A plugin is rebuilt when its sources, its SDK, the WIT world or its toolchain change.
 .SECONDEXPANSION:
-$(KUBEWASM_PLUGIN_DIR)/%_py.wasm: $(PY_TOOL)/.installed $(WIT_02)/controller.wit \
+$(KUBEWASM_PLUGIN_DIR)/%_py.wasm: $(PY_TOOL)/.installed $(WIT_03)/controller.wit \
 		$$(wildcard plugins/sdk/python/kubewasm/*.py) $$(wildcard plugins/python/$$(subst _,-,$$*)/*.py)
 	@mkdir -p $(@D)
 	@# componentize-py writes __pycache__ into the directories it reads: give it copies.
 	rm -rf $@.src && mkdir -p $@.src/sdk $@.src/plugin
 	cp -r plugins/sdk/python/kubewasm $@.src/sdk/ && cp plugins/python/$(subst _,-,$*)/*.py $@.src/plugin/
-	$(PY_TOOL)/bin/componentize-py -d $(WIT_02) -w controller componentize \
+	$(PY_TOOL)/bin/componentize-py -d $(WIT_03) -w controller componentize \
 		-p $@.src/sdk -p $@.src/plugin $* -o $@.tmp
 	rm -rf $@.src
 	mv $@.tmp $@
@@ -131,7 +133,7 @@ $(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(GO_COMPONENT) $(JS_TOOL)/.installed $(WIT_02
 ## without a component or a cluster: pytest over the bindings componentize-py generates (their
 ## host functions replaced by fakes), node --test with the host imports resolved to fakes.
 sdk-test: $(PY_TOOL)/.pytest-installed
-	rm -rf $(TARGET_DIR)/py-bindings && $(PY_TOOL)/bin/componentize-py -d $(WIT_02) -w controller \
+	rm -rf $(TARGET_DIR)/py-bindings && $(PY_TOOL)/bin/componentize-py -d $(WIT_03) -w controller \
 		bindings $(TARGET_DIR)/py-bindings
 	cd plugins/sdk/python && PYTHONDONTWRITEBYTECODE=1 KUBEWASM_PY_BINDINGS=$(TARGET_DIR)/py-bindings $(PY_TOOL)/bin/python -m pytest \
 		-q -p no:cacheprovider tests

@@ -16,15 +16,21 @@ pub enum Language {
     Js,
 }
 
-/// The contract version the templates are written for (the SDKs' world, `wit/` of a Python or
-/// JavaScript project).
+/// The contract version the JavaScript template is written for (its SDK's world, `wit/` of such
+/// a project).
 pub const CONTRACT: &str = "0.2.0";
+
+/// The contract version the Rust and Python templates are written for (their SDKs' world).
+pub const CONTRACT_03: &str = "0.3.0";
 
 /// The toolchain this repository pins (with the wasm32-wasip2 target), pinned by the project too.
 const TOOLCHAIN: &str = include_str!("../../rust-toolchain.toml");
 
-/// The world a Python or JavaScript project builds against, pinned by copying it into `wit/`.
+/// The world a JavaScript project builds against, pinned by copying it into `wit/`.
 const WIT: &str = include_str!("../../wit/controller@0.2.0/controller.wit");
+
+/// The world a Python project (and the vendored Rust SDK) builds against.
+const WIT_03: &str = include_str!("../../wit/controller@0.3.0/controller.wit");
 
 /// The Python tools this repository pins (componentize-py, flit_core; pytest for tests).
 const PY_PINS: [&str; 2] =
@@ -102,7 +108,7 @@ fn common_files(name: &str) -> Vec<File> {
 
 /// The files of a Rust plugin project named `name` using the SDK at `sdk`.
 fn rust_files(name: &str, sdk: &Path) -> Vec<File> {
-    let fill = |template: &str| fill(template, name, sdk);
+    let fill = |template: &str| fill(&template.replace("{{contract}}", CONTRACT_03), name, sdk);
     let mut files = vec![
         ("Cargo.toml".into(), fill(include_str!("scaffold/rust/Cargo.toml.tmpl")), false),
         ("rust-toolchain.toml".into(), TOOLCHAIN.to_owned(), false),
@@ -112,17 +118,21 @@ fn rust_files(name: &str, sdk: &Path) -> Vec<File> {
         ("tests/offline.rs".into(), fill(include_str!("scaffold/rust/offline.rs.tmpl")), false),
     ];
     files.extend(common_files(name));
-    // The Rust template says what should exist (contract 0.3), and a desired child is applied
-    // with force: its expected write says so.
+    desired_child_is_forced(&mut files);
+    files
+}
+
+/// The Rust and Python templates say what should exist (contract 0.3), and a desired child is
+/// applied with force: their expected write says so.
+fn desired_child_is_forced(files: &mut [File]) {
     if let Some((_, expected, _)) = files.iter_mut().find(|(path, _, _)| path == "tests/expected.yaml") {
         expected.push_str("    force: true\n");
     }
-    files
 }
 
 /// The files of a Python plugin project named `name` installing the SDK package `sdk`.
 fn python_files(name: &str, sdk: &Path) -> Vec<File> {
-    let fill = |template: &str| fill(template, name, sdk);
+    let fill = |template: &str| fill(&template.replace("{{contract}}", CONTRACT_03), name, sdk);
     let pins: Vec<&str> =
         PY_PINS.iter().flat_map(|f| f.lines()).filter(|l| !l.trim().is_empty() && !l.starts_with('#')).collect();
     let requirements =
@@ -130,13 +140,14 @@ fn python_files(name: &str, sdk: &Path) -> Vec<File> {
     let module = name.replace('-', "_");
     let mut files = vec![
         ("requirements.txt".into(), requirements, false),
-        ("wit/controller.wit".into(), WIT.to_owned(), false),
+        ("wit/controller.wit".into(), WIT_03.to_owned(), false),
         (".gitignore".into(), fill(include_str!("scaffold/python/gitignore.tmpl")), false),
         (format!("src/{module}.py"), fill(include_str!("scaffold/python/plugin.py.tmpl")), false),
         ("build.sh".into(), fill(include_str!("scaffold/python/build.sh.tmpl")), true),
         ("tests/test_offline.py".into(), fill(include_str!("scaffold/python/test_offline.py.tmpl")), false),
     ];
     files.extend(common_files(name));
+    desired_child_is_forced(&mut files);
     files
 }
 
@@ -271,7 +282,7 @@ mod tests {
         assert!(
             text("src/hello_ns.py").contains("@reconciler(") && text("tests/test_offline.py").contains("hello-ns.wasm")
         );
-        assert!(text("wit/controller.wit").contains("package kubewasm:controller@0.2.0;"), "the WIT is pinned");
+        assert!(text("wit/controller.wit").contains("package kubewasm:controller@0.3.0;"), "the WIT is pinned");
         assert!(!files.iter().any(|(_, t, _)| t.contains("{{")), "every placeholder filled");
         assert_eq!(PluginConfig::from_yaml(&text("hello-ns.yaml")).unwrap().check_settings(), Ok(()));
     }

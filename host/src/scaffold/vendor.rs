@@ -2,10 +2,7 @@
 //! the project (`vendor/kubewasm-sdk/`), so the project builds on any machine, with no path to
 //! the checkout `kubewasm` was built from, and pins the SDK it was made with.
 
-use super::File;
-
-/// The world the Rust SDK binds: it is on contract 0.3, the other SDKs on 0.2 (`super::WIT`).
-const RUST_WIT: &str = include_str!("../../../wit/controller@0.3.0/controller.wit");
+use super::{File, WIT_03};
 
 /// The workspace's versions of the Rust SDK's dependencies, for its standalone manifest (the
 /// SDK's own `Cargo.toml` inherits them from the workspace, which a project does not have).
@@ -81,7 +78,7 @@ pub fn rust() -> Vec<File> {
         }
     }
     files.push((format!("{DIR}/Cargo.toml"), RUST_MANIFEST.to_owned(), false));
-    files.push((format!("{DIR}/wit/controller.wit"), RUST_WIT.to_owned(), false));
+    files.push((format!("{DIR}/wit/controller.wit"), WIT_03.to_owned(), false));
     files
 }
 

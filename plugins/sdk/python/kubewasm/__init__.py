@@ -1,21 +1,24 @@
 """Write kubewasm reconcile plugins in Python.
 
-A plugin is one module with one decorated function::
+A plugin is one module with one decorated function, which says what should exist::
 
-    from kubewasm import Kind, Registration, reconciler, cache, client, controller_reference
+    from kubewasm import Desired, Kind, Registration, reconciler, cache
 
     NAMESPACE = Kind("v1", "Namespace")
 
     @reconciler(Registration(NAMESPACE).owns(Kind("v1", "ConfigMap")))
     def reconcile(request):
-        ns = cache.get(NAMESPACE, request.name)
-        if ns is None:
+        if cache.get(NAMESPACE, request.name) is None:
             return  # gone: nothing to do
-        client.apply({"apiVersion": "v1", "kind": "ConfigMap",
-                      "metadata": {"name": "hello", "namespace": request.name,
-                                   "ownerReferences": [controller_reference(ns)]}})
+        return Desired(children=[{"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": "hello", "namespace": request.name}}])
 
-built with ``componentize-py -d wit/controller@0.2.0 -w controller componentize -p
+The host applies each child as the plugin (with force, a controller ownerReference to the
+Namespace added), sends none that would change nothing, deletes what the plugin made for the key
+and no longer returns, then applies ``Desired.status``. A plugin may also write itself
+(:mod:`kubewasm.client`) and return ``None``, :class:`Done` or :class:`RequeueAfter`.
+
+Built with ``componentize-py -d wit/controller@0.3.0 -w controller componentize -p
 plugins/sdk/python -p <plugin dir> <module>`` (``make plugins`` does it; a ``kubewasm new python``
 project installs this package and builds from that copy, see README.md). Objects are plain
 dicts of the Kubernetes JSON; cache reads are local, writes go to the API server with field
@@ -40,7 +43,7 @@ from wit_world.imports import config as _config
 from wit_world.imports import types as _types
 
 __all__ = [
-    "Kind", "Registration", "EventFilter", "Request", "Done", "RequeueAfter", "reconciler",
+    "Kind", "Registration", "EventFilter", "Request", "Done", "RequeueAfter", "Desired", "reconciler",
     "settings", "controller_reference", "is_controlled_by", "object_ref", "Preconditions",
     "TerminalError", "RequeueAfterError", "HostError", "NotFound", "Forbidden", "Conflict",
     "Invalid", "Unavailable", "Other",
@@ -222,9 +225,17 @@ class Registration:
             for_kind=for_kind._gvk(), for_filter=for_filter._wit(), owns=[], watches=[], reads=[],
             writes=[], indexes=[], max_concurrent=None)
 
-    def owns(self, kind: Kind, filter: Optional[EventFilter] = None) -> "Registration":
-        """Creates and controls objects of ``kind`` (a change enqueues the owner's key)."""
-        self._raw.owns.append(wit_world.Owned(kind=kind._gvk(), filter=(filter or EventFilter())._wit()))
+    def owns(self, kind: Kind, filter: Optional[EventFilter] = None, prune: str = "background") -> "Registration":
+        """Creates and controls objects of ``kind`` (a change enqueues the owner's key).
+        ``prune`` says what happens to one the plugin made for a key and no longer returns in
+        its :class:`Desired` children: ``"background"`` (deleted; Kubernetes' default),
+        ``"foreground"`` (deleted once its own dependents are) or ``"never"``."""
+        policies = {"background": wit_world.Prune.BACKGROUND, "foreground": wit_world.Prune.FOREGROUND,
+                    "never": wit_world.Prune.NEVER}
+        if prune not in policies:
+            raise ValueError(f"prune must be one of {', '.join(policies)}, not {prune!r}")
+        self._raw.owns.append(wit_world.Owned(kind=kind._gvk(), filter=(filter or EventFilter())._wit(),
+                                              prune=policies[prune]))
         return self
 
     def watches(self, kind: Kind, selector: Optional[str] = None,
@@ -285,6 +296,19 @@ class RequeueAfter:
     seconds: Union[float, timedelta]
 
 
+@dataclass(frozen=True)
+class Desired:
+    """What should exist for the key, returned by ``reconcile``: ``children`` (full objects, as
+    :func:`kubewasm.client.apply` takes them), the key object's ``status`` (the field's value;
+    ``None`` leaves it alone) and ``requeue_after`` (seconds or a :class:`datetime.timedelta`;
+    reconcile again once it is so). An empty ``children`` prunes every child the plugin made for
+    the key."""
+
+    children: List[dict] = ()
+    status: Optional[dict] = None
+    requeue_after: Optional[Union[float, timedelta]] = None
+
+
 def reconciler(registration: Registration, map: Optional[Callable[[Kind, dict], List[tuple]]] = None):
     """Makes the decorated ``reconcile(request)`` the plugin's entry point.
 
@@ -322,20 +346,31 @@ def _reconcile_error(exc: Exception) -> "wit_world.ReconcileError":
     return wit_world.ReconcileError_Retryable(_located(exc))
 
 
+def _reconciled(result: Any) -> "wit_world.Reconciled":
+    """What ``reconcile`` returned as the contract says it: a desired state, or an action."""
+    if isinstance(result, Desired):
+        children = [json.dumps(child).encode() for child in result.children]
+        status = None if result.status is None else json.dumps(result.status).encode()
+        action = (wit_world.Action_Done() if result.requeue_after is None
+                  else wit_world.Action_RequeueAfter(_millis(result.requeue_after)))
+        return wit_world.Reconciled(desired=wit_world.DesiredState(children=children, status=status), action=action)
+    if isinstance(result, RequeueAfter):
+        return wit_world.Reconciled(desired=None, action=wit_world.Action_RequeueAfter(_millis(result.seconds)))
+    return wit_world.Reconciled(desired=None, action=wit_world.Action_Done())
+
+
 def _guest(registration: Registration, reconcile: Callable, map_fn: Optional[Callable]) -> type:
     class WitWorld(wit_world.WitWorld):
         def describe(self) -> wit_world.Registration:
             return registration._raw
 
-        def reconcile(self, request: wit_world.Request) -> wit_world.Action:
+        def reconcile(self, request: wit_world.Request) -> wit_world.Reconciled:
             req = Request(_kind(request.kind), request.key.namespace, request.key.name, request.attempt)
             try:
-                action = reconcile(req)
+                result = reconcile(req)
+                return _reconciled(result)
             except Exception as exc:  # the exception's class says how the key is retried
                 raise Err(_reconcile_error(exc)) from None
-            if isinstance(action, RequeueAfter):
-                return wit_world.Action_RequeueAfter(_millis(action.seconds))
-            return wit_world.Action_Done()
 
         def map(self, kind: _types.Gvk, obj: bytes) -> List[_types.ObjectKey]:
             if map_fn is None:

@@ -9,7 +9,7 @@ import wit_world
 from componentize_py_types import Err
 from wit_world.imports import types
 
-from kubewasm import (EventFilter, Kind, NotFound, Registration, RequeueAfter, RequeueAfterError,
+from kubewasm import (Desired, EventFilter, Kind, NotFound, Registration, RequeueAfter, RequeueAfterError,
                       TerminalError, controller_reference, is_controlled_by, reconciler)
 
 NS = Kind("v1", "Namespace")
@@ -51,7 +51,7 @@ def test_delays_may_be_timedeltas_with_their_unit_explicit():
     def fn(_):
         raise RequeueAfterError(timedelta(minutes=1), "rate limited")
     assert error_of(fn) == wit_world.ReconcileError_RequeueAfter(wit_world.Requeue(60000, "rate limited"))
-    assert run(lambda _: RequeueAfter(timedelta(milliseconds=250))) == wit_world.Action_RequeueAfter(250)
+    assert run(lambda _: RequeueAfter(timedelta(milliseconds=250))).action == wit_world.Action_RequeueAfter(250)
 
 
 def test_any_other_exception_is_retryable():
@@ -62,8 +62,27 @@ def test_any_other_exception_is_retryable():
 
 
 def test_requeue_after_and_none_are_the_two_actions():
-    assert run(lambda _: RequeueAfter(1.5)) == wit_world.Action_RequeueAfter(1500)
-    assert run(lambda _: None) == wit_world.Action_Done()
+    assert run(lambda _: RequeueAfter(1.5)) == wit_world.Reconciled(None, wit_world.Action_RequeueAfter(1500))
+    assert run(lambda _: None) == wit_world.Reconciled(None, wit_world.Action_Done())
+
+
+def test_a_desired_state_carries_its_children_and_status_as_json():
+    child = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "a"}}
+    reconciled = run(lambda _: Desired(children=[child], status={"ready": True}, requeue_after=2))
+    assert [json.loads(c) for c in reconciled.desired.children] == [child]
+    assert json.loads(reconciled.desired.status) == {"ready": True}
+    assert reconciled.action == wit_world.Action_RequeueAfter(2000)
+    nothing = run(lambda _: Desired())
+    assert (nothing.desired.children, nothing.desired.status, nothing.action) == ([], None, wit_world.Action_Done())
+
+
+def test_an_owned_kinds_prune_policy_is_checked_and_defaults_to_background():
+    owned = Registration(NS).owns(Kind("v1", "ConfigMap"))._raw.owns[0]
+    assert owned.prune == wit_world.Prune.BACKGROUND
+    never = Registration(NS).owns(Kind("v1", "ConfigMap"), prune="never")._raw.owns[0]
+    assert never.prune == wit_world.Prune.NEVER
+    with pytest.raises(ValueError, match="prune must be one of"):
+        Registration(NS).owns(Kind("v1", "ConfigMap"), prune="orphan")
 
 
 def test_map_errors_are_host_errors():
