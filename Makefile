@@ -31,7 +31,7 @@ MDBOOK := $(KUBEWASM_TOOLS)/mdbook-$(MDBOOK_VERSION)/bin/mdbook
 GO_COMPONENT := $(TARGET_DIR)/debug/kubewasm-go-component
 REACTOR_ADAPTER := $(JS_TOOL)/node_modules/@bytecodealliance/jco/lib/wasi_snapshot_preview1.reactor.wasm
 GO ?= go
-# The Rust and Python SDKs are on contract 0.3, the JavaScript and Go SDKs on 0.2. The host still
+# The Rust, Python and JavaScript SDKs are on contract 0.3, the Go SDK on 0.2. The host still
 # serves 0.1 components: the legacy fixtures (plugins/fixtures/legacy, hostile-legacy) bind
 # wit/controller@0.1.0 themselves.
 WIT_02 := wit/controller@0.2.0
@@ -109,14 +109,14 @@ $(KUBEWASM_PLUGIN_DIR)/%_py.wasm: $(PY_TOOL)/.installed $(WIT_03)/controller.wit
 		-p $@.src/sdk -p $@.src/plugin $* -o $@.tmp
 	rm -rf $@.src
 	mv $@.tmp $@
-$(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT_02)/controller.wit \
+$(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT_03)/controller.wit \
 		$(wildcard plugins/sdk/js/*.js) $$(wildcard plugins/js/$$(subst _,-,$$*)/*.js)
 	@mkdir -p $(@D)/js-bundle
 	$(JS_TOOL)/node_modules/.bin/rolldown plugins/js/$(subst _,-,$*)/$(subst _,-,$*).js --format esm \
-		$(foreach i,types cache client events log config,--external kubewasm:controller/$(i)@0.2.0) \
+		$(foreach i,types cache client events log config,--external kubewasm:controller/$(i)@0.3.0) \
 		--file $(@D)/js-bundle/$*.js
 	# componentize-js resolves the source relative to the working directory.
-	cd $(@D)/js-bundle && $(JS_TOOL)/node_modules/.bin/componentize-js $*.js --wit $(CURDIR)/$(WIT_02) \
+	cd $(@D)/js-bundle && $(JS_TOOL)/node_modules/.bin/componentize-js $*.js --wit $(CURDIR)/$(WIT_03) \
 		-n controller --disable http fetch-event -o $@.tmp
 	mv $@.tmp $@
 # The core module (`c-shared`: a reactor whose _initialize starts Go's runtime), then the component.

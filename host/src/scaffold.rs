@@ -16,21 +16,16 @@ pub enum Language {
     Js,
 }
 
-/// The contract version the JavaScript template is written for (its SDK's world, `wit/` of such
-/// a project).
-pub const CONTRACT: &str = "0.2.0";
-
-/// The contract version the Rust and Python templates are written for (their SDKs' world).
-pub const CONTRACT_03: &str = "0.3.0";
+/// The contract version the templates are written for (the Rust, Python and JavaScript SDKs'
+/// world, `wit/` of a project).
+pub const CONTRACT: &str = "0.3.0";
 
 /// The toolchain this repository pins (with the wasm32-wasip2 target), pinned by the project too.
 const TOOLCHAIN: &str = include_str!("../../rust-toolchain.toml");
 
-/// The world a JavaScript project builds against, pinned by copying it into `wit/`.
-const WIT: &str = include_str!("../../wit/controller@0.2.0/controller.wit");
-
-/// The world a Python project (and the vendored Rust SDK) builds against.
-const WIT_03: &str = include_str!("../../wit/controller@0.3.0/controller.wit");
+/// The world a project builds against, pinned by copying it into `wit/` (beside the vendored
+/// Rust SDK, or of a Python or JavaScript project).
+const WIT: &str = include_str!("../../wit/controller@0.3.0/controller.wit");
 
 /// The Python tools this repository pins (componentize-py, flit_core; pytest for tests).
 const PY_PINS: [&str; 2] =
@@ -108,7 +103,7 @@ fn common_files(name: &str) -> Vec<File> {
 
 /// The files of a Rust plugin project named `name` using the SDK at `sdk`.
 fn rust_files(name: &str, sdk: &Path) -> Vec<File> {
-    let fill = |template: &str| fill(&template.replace("{{contract}}", CONTRACT_03), name, sdk);
+    let fill = |template: &str| fill(template, name, sdk);
     let mut files = vec![
         ("Cargo.toml".into(), fill(include_str!("scaffold/rust/Cargo.toml.tmpl")), false),
         ("rust-toolchain.toml".into(), TOOLCHAIN.to_owned(), false),
@@ -118,21 +113,12 @@ fn rust_files(name: &str, sdk: &Path) -> Vec<File> {
         ("tests/offline.rs".into(), fill(include_str!("scaffold/rust/offline.rs.tmpl")), false),
     ];
     files.extend(common_files(name));
-    desired_child_is_forced(&mut files);
     files
-}
-
-/// The Rust and Python templates say what should exist (contract 0.3), and a desired child is
-/// applied with force: their expected write says so.
-fn desired_child_is_forced(files: &mut [File]) {
-    if let Some((_, expected, _)) = files.iter_mut().find(|(path, _, _)| path == "tests/expected.yaml") {
-        expected.push_str("    force: true\n");
-    }
 }
 
 /// The files of a Python plugin project named `name` installing the SDK package `sdk`.
 fn python_files(name: &str, sdk: &Path) -> Vec<File> {
-    let fill = |template: &str| fill(&template.replace("{{contract}}", CONTRACT_03), name, sdk);
+    let fill = |template: &str| fill(template, name, sdk);
     let pins: Vec<&str> =
         PY_PINS.iter().flat_map(|f| f.lines()).filter(|l| !l.trim().is_empty() && !l.starts_with('#')).collect();
     let requirements =
@@ -140,14 +126,13 @@ fn python_files(name: &str, sdk: &Path) -> Vec<File> {
     let module = name.replace('-', "_");
     let mut files = vec![
         ("requirements.txt".into(), requirements, false),
-        ("wit/controller.wit".into(), WIT_03.to_owned(), false),
+        ("wit/controller.wit".into(), WIT.to_owned(), false),
         (".gitignore".into(), fill(include_str!("scaffold/python/gitignore.tmpl")), false),
         (format!("src/{module}.py"), fill(include_str!("scaffold/python/plugin.py.tmpl")), false),
         ("build.sh".into(), fill(include_str!("scaffold/python/build.sh.tmpl")), true),
         ("tests/test_offline.py".into(), fill(include_str!("scaffold/python/test_offline.py.tmpl")), false),
     ];
     files.extend(common_files(name));
-    desired_child_is_forced(&mut files);
     files
 }
 
@@ -268,13 +253,13 @@ mod tests {
 
     #[test]
     fn the_python_project_pins_the_repository_tools_and_builds_from_the_installed_sdk() {
-        let files = python_files("hello-ns", Path::new("/d/kubewasm_sdk-0.2.0-py3-none-any.whl"));
+        let files = python_files("hello-ns", Path::new("/d/kubewasm_sdk-0.3.0-py3-none-any.whl"));
         let text = |f: &str| files.iter().find(|(p, _, _)| p == f).map(|(_, t, _)| t.clone()).unwrap();
         for pin in ["componentize-py==", "flit_core==", "pytest=="] {
             assert!(text("requirements.txt").lines().any(|l| l.starts_with(pin)), "{pin}");
         }
         let build = text("build.sh");
-        assert!(build.contains(r#"SDK="/d/kubewasm_sdk-0.2.0-py3-none-any.whl""#), "{build}");
+        assert!(build.contains(r#"SDK="/d/kubewasm_sdk-0.3.0-py3-none-any.whl""#), "{build}");
         assert!(
             build.contains("-p .kubewasm/site -p src hello_ns") && build.contains("-o hello-ns.wasm.tmp"),
             "{build}"
@@ -289,10 +274,10 @@ mod tests {
 
     #[test]
     fn the_js_project_carries_the_repository_toolchain_byte_for_byte_and_depends_on_the_sdk() {
-        let files = js_files("hello-ns", Path::new("/d/kubewasm-sdk-0.2.0.tgz"));
+        let files = js_files("hello-ns", Path::new("/d/kubewasm-sdk-0.3.0.tgz"));
         let text = |f: &str| files.iter().find(|(p, _, _)| p == f).map(|(_, t, _)| t.clone()).unwrap();
         let package: serde_json::Value = serde_json::from_str(&text("package.json")).unwrap();
-        assert_eq!(package["dependencies"]["kubewasm-sdk"], "file:/d/kubewasm-sdk-0.2.0.tgz");
+        assert_eq!(package["dependencies"]["kubewasm-sdk"], "file:/d/kubewasm-sdk-0.3.0.tgz");
         assert_eq!(package["scripts"]["test"], "node --test");
         // The same bytes hash to the toolchain directory the Makefile installed (js-<hash>).
         assert_eq!(text("toolchain/package.json"), include_str!("../../plugins/js/package.json"));
@@ -335,7 +320,7 @@ mod tests {
         let rust = checkout.join("rust");
         assert!(matches!(locate_sdk(Language::Python, &rust), Err(Error::NoSdk { .. })));
         let dir = tempfile::tempdir().unwrap();
-        let wheel = dir.path().join("kubewasm_sdk-0.2.0-py3-none-any.whl");
+        let wheel = dir.path().join("kubewasm_sdk-0.3.0-py3-none-any.whl");
         std::fs::write(&wheel, "").unwrap();
         assert!(locate_sdk(Language::Python, &wheel).is_ok());
         assert!(locate_sdk(Language::Js, &wheel).is_err(), "a wheel is no npm package");

@@ -2,7 +2,7 @@
 //! the project (`vendor/kubewasm-sdk/`), so the project builds on any machine, with no path to
 //! the checkout `kubewasm` was built from, and pins the SDK it was made with.
 
-use super::{File, WIT_03};
+use super::{File, WIT};
 
 /// The workspace's versions of the Rust SDK's dependencies, for its standalone manifest (the
 /// SDK's own `Cargo.toml` inherits them from the workspace, which a project does not have).
@@ -78,7 +78,7 @@ pub fn rust() -> Vec<File> {
         }
     }
     files.push((format!("{DIR}/Cargo.toml"), RUST_MANIFEST.to_owned(), false));
-    files.push((format!("{DIR}/wit/controller.wit"), WIT_03.to_owned(), false));
+    files.push((format!("{DIR}/wit/controller.wit"), WIT.to_owned(), false));
     files
 }
 

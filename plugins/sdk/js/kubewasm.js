@@ -1,14 +1,23 @@
 // Write kubewasm reconcile plugins in JavaScript.
 //
-// A plugin is one ES module that exports what `reconciler` returns:
+// A plugin is one ES module that exports what `reconciler` returns; its function says what
+// should exist:
 //
-//   import { Kind, Registration, reconciler, cache, client } from '../../sdk/js/kubewasm.js';
+//   import { Kind, Registration, reconciler, cache, desired } from '../../sdk/js/kubewasm.js';
 //   const NAMESPACE = new Kind('v1', 'Namespace');
 //   export const { describe, reconcile, map } = reconciler(
 //     new Registration(NAMESPACE).owns(new Kind('v1', 'ConfigMap')),
-//     (request) => { const ns = cache.get(NAMESPACE, request.name); ... });
+//     (request) => {
+//       if (!cache.get(NAMESPACE, request.name)) return;
+//       return desired([{ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'hello', namespace: request.name } }]);
+//     });
 //
-// bundled by rolldown and built with `componentize-js --wit wit/controller@0.2.0 -n controller`
+// The host applies each child as the plugin (with force, a controller ownerReference to the key's
+// object added), sends none that would change nothing, deletes what the plugin made for the key
+// and no longer returns, then applies the status. A plugin may also write itself (`client`) and
+// return nothing or `requeueAfter(ms)`.
+//
+// Bundled by rolldown and built with `componentize-js --wit wit/controller@0.3.0 -n controller`
 // (`make plugins` does it). Objects are plain objects of the Kubernetes JSON; cache reads are
 // local, writes go to the API server with field manager `kubewasm/<plugin>`. A failing host call
 // throws a `HostError` (its `reason` says why). What the reconcile function throws says how the
@@ -17,11 +26,11 @@
 // state in module variables. Helpers: `finalize` (cleanup before deletion, with preconditions),
 // `setStatusCondition` and friends (`meta.SetStatusCondition` semantics), `isControlledBy`.
 
-import * as hostCache from 'kubewasm:controller/cache@0.2.0';
-import * as hostClient from 'kubewasm:controller/client@0.2.0';
-import * as hostConfig from 'kubewasm:controller/config@0.2.0';
-import * as hostEvents from 'kubewasm:controller/events@0.2.0';
-import * as hostLog from 'kubewasm:controller/log@0.2.0';
+import * as hostCache from 'kubewasm:controller/cache@0.3.0';
+import * as hostClient from 'kubewasm:controller/client@0.3.0';
+import * as hostConfig from 'kubewasm:controller/config@0.3.0';
+import * as hostEvents from 'kubewasm:controller/events@0.3.0';
+import * as hostLog from 'kubewasm:controller/log@0.3.0';
 
 export * from './conditions.js';
 
@@ -153,6 +162,9 @@ export function eventFilter({ namespace, labelSelector, ...predicates } = {}) {
   };
 }
 
+/** The prune policies of an owned kind (the WIT enum `prune`). */
+const PRUNE = ['background', 'foreground', 'never'];
+
 /** What the plugin reconciles, owns, watches, reads and writes; the setters chain. `selector`
  * (a label selector) or `filter` (see `eventFilter`) say which changes of the for kind trigger. */
 export class Registration {
@@ -163,8 +175,15 @@ export class Registration {
     };
   }
 
-  /** Creates and controls objects of `kind` (a change enqueues the owner's key). */
-  owns(kind, filter = {}) { this.raw.owns.push({ kind: kind.gvk, filter: eventFilter(filter) }); return this; }
+  /** Creates and controls objects of `kind` (a change enqueues the owner's key). `prune` says
+   * what happens to one the plugin made for a key and no longer returns in its `desired`
+   * children: `'background'` (deleted; Kubernetes' default), `'foreground'` (deleted once its own
+   * dependents are) or `'never'`. */
+  owns(kind, filter = {}, { prune = 'background' } = {}) {
+    if (!PRUNE.includes(prune)) throw new TypeError(`prune must be one of ${PRUNE.join(', ')}, not ${prune}`);
+    this.raw.owns.push({ kind: kind.gvk, filter: eventFilter(filter), prune });
+    return this;
+  }
 
   /** Watches `kind`; changes map to keys through the `map` function. */
   watches(kind, selector, filter) {
@@ -194,9 +213,19 @@ export class Registration {
  * `RequeueAfterError`. */
 export const requeueAfter = (ms) => ({ requeueAfterMs: ms });
 
+const DESIRED = Symbol('kubewasm.desired');
+
+/** What should exist for the key (return it from the reconcile function): `children`, full
+ * objects as `client.apply` takes them; `status`, the key object's `status` (undefined leaves it
+ * alone); `requeueAfterMs`, reconcile again once it is so. No children prunes every child the
+ * plugin made for the key. */
+export const desired = (children = [], { status, requeueAfterMs } = {}) =>
+  ({ [DESIRED]: true, children, status, requeueAfterMs });
+
 /**
  * The plugin's exports: `describe`, `reconcile` and `map`. `reconcile(request)` gets
- * `{ kind, namespace, name, attempt }` and returns nothing (done) or `requeueAfter(ms)`;
+ * `{ kind, namespace, name, attempt }` and returns `desired(children, { status })`, or nothing
+ * (done) or `requeueAfter(ms)` when it wrote itself;
  * `mapFn(kind, object)`, for plugins that watch other kinds, returns `{ namespace, name }` keys
  * (what it throws retries the change with backoff).
  */
@@ -208,15 +237,18 @@ export function reconciler(registration, reconcileFn, mapFn = () => []) {
         kind: Kind.fromGvk(request.kind), namespace: request.key.namespace ?? undefined,
         name: request.key.name, attempt: request.attempt,
       };
-      let action;
+      let result;
       try {
-        action = reconcileFn(req);
+        result = reconcileFn(req);
       } catch (e) {
-        // A thrown non-Error value is the WIT `err` of `result<action, reconcile-error>`.
+        // A thrown non-Error value is the WIT `err` of `result<reconciled, reconcile-error>`.
         throw reconcileError(e);
       }
-      if (action && action.requeueAfterMs !== undefined) return { tag: 'requeue-after', val: millis(action.requeueAfterMs) };
-      return { tag: 'done' };
+      const action = result && result.requeueAfterMs !== undefined
+        ? { tag: 'requeue-after', val: millis(result.requeueAfterMs) } : { tag: 'done' };
+      if (!result || !result[DESIRED]) return { desired: undefined, action };
+      const status = result.status === undefined ? undefined : toBytes(result.status);
+      return { desired: { children: result.children.map(toBytes), status }, action };
     },
     map: (kind, object) => {
       let keys;

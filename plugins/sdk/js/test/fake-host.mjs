@@ -1,4 +1,4 @@
-// Module hooks for `node --test`: resolves the SDK's `kubewasm:controller/<iface>@0.2.0` imports
+// Module hooks for `node --test`: resolves the SDK's `kubewasm:controller/<iface>@0.3.0` imports
 // to modules whose functions call `globalThis.kubewasmFakeHost[iface][fn]`, so tests run the SDK
 // outside a component with a fake host. Registered by `node --import ./test/register.mjs`.
 
@@ -11,7 +11,7 @@ const EXPORTS = {
 };
 
 export async function resolve(specifier, context, next) {
-  const match = /^kubewasm:controller\/([a-z]+)@0\.2\.0$/.exec(specifier);
+  const match = /^kubewasm:controller\/([a-z]+)@0\.3\.0$/.exec(specifier);
   if (match) return { url: `kubewasm-fake:${match[1]}`, shortCircuit: true };
   return next(specifier, context);
 }

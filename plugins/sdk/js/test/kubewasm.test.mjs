@@ -4,7 +4,7 @@ import { beforeEach, test } from 'node:test';
 
 import {
   HostError, Kind, Registration, RequeueAfterError, TerminalError, addFinalizer, controllerReference, finalize,
-  innermostFrame, isControlledBy, reconciler, removeFinalizer, requeueAfter,
+  desired, innermostFrame, isControlledBy, reconciler, removeFinalizer, requeueAfter,
 } from '../kubewasm.js';
 
 const WIDGET = new Kind('example.com/v1', 'Widget');
@@ -114,8 +114,8 @@ test('a stack frame is read from SpiderMonkey (componentize-js) and V8 alike', (
 
 test('requeueAfter and nothing are the two actions', () => {
   const { reconcile } = reconciler(new Registration(NS), () => requeueAfter(1500));
-  assert.deepEqual(reconcile(request), { tag: 'requeue-after', val: 1500n });
-  assert.deepEqual(reconciler(new Registration(NS), () => {}).reconcile(request), { tag: 'done' });
+  assert.deepEqual(reconcile(request), { desired: undefined, action: { tag: 'requeue-after', val: 1500n } });
+  assert.deepEqual(reconciler(new Registration(NS), () => {}).reconcile(request), { desired: undefined, action: { tag: 'done' } });
 });
 
 test('map errors are host errors', () => {
@@ -141,4 +141,23 @@ test('isControlledBy follows the controller reference', () => {
   assert.ok(isControlledBy(child, owner));
   assert.equal(isControlledBy(child, { metadata: { uid: 'u2' } }), false);
   assert.equal(isControlledBy(undefined, owner), false);
+});
+
+test('a desired state carries its children and status as JSON bytes', () => {
+  const child = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'a', namespace: 'a' } };
+  const { reconcile } = reconciler(new Registration(NS), () => desired([child], { status: { ready: true }, requeueAfterMs: 2000 }));
+  const out = reconcile(request);
+  const text = (bytes) => JSON.parse(new TextDecoder().decode(bytes));
+  assert.deepEqual(out.desired.children.map(text), [child]);
+  assert.deepEqual(text(out.desired.status), { ready: true });
+  assert.deepEqual(out.action, { tag: 'requeue-after', val: 2000n });
+  const nothing = reconciler(new Registration(NS), () => desired()).reconcile(request);
+  assert.deepEqual(nothing, { desired: { children: [], status: undefined }, action: { tag: 'done' } });
+});
+
+test('an owned kind prunes in the background unless told otherwise, and a bad policy throws', () => {
+  const cm = new Kind('v1', 'ConfigMap');
+  assert.equal(new Registration(NS).owns(cm).raw.owns[0].prune, 'background');
+  assert.equal(new Registration(NS).owns(cm, {}, { prune: 'never' }).raw.owns[0].prune, 'never');
+  assert.throws(() => new Registration(NS).owns(cm, {}, { prune: 'orphan' }), /prune must be one of/);
 });
