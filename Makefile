@@ -31,10 +31,9 @@ MDBOOK := $(KUBEWASM_TOOLS)/mdbook-$(MDBOOK_VERSION)/bin/mdbook
 GO_COMPONENT := $(TARGET_DIR)/debug/kubewasm-go-component
 REACTOR_ADAPTER := $(JS_TOOL)/node_modules/@bytecodealliance/jco/lib/wasi_snapshot_preview1.reactor.wasm
 GO ?= go
-# The Rust, Python and JavaScript SDKs are on contract 0.3, the Go SDK on 0.2. The host still
-# serves 0.1 components: the legacy fixtures (plugins/fixtures/legacy, hostile-legacy) bind
-# wit/controller@0.1.0 themselves.
-WIT_02 := wit/controller@0.2.0
+# Every SDK is on contract 0.3. The host still serves 0.2 and 0.1 components: plugins/fixtures/
+# frozen-0-2 binds wit/controller@0.2.0 itself, and the legacy fixtures (plugins/fixtures/legacy,
+# hostile-legacy) bind wit/controller@0.1.0.
 WIT_03 := wit/controller@0.3.0
 # The host's container image (`make image`): a static binary for this machine's architecture,
 # named after the workspace version; the OCI layout and oci-archive land in KUBEWASM_IMAGE_DIR,
@@ -48,7 +47,7 @@ export KUBEWASM_IMAGE_DIR ?= $(TARGET_DIR)/image
 # spends most of its time in one codegen unit, on one CPU, leaving the other to the tests.
 IMAGE_TARGET_DIR := $(TARGET_DIR)/image-build
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy fixture-hostile fixture-hostile-legacy fixture-desired
+FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy fixture-hostile fixture-hostile-legacy fixture-desired fixture-frozen-0-2
 
 .PHONY: docs install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry helm promtool test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary test-binaries
 
@@ -120,13 +119,13 @@ $(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT_03)/controller.wit
 		-n controller --disable http fetch-event -o $@.tmp
 	mv $@.tmp $@
 # The core module (`c-shared`: a reactor whose _initialize starts Go's runtime), then the component.
-$(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(GO_COMPONENT) $(JS_TOOL)/.installed $(WIT_02)/controller.wit \
+$(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(GO_COMPONENT) $(JS_TOOL)/.installed $(WIT_03)/controller.wit \
 		$(wildcard plugins/sdk/go/*.go plugins/sdk/go/go.mod) \
 		$$(wildcard plugins/go/$$(subst _,-,$$*)/*.go plugins/go/$$(subst _,-,$$*)/go.mod)
 	@mkdir -p $(@D)/go-build
 	cd plugins/go/$(subst _,-,$*) && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath \
 		-o $(@D)/go-build/$*.core.wasm .
-	$(GO_COMPONENT) $(@D)/go-build/$*.core.wasm --wit $(WIT_02) --adapter $(REACTOR_ADAPTER) -o $@.tmp
+	$(GO_COMPONENT) $(@D)/go-build/$*.core.wasm --wit $(WIT_03) --adapter $(REACTOR_ADAPTER) -o $@.tmp
 	mv $@.tmp $@
 
 ## Unit tests of the Python and JavaScript SDKs' pure helpers (conditions, finalizers, errors),

@@ -1,5 +1,7 @@
-//! Contract 0.2 end to end against a real kube-apiserver + etcd: each capability the WIT added,
-//! through the `fixture-contract` plugin, and a 0.1 component (`fixture-legacy`) served beside it.
+//! Contract 0.2's capabilities end to end against a real kube-apiserver + etcd, through the
+//! `fixture-contract` plugin (built with the Rust SDK, so a 0.3 component, whose imports are
+//! 0.2's), and a 0.1 component (`fixture-legacy`) and a 0.2 one (`fixture-frozen-0-2`) served
+//! beside it.
 
 use crate::common;
 
@@ -278,32 +280,48 @@ async fn predicates_drop_updates_without_the_changes_they_name() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_0_1_component_loads_and_reconciles_in_a_host_running_a_0_2_plugin() {
+async fn a_0_1_and_a_0_2_component_load_and_reconcile_in_a_host_running_a_0_3_plugin() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let ns = cp.namespace("contract-compat").await;
     let dir = tempfile::tempdir().unwrap();
     let mut app = contract_app(&client, dir.path(), &ns, "generation").await;
-    let wasm = common::install_plugin(dir.path(), "legacy", "fixture_legacy.wasm", "grants: {write: [ConfigMap]}\n");
-    let legacy = PluginFile { name: "legacy".into(), wasm: Some(wasm), config: Some(dir.path().join("legacy.yaml")) };
-    app.add_plugin(&legacy).await.unwrap();
-    eventually("readiness with both", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
+    for (name, built) in [("legacy", "fixture_legacy.wasm"), ("frozen", "fixture_frozen_0_2.wasm")] {
+        let wasm = common::install_plugin(dir.path(), name, built, "grants: {write: [ConfigMap]}\n");
+        let file =
+            PluginFile { name: name.into(), wasm: Some(wasm), config: Some(dir.path().join(format!("{name}.yaml"))) };
+        app.add_plugin(&file).await.unwrap();
+    }
+    eventually("readiness with all three", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
     let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
 
     config_map(&api, "old", json!({"kubewasm.test/legacy": "yes"}), json!({})).await;
     config_map(&api, "legacy-fail", json!({"kubewasm.test/legacy": "yes"}), json!({})).await;
+    config_map(&api, "v0-2", json!({"kubewasm.test/v0-2": "yes"}), json!({})).await;
+    config_map(&api, "v0-2-fail", json!({"kubewasm.test/v0-2": "yes"}), json!({})).await;
     told(&api, "new", "").await;
     eventually("the 0.1 plugin's patch", CONVERGE, || async {
         let cm = api.get("old").await.unwrap();
         cm.metadata.annotations?.get("kubewasm.test/legacy-seen").cloned()
     })
     .await;
-    log_where(&api, "new", "the 0.2 plugin's reconcile beside it", count_is(1)).await;
-    // 0.1's string error is retried with backoff, as before 0.2.
+    eventually("the 0.2 plugin's patch", CONVERGE, || async {
+        let cm = api.get("v0-2").await.unwrap();
+        cm.metadata.annotations?.get("kubewasm.test/v0-2-seen").cloned()
+    })
+    .await;
+    log_where(&api, "new", "the 0.3 plugin's reconcile beside them", count_is(1)).await;
+    // 0.1's string error is retried with backoff, as before 0.2; 0.2's terminal error is not.
     eventually("the 0.1 error retried", CONVERGE, || async {
         let text = metrics(&app);
         metric_value(&text, "controller_runtime_reconcile_errors_total", &[("controller", "legacy")])
             .filter(|n| *n >= 2.0)
+    })
+    .await;
+    eventually("the 0.2 terminal error counted", CONVERGE, || async {
+        let text = metrics(&app);
+        metric_value(&text, "controller_runtime_terminal_reconcile_errors_total", &[("controller", "frozen")])
+            .filter(|n| *n >= 1.0)
     })
     .await;
     assert!(app.shut_down(Duration::from_secs(10)).await);

@@ -2,7 +2,7 @@
 //! runtime once broke it: heap growth. Go's wasm allocator takes every page above its data,
 //! including pages the WASI adapter grew for its own state, so the first reconcile that grew
 //! the heap trapped in the adapter (`clock_time_get` → `assert_fail`, plugins/README.md). The
-//! ABI tests run plugins/go/contract-calls, which makes every 0.2 host call with values the
+//! ABI tests run plugins/go/contract-calls, which makes every 0.3 host call with values the
 //! tests recognise: the component's type check proves the signatures, these the layouts in
 //! memory. No API server: an in-memory cache and a recording writer.
 
@@ -26,9 +26,15 @@ const CONTRACT_CALLS: &str = "contract_calls_go.wasm";
 /// contract-calls over a cache of ConfigMaps a, b, c and calls in namespace ns (b labelled
 /// app=web), with a grant to write ConfigMaps.
 async fn contract_calls() -> (Plugin, Arc<RecordingWriter>) {
+    contract_calls_over(&[]).await
+}
+
+/// [`contract_calls`] with ConfigMaps `more` in namespace ns besides.
+async fn contract_calls_over(more: &[&str]) -> (Plugin, Arc<RecordingWriter>) {
     let runtime = Runtime::new(RuntimeConfig::default().cache_dir(common::test_compile_cache())).unwrap();
     let cache = Arc::new(MemoryCache::default());
-    for (name, labels) in [("a", json!({})), ("b", json!({"app": "web"})), ("c", json!({})), ("calls", json!({}))] {
+    let objects = [("a", json!({})), ("b", json!({"app": "web"})), ("c", json!({})), ("calls", json!({}))];
+    for (name, labels) in objects.into_iter().chain(more.iter().map(|name| (*name, json!({})))) {
         cache.insert(&json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "resourceVersion": "7",
                          "labels": labels}}));
@@ -60,6 +66,7 @@ async fn the_go_sdk_lowers_event_filters_and_the_rest_of_the_registration() {
     );
     let p = &r.owns_filters[0].predicates;
     assert!(!p.generation_changed && p.labels_changed && !p.annotations_changed, "{p:?}");
+    assert_eq!(r.owns_prune, [Some(Propagation::Foreground)], "the owned kind's prune byte");
     assert_eq!(r.watches.len(), 1);
     assert_eq!(r.watches[0].kind.kind, "Service");
     assert_eq!(r.watches[0].filter.namespace.as_deref(), Some("w"));
@@ -94,6 +101,27 @@ async fn go_reconcile_errors_say_terminal_requeue_after_and_periodic_requeue_and
         Err(CallFailed::Plugin(m)) => assert_eq!(m, "unknown key unknown"),
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_go_desired_state_lowers_its_children_status_and_action() {
+    let (plugin, writer) = contract_calls_over(&["desired"]).await;
+    let action = plugin.reconcile(&ObjectKey::new(Some("ns"), "desired"), 0).await.unwrap();
+    assert_eq!(action, Action::RequeueAfter(Duration::from_secs(3)));
+    let calls = writer.calls();
+    let applied: Vec<_> = calls
+        .iter()
+        .filter_map(|c| match c {
+            ApiCall::Apply { object, force: true } => Some(object.target.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(applied, ["d1", "d2"], "{calls:?}");
+    let status = calls.iter().find_map(|c| match c {
+        ApiCall::ApplyStatus { object, force: true } => Some(object.body["status"].clone()),
+        _ => None,
+    });
+    assert_eq!(status, Some(json!({"seen": true})), "{calls:?}");
 }
 
 #[tokio::test]

@@ -87,9 +87,8 @@ fn asked_by(built: &str) -> serde_json::Value {
         "own": ["ResourceQuota", "NetworkPolicy.networking.k8s.io"],
     });
     match built.trim_end_matches(".wasm") {
-        "fixture_stamper" | "fixture_sleeper" | "fixture_mapper" | "fixture_legacy" | "fixture_greedy" => {
-            reads_cm_writes_cm
-        }
+        "fixture_stamper" | "fixture_sleeper" | "fixture_mapper" | "fixture_legacy" | "fixture_frozen_0_2"
+        | "fixture_greedy" => reads_cm_writes_cm,
         "fixture_intruder" => serde_json::json!({"read": ["ConfigMap"], "status": ["ConfigMap"], "own": ["ConfigMap"]}),
         "fixture_contract" => serde_json::json!({
             "read": ["ConfigMap", "Secret"], "status": ["ConfigMap"], "own": ["Secret"], "write": ["ConfigMap", "Namespace"],

@@ -1,11 +1,12 @@
-// contract-calls: a test plugin, not an example. It makes every host call of contract 0.2 the
+// contract-calls: a test plugin, not an example. It makes every host call of contract 0.3 the
 // Go SDK lowers by hand (abi.go, imports.go, exports.go) with values a test can recognise, so
 // host/tests/all/go_plugin.rs checks the memory layouts the component's type check cannot:
-// event filters in describe, paged and field-selected lists, patch and patch-status with
-// preconditions, delete with a propagation policy, the uncached get, the three reconcile
-// errors and a failing map.
+// event filters and an owned kind's prune policy in describe, paged and field-selected lists,
+// patch and patch-status with preconditions, delete with a propagation policy, the uncached get,
+// the three reconcile errors, a desired state and a failing map.
 //
-// The key's name picks what reconcile does: "terminal", "requeue", "periodic", "panic", "calls".
+// The key's name picks what reconcile does: "terminal", "requeue", "periodic", "panic", "calls",
+// "desired".
 package main
 
 import (
@@ -29,6 +30,7 @@ func (contractCalls) Describe() *kubewasm.Registration {
 	return kubewasm.For(configMapKind).
 		ForFilter(kubewasm.EventFilter{Namespace: "ns", LabelSelector: "app=web", GenerationChanged: true}).
 		OwnsWith(deploymentKind, kubewasm.EventFilter{LabelsChanged: true}).
+		Pruned(deploymentKind, kubewasm.PruneForeground).
 		WatchesWith(serviceKind, kubewasm.EventFilter{Namespace: "w", AnnotationsChanged: true}).
 		Writes(configMapKind).
 		MaxConcurrent(3)
@@ -55,6 +57,13 @@ func (contractCalls) Reconcile(_ context.Context, req kubewasm.Request) (kubewas
 		counts[req.Name]++ // panics: assignment to entry in nil map
 	case "calls":
 		return calls(req)
+	case "desired":
+		child := func(name string) map[string]any {
+			return map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+				"metadata": map[string]any{"name": name, "namespace": req.Namespace}}
+		}
+		desired := &kubewasm.Desired{Children: []any{child("d1"), child("d2")}, Status: map[string]any{"seen": true}}
+		return kubewasm.Result{Desired: desired, RequeueAfter: 3 * time.Second}, nil
 	}
 	return kubewasm.Result{}, errors.New("unknown key " + req.Name)
 }

@@ -5,6 +5,7 @@ package kubewasm
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 )
 
 // The world's exports. Each lowers its result into a pinned return area and returns its address.
@@ -17,13 +18,21 @@ func storeEventFilter(addr uint32, f EventFilter) {
 	put8(addr+24, f.predicateFlags())
 }
 
-// storeUses writes a list<owned> or list<watch> (gvk, then event-filter: 52 bytes each).
-func storeUses(addr uint32, uses []use) {
-	base := alloc(uint32(len(uses))*52, 4)
+// storeUses writes a list<watch> (gvk, then event-filter: 52 bytes each) or, with owned, a
+// list<owned> (the same, then the prune enum's byte at 52: 56 bytes each).
+func storeUses(addr uint32, uses []use, owned bool) {
+	size := uint32(52)
+	if owned {
+		size = 56
+	}
+	base := alloc(uint32(len(uses))*size, 4)
 	for i, u := range uses {
-		at := base + uint32(i)*52
+		at := base + uint32(i)*size
 		storeGvk(at, u.kind)
 		storeEventFilter(at+24, u.filter)
+		if owned {
+			put8(at+52, uint8(u.prune))
+		}
 	}
 	put32(addr, base)
 	put32(addr+4, uint32(len(uses)))
@@ -46,8 +55,8 @@ func exportDescribe() uint32 {
 	ret := alloc(100, 4)
 	storeGvk(ret, r.forKind)
 	storeEventFilter(ret+24, r.forFilter)
-	storeUses(ret+52, r.owns)
-	storeUses(ret+60, r.watches)
+	storeUses(ret+52, r.owns, true)
+	storeUses(ret+60, r.watches, false)
 	storeGvkList(ret+68, r.reads)
 	storeGvkList(ret+76, r.writes)
 	indexes := alloc(uint32(len(r.indexes))*44, 4)
@@ -69,9 +78,11 @@ func exportDescribe() uint32 {
 	return ret
 }
 
-// exportReconcile lowers result<action, reconcile-error> (32 bytes, align 8): the result's tag
-// at 0; an action's tag at 8 and its u64 at 16; a reconcile-error's tag at 8 and its string at
-// 16, or its requeue { after-ms at 16, reason at 24 }.
+// exportReconcile lowers result<reconciled, reconcile-error> (48 bytes, align 8): the result's
+// tag at 0; a reconciled's option<desired-state> tag at 8, its children (list<list<u8>>) at 12,
+// its status (option<list<u8>>) tag at 20 and bytes at 24, and its action's tag at 32 and u64
+// at 40; a reconcile-error's tag at 8 and its string at 16, or its requeue { after-ms at 16,
+// reason at 24 }.
 //
 //go:wasmexport reconcile
 func exportReconcile(gp, gn, vp, vn, kp, kn, nsSome, nsp, nsn, np, nn, attempt uint32) uint32 {
@@ -82,7 +93,11 @@ func exportReconcile(gp, gn, vp, vn, kp, kn, nsSome, nsp, nsn, np, nn, attempt u
 		req.Namespace = liftString(nsp, nsn)
 	}
 	result, err := callReconcile(func() (Result, error) { return registered.Reconcile(context.Background(), req) })
-	ret := alloc(32, 8)
+	var desired *loweredDesired
+	if err == nil && result.Desired != nil {
+		desired, err = lowerDesired(result.Desired)
+	}
+	ret := alloc(48, 8)
 	if err != nil {
 		put8(ret, 1)
 		e := reconcileErrorOf(err)
@@ -95,11 +110,54 @@ func exportReconcile(gp, gn, vp, vn, kp, kn, nsSome, nsp, nsn, np, nn, attempt u
 		}
 		return ret
 	}
-	if ms := millis(result.RequeueAfter); ms > 0 {
+	if desired != nil {
 		put8(ret+8, 1)
-		put64(ret+16, ms)
+		base := alloc(uint32(len(desired.children))*8, 4)
+		for i, child := range desired.children {
+			p, n := lower(child)
+			put32(base+uint32(i)*8, p)
+			put32(base+uint32(i)*8+4, n)
+		}
+		put32(ret+12, base)
+		put32(ret+16, uint32(len(desired.children)))
+		if desired.status != nil {
+			put8(ret+20, 1)
+			p, n := lower(desired.status)
+			put32(ret+24, p)
+			put32(ret+28, n)
+		}
+	}
+	if ms := millis(result.RequeueAfter); ms > 0 {
+		put8(ret+32, 1)
+		put64(ret+40, ms)
 	}
 	return ret
+}
+
+// loweredDesired is a Desired as JSON: each child's, and the status's (nil: none).
+type loweredDesired struct {
+	children [][]byte
+	status   []byte
+}
+
+// lowerDesired marshals d; a child or status that does not marshal fails the reconcile.
+func lowerDesired(d *Desired) (*loweredDesired, error) {
+	out := &loweredDesired{}
+	for _, child := range d.Children {
+		b, err := json.Marshal(child)
+		if err != nil {
+			return nil, fmt.Errorf("a desired child: %w", err)
+		}
+		out.children = append(out.children, b)
+	}
+	if d.Status != nil {
+		b, err := json.Marshal(d.Status)
+		if err != nil {
+			return nil, fmt.Errorf("the desired status: %w", err)
+		}
+		out.status = b
+	}
+	return out, nil
 }
 
 // exportMap lowers result<list<object-key>, error> (16 bytes): the tag at 0; the list at 4, or

@@ -8,43 +8,43 @@ package kubewasm
 // patch-status, delete) takes them in memory instead: one address of the parameters laid out
 // as a record, then the return area.
 
-//go:wasmimport kubewasm:controller/cache@0.2.0 get
+//go:wasmimport kubewasm:controller/cache@0.3.0 get
 func hostCacheGet(gp, gn, vp, vn, kp, kn, nsSome, nsp, nsn, np, nn, ret uint32)
 
-//go:wasmimport kubewasm:controller/cache@0.2.0 list
+//go:wasmimport kubewasm:controller/cache@0.3.0 list
 func hostCacheList(args, ret uint32)
 
-//go:wasmimport kubewasm:controller/cache@0.2.0 by-index
+//go:wasmimport kubewasm:controller/cache@0.3.0 by-index
 func hostCacheByIndex(gp, gn, vp, vn, kp, kn, ip, in, vap, van, ret uint32)
 
-//go:wasmimport kubewasm:controller/client@0.2.0 apply
+//go:wasmimport kubewasm:controller/client@0.3.0 apply
 func hostApply(op, on, force, ret uint32)
 
-//go:wasmimport kubewasm:controller/client@0.2.0 apply-status
+//go:wasmimport kubewasm:controller/client@0.3.0 apply-status
 func hostApplyStatus(op, on, force, ret uint32)
 
-//go:wasmimport kubewasm:controller/client@0.2.0 create
+//go:wasmimport kubewasm:controller/client@0.3.0 create
 func hostCreate(op, on, ret uint32)
 
-//go:wasmimport kubewasm:controller/client@0.2.0 patch
+//go:wasmimport kubewasm:controller/client@0.3.0 patch
 func hostPatch(args, ret uint32)
 
-//go:wasmimport kubewasm:controller/client@0.2.0 patch-status
+//go:wasmimport kubewasm:controller/client@0.3.0 patch-status
 func hostPatchStatus(args, ret uint32)
 
-//go:wasmimport kubewasm:controller/client@0.2.0 delete
+//go:wasmimport kubewasm:controller/client@0.3.0 delete
 func hostDelete(args, ret uint32)
 
-//go:wasmimport kubewasm:controller/client@0.2.0 get
+//go:wasmimport kubewasm:controller/client@0.3.0 get
 func hostClientGet(gp, gn, vp, vn, kp, kn, nsSome, nsp, nsn, np, nn, ret uint32)
 
-//go:wasmimport kubewasm:controller/events@0.2.0 publish
+//go:wasmimport kubewasm:controller/events@0.3.0 publish
 func hostPublish(gp, gn, vp, vn, kp, kn, nsSome, nsp, nsn, np, nn, eventType, rp, rn, notep, noten, ret uint32)
 
-//go:wasmimport kubewasm:controller/log@0.2.0 log
+//go:wasmimport kubewasm:controller/log@0.3.0 log
 func hostLog(level, mp, mn uint32)
 
-//go:wasmimport kubewasm:controller/config@0.2.0 settings
+//go:wasmimport kubewasm:controller/config@0.3.0 settings
 func hostSettings(ret uint32)
 
 // retArea is a fresh return area big enough for every import's result (24 bytes, align 4:

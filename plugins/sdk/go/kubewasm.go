@@ -131,11 +131,39 @@ type Request struct {
 
 // Result says what to do after a successful reconcile; the zero value means done.
 type Result struct {
+	// Desired, if set, is what should exist for the key: the host makes it so after Reconcile
+	// returns (contract 0.3). Nil for a Reconcile that wrote what it wanted itself.
+	Desired *Desired
 	// RequeueAfter, if positive, reconciles the key again after this long (a periodic
 	// re-check; the key's backoff is reset). For a failure retried after a delay, return
 	// RequeueAfter(d, reason) as the error instead.
 	RequeueAfter time.Duration
 }
+
+// Desired is what should exist for a key. The host applies each child as the plugin (with
+// force; a controller ownerReference to the key's object added where the child has none),
+// sends none that would change nothing, deletes what the plugin made for the key and no longer
+// returns (per owned kind, see Prune), then applies Status.
+type Desired struct {
+	// Children are full objects (structs embedding TypeMeta and ObjectMeta, or Unstructured),
+	// as Apply takes them. None prunes every child the plugin made for the key.
+	Children []any
+	// Status is the key object's status (the field's value); nil leaves it alone.
+	Status any
+}
+
+// Prune says what happens to an owned object the plugin made for a key and no longer returns
+// in its Desired children.
+type Prune uint8
+
+const (
+	// PruneBackground deletes it, its own dependents after it (Kubernetes' default).
+	PruneBackground Prune = iota
+	// PruneForeground deletes it once its own dependents with blockOwnerDeletion are gone.
+	PruneForeground
+	// PruneNever leaves it: the plugin deletes what it no longer wants itself.
+	PruneNever
+)
 
 // Key names an object of the for kind, for Map functions.
 type Key struct{ Namespace, Name string }
@@ -171,6 +199,7 @@ func (f EventFilter) predicateFlags() uint8 {
 type use struct {
 	kind   Kind
 	filter EventFilter
+	prune  Prune
 }
 
 type index struct {
@@ -205,7 +234,18 @@ func (r *Registration) Owns(k Kind) *Registration { return r.OwnsWith(k, EventFi
 
 // OwnsWith is Owns with a filter on which changes of the owned objects trigger.
 func (r *Registration) OwnsWith(k Kind, f EventFilter) *Registration {
-	r.owns = append(r.owns, use{k, f})
+	r.owns = append(r.owns, use{kind: k, filter: f})
+	return r
+}
+
+// Pruned sets how the owned kind k's objects a Desired plugin no longer returns are pruned
+// (PruneBackground unless set). Call it after Owns.
+func (r *Registration) Pruned(k Kind, p Prune) *Registration {
+	for i := range r.owns {
+		if r.owns[i].kind == k {
+			r.owns[i].prune = p
+		}
+	}
 	return r
 }
 
@@ -217,7 +257,7 @@ func (r *Registration) Watches(k Kind, selector string) *Registration {
 
 // WatchesWith is Watches with a full event filter.
 func (r *Registration) WatchesWith(k Kind, f EventFilter) *Registration {
-	r.watches = append(r.watches, use{k, f})
+	r.watches = append(r.watches, use{kind: k, filter: f})
 	return r
 }
 
