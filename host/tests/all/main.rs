@@ -47,6 +47,7 @@ mod readiness;
 mod record;
 mod refused;
 mod rejected;
+mod sample_controller;
 mod sandbox;
 mod settings;
 mod shutdown;

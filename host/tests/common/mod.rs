@@ -101,6 +101,10 @@ fn asked_by(built: &str) -> serde_json::Value {
             "read": ["Fanout.desired.kubewasm.test", "ConfigMap", "Namespace"],
             "status": ["Fanout.desired.kubewasm.test"], "own": ["ConfigMap"],
         }),
+        "sample_controller" => serde_json::json!({
+            "read": ["Foo.samplecontroller.k8s.io", "Deployment.apps"],
+            "status": ["Foo.samplecontroller.k8s.io"], "own": ["Deployment.apps"],
+        }),
         "config_reloader" => {
             serde_json::json!({"read": ["ConfigMap", "Deployment.apps"], "write": ["Deployment.apps"]})
         }
