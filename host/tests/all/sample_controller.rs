@@ -42,10 +42,10 @@ async fn sample_controller(client: &kube::Client, ns: &str) -> App {
 }
 
 async fn create_foo(foos: &Api<DynamicObject>, name: &str, spec: Value) {
-    let foo = serde_json::from_value(json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
+    let object = serde_json::from_value(json!({"apiVersion": "samplecontroller.k8s.io/v1alpha1", "kind": "Foo",
         "metadata": {"name": name}, "spec": spec}))
     .unwrap();
-    foos.create(&PostParams::default(), &foo).await.unwrap();
+    foos.create(&PostParams::default(), &object).await.unwrap();
 }
 
 /// The reasons of the Events about `name` the plugin reported in `ns`.
@@ -68,11 +68,11 @@ async fn a_foo_gets_its_deployment_scaled_its_available_replicas_and_a_synced_ev
     let made =
         eventually("the Foo's Deployment", CONVERGE, || async { deployments.get_opt("example-foo").await.unwrap() })
             .await;
-    let foo = foos.get("example-foo").await.unwrap();
+    let example = foos.get("example-foo").await.unwrap();
     let owner = &made.metadata.owner_references.as_ref().expect("controlled by the Foo")[0];
     assert_eq!(
         (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
-        ("Foo", foo.metadata.uid.as_deref().unwrap(), Some(true))
+        ("Foo", example.metadata.uid.as_deref().unwrap(), Some(true))
     );
     assert_eq!(made.spec.replicas, Some(1));
     assert_eq!(made.spec.template.metadata.unwrap().labels.unwrap()["controller"], "example-foo");
