@@ -41,7 +41,7 @@ use std::{
 use parking_lot::Mutex;
 use tokio::{sync::Notify, time::Instant};
 
-pub use self::runner::{Next, run};
+pub use self::runner::{Gate, Handled, Next, Open, run, run_gated};
 
 use self::{
     delaying::{Promote, Waiting},
