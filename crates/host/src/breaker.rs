@@ -239,6 +239,14 @@ impl Breaker {
         let _ = state.wait_for(|s| *s == State::Closed).await;
     }
 
+    /// Waits until the breaker is not closed (at once if it is not): workers stop waiting for
+    /// a key then.
+    pub async fn wait_tripped(&self) {
+        let mut state = self.0.state.subscribe();
+        // The sender lives in `self`, so this cannot fail.
+        let _ = state.wait_for(|s| *s != State::Closed).await;
+    }
+
     /// Where the breaker's history stands now.
     pub fn mark(&self) -> Mark {
         Mark { trips: self.0.trips.load(Ordering::SeqCst), outages: self.0.outages.load(Ordering::SeqCst) }

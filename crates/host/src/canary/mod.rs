@@ -130,10 +130,19 @@ impl Canary {
     pub fn findings(&self) -> Findings {
         self.findings.lock().clone()
     }
+}
 
-    /// Hands the serving version's reconcile of a key to the candidate without waiting; skipped
-    /// (and counted) when the candidate lags [`QUEUE`] keys behind.
-    pub fn offer(&self, served: Served) {
+/// Where a serving worker hands each reconcile it served once its key is settled: a [`Canary`]
+/// (or a test's stand-in).
+pub trait Offer: Send + Sync {
+    /// Hands the serving version's reconcile of a key over without waiting.
+    fn offer(&self, served: Served);
+}
+
+impl Offer for Canary {
+    /// Hands it to the candidate; skipped (and counted) when the candidate lags [`QUEUE`] keys
+    /// behind.
+    fn offer(&self, served: Served) {
         if self.tx.try_send(served).is_err() {
             self.findings.lock().skipped += 1;
             (self.count)("skipped");

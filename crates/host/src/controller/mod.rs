@@ -6,6 +6,7 @@ mod filter;
 pub mod indexes;
 pub mod metrics;
 mod policy;
+mod reconcile;
 mod triggers;
 mod wiring;
 pub mod worker;
@@ -14,6 +15,7 @@ pub use crate::informer::{InvalidKey, ObjectKey};
 pub use cache::PluginCache;
 pub use metrics::ControllerMetrics;
 pub use policy::Outcome;
+pub use reconcile::Reconcile;
 pub use worker::{RECONCILE_TRACE_TARGET, Workers};
 
 use std::sync::Arc;

@@ -1,10 +1,12 @@
-//! Workers: client-go's processNextItem / handleErr loop around a plugin's reconcile.
+//! Workers: client-go's processNextItem / handleErr around a plugin's reconcile, on `queue::run_gated`.
+
+mod report;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashSet;
-use std::num::NonZeroU32;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use futures::FutureExt as _;
@@ -13,19 +15,17 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+pub use self::report::FAILURE_LINES_PER_SECOND;
+use self::report::{FailureLog, panic_message};
 use super::ObjectKey;
 use super::metrics::Handles;
-use super::policy::{Outcome, decide};
+use super::policy::Outcome;
+use super::reconcile::Reconcile;
 use crate::breaker::Breaker;
-use crate::canary::{Canary, Served, Side, WriteLog};
-use crate::plugin::{Action, CallFailed, Plugin};
-use crate::queue::{Next, WorkQueue};
-use crate::shard::ShardGate;
-
-/// Most per-key failure lines a controller logs a second; past it lines are counted and the
-/// next logged one says how many were suppressed. Protects the log pipeline when every key
-/// fails at once (an outage logged 1,100–2,500 lines a second before this; issue 16).
-pub const FAILURE_LINES_PER_SECOND: u32 = 10;
+use crate::canary::{Offer, Served, Side, WriteLog};
+use crate::plugin::{CallFailed, Plugin};
+use crate::queue::{self, Gate, Handled, Next, WorkQueue};
+use crate::shard::{Admission, ShardGate};
 
 /// Tracing target of the two trace events that bound every reconcile (`reconcile started`,
 /// `reconcile finished`, with the controller and key): `--log warn,kubewasm::reconcile=trace`
@@ -33,37 +33,13 @@ pub const FAILURE_LINES_PER_SECOND: u32 = 10;
 /// reconcile a key at the same time (shard_e2e). Off by default: a disabled event costs nothing.
 pub const RECONCILE_TRACE_TARGET: &str = "kubewasm::reconcile";
 
-/// Rate limit of the per-key failure lines: governor's bucket, and the lines it suppressed.
-struct FailureLog {
-    bucket: governor::DefaultDirectRateLimiter,
-    suppressed: AtomicU64,
-}
-
-impl Default for FailureLog {
-    fn default() -> Self {
-        let rate = NonZeroU32::new(FAILURE_LINES_PER_SECOND).expect("a positive constant");
-        Self { bucket: governor::RateLimiter::direct(governor::Quota::per_second(rate)), suppressed: AtomicU64::new(0) }
-    }
-}
-
-impl FailureLog {
-    /// `Some(lines suppressed since the last one)` if this line may be logged, else `None`.
-    fn admit(&self) -> Option<u64> {
-        if self.bucket.check().is_ok() {
-            Some(self.suppressed.swap(0, Ordering::Relaxed))
-        } else {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
-            None
-        }
-    }
-}
-
 /// The serving half of a controller: its queue, its current plugin version and the worker
 /// tasks that take keys off the queue and hand them to the plugin (the host's runner; the
-/// SDKs' `Reconciler` is the plugin's own logic).
-pub struct Workers {
+/// SDKs' `Reconciler` is the plugin's own logic). Each worker is a [`queue::run_gated`] loop
+/// behind a gate of its own. `R` is what they call: a loaded [`Plugin`] unless a test says otherwise.
+pub struct Workers<R = Plugin> {
     name: String,
-    plugin: RwLock<Arc<Plugin>>,
+    plugin: RwLock<Arc<R>>,
     queue: WorkQueue<ObjectKey>,
     metrics: Handles,
     max_retries: Option<u32>,
@@ -74,11 +50,11 @@ pub struct Workers {
     shard: ShardGate,
     failure_log: FailureLog,
     /// A dry-run candidate shown every reconcile of the serving version (its writes logged).
-    canary: RwLock<Option<Arc<Canary>>>,
+    canary: RwLock<Option<Arc<dyn Offer>>>,
 }
 
-/// Worker bookkeeping. Worker `i` runs while `i < desired`; it checks between keys, under this
-/// lock, so a resize never leaves a slot both unfilled and believed alive.
+/// Worker bookkeeping. Worker `i` runs while `i < desired`; it checks before each key, under
+/// this lock, so a resize never leaves a slot both unfilled and believed alive.
 #[derive(Default)]
 struct Slots {
     desired: u32,
@@ -87,10 +63,10 @@ struct Slots {
     handles: Vec<JoinHandle<()>>,
 }
 
-impl Workers {
+impl<R: Reconcile> Workers<R> {
     /// Workers serving `plugin` from `queue`. `max_retries`: `None` retries forever, as
     /// controller-runtime does; `Some(n)` drops a key after `n` failures in a row.
-    pub fn new(plugin: Arc<Plugin>, queue: WorkQueue<ObjectKey>, metrics: Handles, max_retries: Option<u32>) -> Self {
+    pub fn new(plugin: Arc<R>, queue: WorkQueue<ObjectKey>, metrics: Handles, max_retries: Option<u32>) -> Self {
         metrics.max_concurrent.set(plugin.max_concurrent().into());
         let desired = plugin.max_concurrent().max(1);
         let slots = Mutex::new(Slots { desired, ..Slots::default() });
@@ -126,18 +102,18 @@ impl Workers {
 
     /// Shows every reconcile of the serving version from now on, with the writes it made, to
     /// `canary` (none: stop).
-    pub fn set_canary(&self, canary: Option<Arc<Canary>>) {
+    pub fn set_canary(&self, canary: Option<Arc<dyn Offer>>) {
         *self.canary.write() = canary;
     }
 
     /// The plugin version serving now.
-    pub fn plugin(&self) -> Arc<Plugin> {
+    pub fn plugin(&self) -> Arc<R> {
         self.plugin.read().clone()
     }
 
     /// Serves `plugin` from the next dequeue on; reconciles in flight finish on the old version.
     /// The number of workers follows the new version's `max_concurrent`.
-    pub fn swap(self: &Arc<Self>, plugin: Arc<Plugin>) -> Arc<Plugin> {
+    pub fn swap(self: &Arc<Self>, plugin: Arc<R>) -> Arc<R> {
         let workers = plugin.max_concurrent();
         let old = std::mem::replace(&mut *self.plugin.write(), plugin);
         self.set_workers(workers);
@@ -166,28 +142,10 @@ impl Workers {
         }
     }
 
+    /// Worker `i`: takes keys while its turn lasts, until the queue shuts down.
     async fn work(&self, i: u32) {
-        loop {
-            {
-                let mut slots = self.slots.lock();
-                if i >= slots.desired {
-                    slots.alive.remove(&i);
-                    return;
-                }
-            }
-            // A worker made surplus by a downsize while it waits takes no key: before this, each
-            // surplus worker took one more key and ran it beside the new workers (issue 16).
-            let key = tokio::select! {
-                biased;
-                () = self.retired(i) => continue,
-                key = self.next_key() => key,
-            };
-            let Some(key) = key else {
-                self.slots.lock().alive.remove(&i);
-                return;
-            };
-            self.process(key).await;
-        }
+        let turn = Turn { workers: self, i, freed: false };
+        queue::run_gated(&self.queue, turn, |key| self.process(key)).await;
     }
 
     /// Resolves once worker `i` is surplus.
@@ -195,26 +153,6 @@ impl Workers {
         let mut desired = self.desired.subscribe();
         // The sender lives in `self`, so this cannot fail.
         let _ = desired.wait_for(|&n| i >= n).await;
-    }
-
-    /// The next key, once the breaker is closed; `None` once the queue is shut down.
-    /// Cancel-safe: a key is taken only when this returns it.
-    async fn next_key(&self) -> Option<ObjectKey> {
-        if !self.wait_for_breaker().await {
-            return None;
-        }
-        self.queue.get().await
-    }
-
-    /// Waits while the breaker is not closed; `false` if the queue shut down meanwhile.
-    async fn wait_for_breaker(&self) -> bool {
-        let Some(breaker) = &self.breaker else { return true };
-        // A paused worker holds no key; the queue's shutdown ends the wait, and wins a tie.
-        tokio::select! {
-            biased;
-            () = self.queue.closed() => false,
-            () = breaker.wait_closed() => true,
-        }
     }
 
     /// The controller's metric handles.
@@ -230,24 +168,16 @@ impl Workers {
     /// Queues `key` of the for kind if the serving version may see it (its namespace scope);
     /// every trigger enqueues through this, so a confined plugin never learns of other keys.
     pub(crate) fn enqueue(&self, key: ObjectKey) {
-        let plugin = self.plugin();
-        if plugin.sees(&plugin.registration().for_kind, key.namespace(), key.name()) {
+        if self.plugin().sees_key(&key) {
             self.queue.add(key);
         }
     }
 
-    /// Takes one key, reconciles it, and settles it. `None` once the queue is shut down.
-    pub async fn process_next_item(&self) -> Option<Outcome> {
-        let key = self.queue.get().await?;
-        Some(self.process(key).await)
-    }
-
-    /// Reconciles `key` (taken from the queue) and settles it.
-    async fn process(&self, key: ObjectKey) -> Outcome {
+    /// Reconciles `key` (taken from the queue) and says how it is settled.
+    async fn process(&self, key: ObjectKey) -> Finished {
         // Held for the whole reconcile: the range cannot move to another replica meanwhile.
-        let Some(_admission) = self.shard.admit(key.as_str()).await else {
-            self.queue.settle(&key, Next::Forget);
-            return Outcome::NotOwned;
+        let Some(admission) = self.shard.admit(key.as_str()).await else {
+            return Finished { next: Next::Forget, offer: None, admission: None };
         };
         let plugin = self.plugin();
         let attempt = self.queue.num_requeues(&key);
@@ -275,65 +205,20 @@ impl Workers {
             (Some(breaker), Err(_)) => breaker.outage_since(mark).await,
             _ => false,
         };
-        let failed = log.as_ref().and_then(|_| result.as_ref().err().map(ToString::to_string));
         let (outcome, next) = span.in_scope(|| self.handle_result(&key, &result, outage));
-        // The reconcile is over before another worker may take the key (and, sharded, before
-        // its range may move: the admission is dropped last).
+        // The reconcile is over before another worker may take the key.
         drop(span);
         tracing::trace!(target: RECONCILE_TRACE_TARGET, controller = %self.name, %key, "reconcile finished");
-        self.queue.settle(&key, next);
-        // After the key is done: the candidate never holds it up. A reconcile cut short by an
-        // API-server outage says nothing about the version, so it is not compared.
-        if let (Some(canary), Some(log), false) = (canary, log, outcome == Outcome::Deferred) {
-            canary.offer(Served { key, attempt, side: Side { error: failed, writes: log.take() } });
-        }
-        outcome
-    }
-
-    /// Counts and logs a finished reconcile, and says how its key is settled ([`decide`]).
-    fn handle_result(&self, key: &ObjectKey, result: &Result<Action, CallFailed>, outage: bool) -> (Outcome, Next) {
-        let failures = self.queue.num_requeues(key) + 1;
-        let (outcome, next) = decide(result, outage, failures, self.max_retries);
-        let err = match result {
-            Ok(Action::Done) => {
-                self.metrics.success.inc();
-                return (outcome, next);
+        // A reconcile cut short by an API-server outage says nothing about the version, so it
+        // is not compared.
+        let offer = match (canary, log) {
+            (Some(canary), Some(log)) if outcome != Outcome::Deferred => {
+                let side = Side { error: result.err().map(|e| e.to_string()), writes: log.take() };
+                Some((canary, Served { key, attempt, side }))
             }
-            Ok(Action::RequeueAfter(_)) => {
-                self.metrics.requeue_after.inc();
-                return (outcome, next);
-            }
-            Err(err) => err,
+            _ => None,
         };
-        self.metrics.error.inc();
-        self.metrics.errors.inc();
-        if err.is_panic() {
-            self.metrics.panics.inc();
-        }
-        if outcome == Outcome::Deferred {
-            // The breaker logged the outage once; the key waits for it, not for backoff.
-            tracing::debug!(error = %err, "reconcile failed during an API-server outage; re-added");
-            return (outcome, next);
-        }
-        match outcome {
-            Outcome::Terminal => self.metrics.terminal.inc(),
-            Outcome::Dropped => self.metrics.dropped.inc(),
-            _ => {}
-        }
-        let Some(suppressed) = self.failure_log.admit() else { return (outcome, next) };
-        match (outcome, err) {
-            (Outcome::Terminal, _) => {
-                tracing::warn!(error = %err, suppressed, "reconcile failed with a terminal error; not retrying");
-            }
-            (Outcome::RetryAfter, CallFailed::RequeueAfter { after, reason }) => {
-                tracing::info!(reason = %reason, after = ?after, suppressed, "reconcile asked to retry after a delay");
-            }
-            (Outcome::Dropped, _) => {
-                tracing::warn!(error = %err, failures, suppressed, "dropping key after too many failures");
-            }
-            _ => tracing::warn!(error = %err, failures, suppressed, "reconcile failed; retrying with backoff"),
-        }
-        (outcome, next)
+        Finished { next, offer, admission: Some(admission) }
     }
 
     /// Runs the plugin's `max_concurrent` workers (changed by [`swap`](Self::swap) and
@@ -361,33 +246,82 @@ impl Workers {
     }
 }
 
-/// The text of a panic payload (`panic!` with a literal or a formatted message).
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(s), _) => (*s).to_owned(),
-        (_, Some(s)) => s.clone(),
-        _ => "a panic without a message".to_owned(),
+/// A reconciled key's settling, and what follows it.
+struct Finished {
+    next: Next,
+    /// The reconcile for the canary, handed over once the key is settled: the candidate never
+    /// holds the key up.
+    offer: Option<(Arc<dyn Offer>, Served)>,
+    /// The shard admission, released last: the key's range cannot move to another replica
+    /// before the key is settled.
+    admission: Option<Admission>,
+}
+
+impl Handled for Finished {
+    fn next(&self) -> Next {
+        self.next
+    }
+
+    fn settled(self) {
+        if let Some((canary, served)) = self.offer {
+            canary.offer(served);
+        }
+        drop(self.admission);
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Worker `i`'s gate: open while `i` is below the desired number of workers and the breaker is
+/// closed, so a paused or surplus worker holds no key. A worker made surplus while it waits
+/// stops at once: before this each took one more key and ran it beside the new workers
+/// (issue 16).
+struct Turn<'a, R> {
+    workers: &'a Workers<R>,
+    i: u32,
+    /// Whether the slot was given up under the slots lock (so dropping the turn leaves alone a
+    /// slot a later upsize filled again).
+    freed: bool,
+}
 
-    #[test]
-    fn failure_lines_past_the_rate_are_counted_instead_of_logged() {
-        let log = FailureLog::default();
-        let tries = FAILURE_LINES_PER_SECOND * 5;
-        let admitted = (0..tries).filter(|_| log.admit().is_some()).count() as u32;
-        // governor refills one line every 100 ms: a slow machine may see one more.
-        assert!((FAILURE_LINES_PER_SECOND..=FAILURE_LINES_PER_SECOND + 1).contains(&admitted), "{admitted}");
-        assert_eq!(log.suppressed.load(Ordering::Relaxed), u64::from(tries - admitted));
+impl<R: Reconcile> Gate for Turn<'_, R> {
+    async fn open(&mut self) -> bool {
+        loop {
+            {
+                let mut slots = self.workers.slots.lock();
+                if self.i >= slots.desired {
+                    slots.alive.remove(&self.i);
+                    self.freed = true;
+                    return false;
+                }
+            }
+            let Some(breaker) = &self.workers.breaker else { return true };
+            // A paused worker made surplus stops without waiting for the API server.
+            tokio::select! {
+                biased;
+                () = self.workers.retired(self.i) => {}
+                () = breaker.wait_closed() => return true,
+            }
+        }
     }
 
-    #[test]
-    fn a_panic_message_is_read_from_either_payload_type() {
-        assert_eq!(panic_message(&"literal"), "literal");
-        assert_eq!(panic_message(&String::from("formatted 1")), "formatted 1");
-        assert_eq!(panic_message(&42_u8), "a panic without a message");
+    async fn shut(&mut self) {
+        let paused = async {
+            match &self.workers.breaker {
+                Some(breaker) => breaker.wait_tripped().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = self.workers.retired(self.i) => {}
+            () = paused => {}
+        }
+    }
+}
+
+impl<R> Drop for Turn<'_, R> {
+    fn drop(&mut self) {
+        // The queue shut down (or the task was aborted) with the slot still taken.
+        if !self.freed {
+            self.workers.slots.lock().alive.remove(&self.i);
+        }
     }
 }
