@@ -1,6 +1,6 @@
 //! The 0.3.0 world: a reconcile may return the key's desired state, which the host makes so
 //! (`crate::host::desired`); owned kinds say how what is no longer desired is pruned. Its
-//! imports are 0.2's: everything else is [`since_0_2`](super::v0_2::since_0_2)'s.
+//! imports are 0.2's; everything else is written once in `v0_2`'s `since_0_2!` macro.
 
 use kubewasm_informer::ObjectKey;
 use wasmtime::Store;
