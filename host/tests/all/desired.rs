@@ -16,6 +16,7 @@ use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 
 use common::examples::{crd_established, create_namespace};
+use common::hostile::calls;
 use common::{eventually, metric_value};
 
 const CONVERGE: Duration = Duration::from_secs(60);
@@ -228,4 +229,66 @@ async fn a_desired_state_that_changes_nothing_sends_nothing() {
     assert!(unchanged >= 3.0, "two children and the status answered from the cache, not sent: {unchanged}");
     assert_eq!(writes("sent"), settled);
     assert!(app.shut_down(Duration::from_secs(10)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_hosts_authorizer_off_the_api_server_refuses_a_prune_the_plugins_identity_may_not_make() {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    use kube::api::{DeleteParams, ListParams};
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let fanouts = fanouts(&client).await;
+    let id = cp.namespace("desired-indep").await;
+    let named = format!("{id}-a");
+    create_namespace(&client, &named, json!({"kubewasm-test": id, "kubewasm.dev/no-defaults": "true"})).await;
+    let plugin = "desired-indep";
+    let file =
+        common::fixture_file(plugin, "fixture_desired.wasm", &format!("settings: {{selector: kubewasm-test={id}}}\n"));
+    let mut app = super::independence::unguarded_host(&client);
+    app.add_plugin(&file).await.unwrap();
+    let name = format!("{id}-fanout");
+    create_fanout(&fanouts, &name, &id, "first", json!({})).await;
+    let children = config_maps(&client, &named);
+    eventually("the first child", CONVERGE, || async { children.get_opt("first").await.unwrap() }).await;
+    // With its authorizer off the host sends what the plugin wrote, unmarked; marked as the host
+    // would have, the child is one the plugin made, so the host prunes it once it is unwanted.
+    let mark = json!({"metadata": {"labels": {"kubewasm.dev/plugin": plugin}}});
+    children.patch("first", &PatchParams::default(), &Patch::Merge(&mark)).await.unwrap();
+
+    // The plugin's identity loses the right to delete ConfigMaps (its RBAC, made from its grants
+    // at load, edited as an operator might), and the API server has seen the edit.
+    let roles = Api::<ClusterRole>::all(client.clone());
+    let mine = ListParams::default().labels(&format!("{}={plugin}", kubewasm_host::rbac::RBAC_LABEL));
+    let mut role = roles.list(&mine).await.unwrap().items.pop().expect("the plugin's ClusterRole, made at load");
+    let role_name = role.metadata.name.clone().unwrap();
+    for rule in role.rules.iter_mut().flatten() {
+        if rule.resources.iter().flatten().any(|r| r == "configmaps") {
+            rule.verbs.retain(|v| v != "delete" && v != "deletecollection" && v != "*");
+            if rule.verbs.is_empty() {
+                rule.verbs.push("get".into());
+            }
+        }
+    }
+    roles.replace(&role_name, &PostParams::default(), &role).await.unwrap();
+    let identity = kubewasm_host::identity::Identities::host(client.clone()).impersonating("kubewasm-system");
+    let as_plugin = Api::<ConfigMap>::namespaced(identity.client(plugin), &named);
+    eventually("the identity refused a delete", CONVERGE, || async {
+        let dry_run = DeleteParams { dry_run: true, ..DeleteParams::default() };
+        let refused = as_plugin.delete("first", &dry_run).await.err()?;
+        refused.to_string().contains("forbidden").then_some(())
+    })
+    .await;
+
+    // A renamed child: the new one is applied, and the old one's prune is the API server's to refuse.
+    let rename = json!({"spec": {"copy": "second"}});
+    fanouts.patch(&name, &PatchParams::default(), &Patch::Merge(&rename)).await.unwrap();
+    eventually("the prune refused by the API server", CONVERGE, || async {
+        (calls(&app, plugin, "desired.prune", "forbidden") >= 1.0).then_some(())
+    })
+    .await;
+    assert!(children.get_opt("second").await.unwrap().is_some(), "the wanted child was applied");
+    assert!(children.get_opt("first").await.unwrap().is_some(), "the refused prune deleted nothing");
+    let status = fanouts.get(&name).await.unwrap().data["status"].clone();
+    assert_eq!(status["observedGeneration"], 1, "a prune that failed leaves the status as it was: {status}");
+    assert!(app.shut_down(Duration::from_secs(15)).await);
 }

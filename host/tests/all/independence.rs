@@ -28,7 +28,7 @@ use common::{eventually, run_ok};
 
 /// A host whose authorizer allows everything, sending each plugin as its own identity, whose
 /// RBAC it makes from the plugin's grants.
-fn unguarded_host(client: &kube::Client) -> App {
+pub(crate) fn unguarded_host(client: &kube::Client) -> App {
     let identity = Identity { namespace: "kubewasm-system".into(), host_service_account: "kubewasm".into() };
     let options = Options { identity: Some(identity), provision_rbac: true, ..Options::default() };
     let runtime = RuntimeConfig::default().authorizer_allows_everything();
