@@ -292,3 +292,66 @@ async fn with_the_hosts_authorizer_off_the_api_server_refuses_a_prune_the_plugin
     assert_eq!(status["observedGeneration"], 1, "a prune that failed leaves the status as it was: {status}");
     assert!(app.shut_down(Duration::from_secs(15)).await);
 }
+
+/// A writer that answers a child's apply only once another is in flight beside it, and refuses
+/// it as sent alone after a while: applies sent one after another never meet.
+struct Rendezvous {
+    recording: std::sync::Arc<kubewasm_host::plugin::api::RecordingWriter>,
+    met: tokio::sync::Barrier,
+}
+
+#[async_trait::async_trait]
+impl kubewasm_host::plugin::api::ApiWriter for Rendezvous {
+    async fn send(
+        &self,
+        caller: &kubewasm_host::plugin::api::Caller,
+        call: &kubewasm_host::plugin::api::ApiCall,
+    ) -> Result<kubewasm_host::plugin::api::ApiReply, kubewasm_host::plugin::api::CallError> {
+        use kubewasm_host::plugin::api::{ApiCall, CallError};
+        if let ApiCall::Apply { .. } = call
+            && tokio::time::timeout(Duration::from_secs(5), self.met.wait()).await.is_err()
+        {
+            return Err(CallError::Unavailable("sent alone: no other apply was in flight".into()));
+        }
+        self.recording.send(caller, call).await
+    }
+
+    async fn scope(
+        &self,
+        kind: &GroupVersionKind,
+    ) -> Result<kube::discovery::Scope, kubewasm_host::plugin::api::CallError> {
+        Ok(if kind.kind == "Fanout" {
+            kube::discovery::Scope::Cluster
+        } else {
+            kubewasm_host::plugin::api::builtin_scope(kind)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_desired_states_children_are_in_flight_at_once() {
+    use kubewasm_host::plugin::api::RecordingWriter;
+    use kubewasm_host::plugin::api::testing::MemoryCache;
+    use kubewasm_host::plugin::{ObjectKey, PluginConfig, Runtime, RuntimeConfig};
+    let cache = std::sync::Arc::new(MemoryCache::default());
+    cache.insert(&json!({"apiVersion": "desired.kubewasm.test/v1", "kind": "Fanout",
+        "metadata": {"name": "f", "uid": "uid-f", "generation": 1, "labels": {"kubewasm-test": "t"}},
+        "spec": {"copy": "copy", "namespaceSelector": "kubewasm-test=t"}}));
+    for ns in ["t-a", "t-b"] {
+        cache.insert(&json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": ns, "uid": format!("uid-{ns}"), "labels": {"kubewasm-test": "t"}}}));
+    }
+    let recording = std::sync::Arc::new(RecordingWriter::serving(cache.clone()));
+    let writer = std::sync::Arc::new(Rendezvous { recording: recording.clone(), met: tokio::sync::Barrier::new(2) });
+    let config_file = common::fixture_file(PLUGIN, "fixture_desired.wasm", "settings: {selector: kubewasm-test=t}\n");
+    let config = PluginConfig::from_yaml(&std::fs::read_to_string(config_file.config.unwrap()).unwrap()).unwrap();
+    let runtime = Runtime::new(RuntimeConfig::default().cache_dir(common::test_compile_cache())).unwrap();
+    let plugin =
+        runtime.load(PLUGIN, common::plugin_wasm("fixture_desired.wasm"), config, cache, writer).await.unwrap();
+
+    let result = plugin.reconcile(&ObjectKey::new(None, "f"), 0).await;
+    assert!(result.is_ok(), "the two children's applies met in flight: {result:?}");
+    let applied =
+        recording.calls().iter().filter(|c| matches!(c, kubewasm_host::plugin::api::ApiCall::Apply { .. })).count();
+    assert_eq!(applied, 2, "one child a selected namespace");
+}

@@ -108,6 +108,13 @@ impl CacheReader for MemoryCache {
         match index {
             "namespace" => self.matching(kind, |k, _| k.2.as_deref() == Some(value), max_bytes, "cache.by-index"),
             "label" => self.matching(kind, |_, v| labels_match(v, value), max_bytes, "cache.by-index"),
+            "controller-owner" => {
+                let controlled_by = |v: &Value| {
+                    let refs = v.pointer("/metadata/ownerReferences").and_then(Value::as_array);
+                    refs.into_iter().flatten().any(|r| r["controller"] == true && r["uid"] == value)
+                };
+                self.matching(kind, |_, v| controlled_by(v), max_bytes, "cache.by-index")
+            }
             _ => Err(CallError::Invalid(format!("no index `{index}` on {}", kind.kind))),
         }
     }

@@ -62,7 +62,10 @@ impl PluginCtx {
             return Ok(Err(CallFailed::Desired(failed)));
         }
         let Some(owner) = owner else { return Ok(Ok(())) };
-        let prunes = self.prunes(registration, &owner, &wanted);
+        let prunes = match self.prunes(registration, &owner, &wanted) {
+            Ok(prunes) => prunes,
+            Err(e) => return Ok(Err(CallFailed::Desired(format!("listing what to prune: {e}")))),
+        };
         let summaries: Vec<_> = prunes.iter().map(ApiCall::summary).collect();
         let pruned = self.request_all("desired.prune", prunes.into_iter().map(Ok).collect()).await?;
         if let Some(failed) = failures(&summaries, &pruned, true) {
@@ -82,14 +85,20 @@ impl PluginCtx {
     }
 
     /// Deletes of what the plugin made for `owner` and no longer wants, kind by owned kind with a
-    /// prune policy, each on the uid it was judged on.
-    fn prunes(&self, registration: &Registration, owner: &Value, wanted: &HashSet<Child>) -> Vec<ApiCall> {
-        let Some(uid) = owner.pointer("/metadata/uid").and_then(Value::as_str) else { return Vec::new() };
+    /// prune policy, each on the uid it was judged on; the cache's error if it cannot say, so
+    /// that nothing is left unpruned without a word.
+    fn prunes(
+        &self,
+        registration: &Registration,
+        owner: &Value,
+        wanted: &HashSet<Child>,
+    ) -> Result<Vec<ApiCall>, CallError> {
+        let Some(uid) = owner.pointer("/metadata/uid").and_then(Value::as_str) else { return Ok(Vec::new()) };
         let plugin = self.shared.authorizer.plugin();
         let mut prunes = Vec::new();
         for (kind, policy) in registration.owns.iter().zip(&registration.owns_prune) {
             let Some(propagation) = *policy else { continue };
-            let objects = self.shared.cache.by_index(kind, CONTROLLER_OWNER_INDEX, uid, usize::MAX).unwrap_or_default();
+            let objects = self.shared.cache.by_index(kind, CONTROLLER_OWNER_INDEX, uid, usize::MAX)?;
             for object in objects.iter().filter_map(|bytes| serde_json::from_slice::<Value>(bytes).ok()) {
                 let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
                 let label = format!("/metadata/labels/{}", PLUGIN_LABEL.replace('/', "~1"));
@@ -103,7 +112,7 @@ impl PluginCtx {
                 prunes.push(ApiCall::Delete { target, options });
             }
         }
-        prunes
+        Ok(prunes)
     }
 }
 
