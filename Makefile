@@ -11,9 +11,9 @@ K8S_VERSION ?= 1.37.2
 K8S_BIN ?= $(or $(KUBEBUILDER_ASSETS),$(or $(KUBEWASM_K8S_CACHE),$(HOME)/.cache/kubewasm/k8s)/$(K8S_VERSION))
 # Plugins in other languages: plugins/python/<name>/<name_with_underscores>.py and
 # plugins/js/<name>/<name>.js, built to <name_with_underscores>_py.wasm / _js.wasm.
-PY_PLUGINS := namespace-defaults
-JS_PLUGINS := namespace-defaults
-GO_PLUGINS := namespace-defaults contract-calls
+PY_PLUGINS := namespace-defaults sample-controller
+JS_PLUGINS := namespace-defaults sample-controller
+GO_PLUGINS := namespace-defaults contract-calls sample-controller
 # Their toolchains, pinned (plugins/python/requirements.txt, plugins/js/package-lock.json) and
 # installed once per version into this cache; a plain `cargo build` needs none of them.
 KUBEWASM_TOOLS ?= $(HOME)/.cache/kubewasm/tools

@@ -1,8 +1,9 @@
 //! kubernetes/sample-controller's documented behaviour, ported to kubewasm in desired-state mode
-//! (plugins/rust/sample-controller), against a real kube-apiserver + etcd: a Foo's Deployment made
-//! and scaled, its available replicas reported, a Deployment the Foo does not control refused
-//! with `ErrResourceExists`, and `Synced` Events. No controller-manager runs Deployments here, so
-//! the test writes the Deployment's status itself, as a controller-manager would.
+//! (plugins/rust, python, js and go/sample-controller: each test runs every port), against a real
+//! kube-apiserver + etcd: a Foo's Deployment made and scaled, its available replicas reported, a
+//! Deployment the Foo does not control refused with `ErrResourceExists`, and `Synced` Events. No
+//! controller-manager runs Deployments here, so the test writes the Deployment's status itself,
+//! as a controller-manager would.
 
 use crate::common;
 
@@ -31,10 +32,14 @@ async fn foos(cp: &ControlPlane, client: &kube::Client, ns: &str) -> Api<Dynamic
     Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&kind))
 }
 
-/// A host serving sample-controller for namespace `ns` only.
-async fn sample_controller(client: &kube::Client, ns: &str) -> App {
+/// The ports: the built component of each language.
+const PORTS: [&str; 4] =
+    ["sample_controller.wasm", "sample_controller_py.wasm", "sample_controller_js.wasm", "sample_controller_go.wasm"];
+
+/// A host serving the sample-controller port `built` for namespace `ns` only.
+async fn sample_controller(client: &kube::Client, ns: &str, built: &str) -> App {
     let config = format!("grants: {{namespaces: {{names: [{ns}]}}}}\n");
-    let file = common::fixture_file("sample-controller", "sample_controller.wasm", &config);
+    let file = common::fixture_file("sample-controller", built, &config);
     let mut app = App::new(client.clone(), None, None).unwrap();
     app.add_plugin(&file).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
@@ -59,9 +64,18 @@ async fn reasons(client: &kube::Client, ns: &str, name: &str) -> Vec<String> {
 async fn a_foo_gets_its_deployment_scaled_its_available_replicas_and_a_synced_event() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
+    for built in PORTS {
+        a_foo_is_synced(&cp, &client, built).await;
+    }
+}
+
+/// The first test for the port `built`, in a namespace of its own.
+async fn a_foo_is_synced(cp: &ControlPlane, client: &kube::Client, built: &str) {
+    eprintln!("sample-controller port {built}");
+    let client = client.clone();
     let ns = cp.namespace("sample-controller").await;
-    let foos = foos(&cp, &client, &ns).await;
-    let app = sample_controller(&client, &ns).await;
+    let foos = foos(cp, &client, &ns).await;
+    let app = sample_controller(&client, &ns, built).await;
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
     create_foo(&foos, "example-foo", json!({"deploymentName": "example-foo", "replicas": 1})).await;
 
@@ -104,8 +118,17 @@ async fn a_foo_gets_its_deployment_scaled_its_available_replicas_and_a_synced_ev
 async fn a_deployment_the_foo_does_not_control_is_left_alone_with_err_resource_exists() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
+    for built in PORTS {
+        someone_elses_deployment_is_left_alone(&cp, &client, built).await;
+    }
+}
+
+/// The second test for the port `built`, in a namespace of its own.
+async fn someone_elses_deployment_is_left_alone(cp: &ControlPlane, client: &kube::Client, built: &str) {
+    eprintln!("sample-controller port {built}");
+    let client = client.clone();
     let ns = cp.namespace("sample-exists").await;
-    let foos = foos(&cp, &client, &ns).await;
+    let foos = foos(cp, &client, &ns).await;
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
     let labels = json!({"app": "someone-elses"});
     let theirs = serde_json::from_value(json!({"metadata": {"name": "taken"}, "spec": {"replicas": 2,
@@ -113,7 +136,7 @@ async fn a_deployment_the_foo_does_not_control_is_left_alone_with_err_resource_e
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}))
     .unwrap();
     deployments.create(&PostParams::default(), &theirs).await.unwrap();
-    let app = sample_controller(&client, &ns).await;
+    let app = sample_controller(&client, &ns, built).await;
     create_foo(&foos, "wants-taken", json!({"deploymentName": "taken", "replicas": 1})).await;
 
     eventually("an ErrResourceExists event", CONVERGE, || async {

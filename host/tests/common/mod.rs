@@ -101,10 +101,12 @@ fn asked_by(built: &str) -> serde_json::Value {
             "read": ["Fanout.desired.kubewasm.test", "ConfigMap", "Namespace"],
             "status": ["Fanout.desired.kubewasm.test"], "own": ["ConfigMap"],
         }),
-        "sample_controller" => serde_json::json!({
-            "read": ["Foo.samplecontroller.k8s.io", "Deployment.apps"],
-            "status": ["Foo.samplecontroller.k8s.io"], "own": ["Deployment.apps"],
-        }),
+        "sample_controller" | "sample_controller_py" | "sample_controller_js" | "sample_controller_go" => {
+            serde_json::json!({
+                "read": ["Foo.samplecontroller.k8s.io", "Deployment.apps"],
+                "status": ["Foo.samplecontroller.k8s.io"], "own": ["Deployment.apps"],
+            })
+        }
         "config_reloader" => {
             serde_json::json!({"read": ["ConfigMap", "Deployment.apps"], "write": ["Deployment.apps"]})
         }
