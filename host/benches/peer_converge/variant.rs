@@ -11,6 +11,9 @@ use clap::ValueEnum;
 pub enum Variant {
     /// `kubewasm run`, release build, with a compile cache warmed before the first round.
     Kubewasm,
+    /// As `kubewasm`, namespace-defaults returning its two children as its desired state
+    /// (contract 0.3, settings `desiredState: true`): the host applies them at once.
+    KubewasmDesired,
     /// `kubewasm run` with an empty compile cache, as a new pod's `emptyDir`: it compiles the
     /// component at start-up (in a child process, `--compile-in-child`).
     KubewasmCold,
@@ -59,11 +62,17 @@ impl Variant {
         self != Self::BaselineImpersonated || setup.baseline.as_ref().is_some_and(|(_, approvals)| *approvals)
     }
 
+    /// Whether its namespace-defaults returns the desired state rather than writing.
+    pub fn desired_state(self) -> bool {
+        self == Self::KubewasmDesired
+    }
+
     /// Whether this is controller-runtime (a peer) rather than kubewasm.
     pub fn is_peer(self) -> bool {
         !matches!(
             self,
             Self::Kubewasm
+                | Self::KubewasmDesired
                 | Self::KubewasmCold
                 | Self::KubewasmColdInProcess
                 | Self::KubewasmUnlimited
@@ -101,8 +110,9 @@ const APPROVED: &str = "grants:\n  read: [Namespace, ResourceQuota, NetworkPolic
 
 /// Writes `plugins` copies of namespace-defaults into `dir`, each under its own name with its
 /// own child names (settings `quotaName`, `networkPolicyName`), one reconcile at a time, with
-/// what it asks for approved unless `approved` is false.
-pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool) {
+/// what it asks for approved unless `approved` is false, returning its desired state with
+/// `desired`.
+pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool, desired: bool) {
     std::fs::create_dir_all(dir).unwrap();
     let built = setup.plugin_dir.join("namespace_defaults.wasm");
     for i in 0..plugins {
@@ -115,6 +125,11 @@ pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool) {
         std::fs::copy(&built, dir.join(format!("{name}.wasm")))
             .unwrap_or_else(|e| panic!("{}: {e}; run `make plugins`", built.display()));
         let grants = if approved { APPROVED } else { "" };
+        let settings = match (desired, settings.is_empty()) {
+            (false, _) => settings,
+            (true, true) => "settings:\n  desiredState: true\n".to_owned(),
+            (true, false) => format!("{settings}  desiredState: true\n"),
+        };
         std::fs::write(dir.join(format!("{name}.yaml")), format!("maxConcurrent: 1\n{grants}{settings}")).unwrap();
     }
 }
@@ -178,7 +193,9 @@ pub fn commands(
     };
     let first = (plugins > 1).then_some(0);
     match variant {
-        Variant::Kubewasm => vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache))],
+        Variant::Kubewasm | Variant::KubewasmDesired => {
+            vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache))]
+        }
         Variant::KubewasmCold => vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)))],
         Variant::KubewasmColdInProcess => {
             let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)));

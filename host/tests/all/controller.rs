@@ -36,11 +36,24 @@ fn rand_suffix() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_defaults_converges_repairs_children_and_honours_opt_out() {
+    converges_repairs_children_and_honours_opt_out("").await;
+}
+
+/// The same with namespace-defaults returning its children as its desired state (contract 0.3):
+/// the host applies them, and on opt-out prunes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_defaults_in_desired_state_mode_converges_repairs_children_and_honours_opt_out() {
+    converges_repairs_children_and_honours_opt_out("settings: {desiredState: true}\n").await;
+}
+
+/// namespace-defaults with `config` makes a new Namespace's children, makes a deleted one again,
+/// reports a `DefaultsApplied` Event, and removes both on opt-out.
+async fn converges_repairs_children_and_honours_opt_out(config: &str) {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let mut app = App::new(client.clone(), None, None).unwrap();
     assert!(!app.readiness().is_ready(), "not ready before any plugin or cache");
-    app.add_plugin(&namespace_defaults()).await.unwrap();
+    app.add_plugin(&common::fixture_file("namespace-defaults", "namespace_defaults.wasm", config)).await.unwrap();
     eventually("readiness after the caches synced", CONVERGE, || async { app.readiness().is_ready().then_some(()) })
         .await;
 

@@ -7,8 +7,13 @@
 //! quotaName: default-quota
 //! quota: { pods: "50", requests.cpu: "4", requests.memory: 8Gi }
 //! networkPolicyName: default-deny
+//! desiredState: false                    # true: return the children as the desired state
 //! ```
-//! When a Namespace opts out, defaults this plugin created there are removed.
+//! When a Namespace opts out, defaults this plugin created there are removed. With
+//! `desiredState`, the plugin says what should exist and the host applies both children at once
+//! and prunes them on opt-out (contract 0.3); without it, the plugin writes and deletes them itself,
+//! one request after another, as before 0.3: the same objects either way, so the benchmark can run
+//! both modes side by side.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +21,7 @@ use k8s_openapi::api::core::v1::{Namespace, ResourceQuota, ResourceQuotaSpec};
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kubewasm_sdk::{Action, Reconciler, Registration, Request, Result, cache, client, events};
+use kubewasm_sdk::{Desired, DesiredState, Registration, Request, Result, cache, client, events};
 use serde::Deserialize;
 
 /// The plugin's settings.
@@ -31,6 +36,8 @@ pub struct Settings {
     pub quota: BTreeMap<String, String>,
     /// Name of the NetworkPolicy.
     pub network_policy_name: String,
+    /// Return the children as the desired state rather than writing them.
+    pub desired_state: bool,
 }
 
 impl Default for Settings {
@@ -43,6 +50,7 @@ impl Default for Settings {
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
             network_policy_name: "default-deny".into(),
+            desired_state: false,
         }
     }
 }
@@ -100,39 +108,50 @@ where
 
 struct NamespaceDefaults;
 
-impl Reconciler for NamespaceDefaults {
+impl DesiredState for NamespaceDefaults {
     fn describe() -> Registration {
         Registration::reconciles::<Namespace>().owns::<ResourceQuota>().owns::<NetworkPolicy>()
     }
 
-    fn reconcile(request: Request) -> Result<Action> {
+    fn desired(request: Request) -> Result<Option<Desired>> {
         let settings: Settings = kubewasm_sdk::settings()?;
         let Some(ns) = cache::get::<Namespace>(None, &request.name)? else {
-            return Ok(Action::Done);
+            return Ok(None);
         };
         if ns.metadata.deletion_timestamp.is_some() {
-            return Ok(Action::Done);
+            return Ok(None);
         }
         let name = request.name.as_str();
         let opted_out = ns.metadata.labels.as_ref().is_some_and(|l| l.contains_key(&settings.opt_out_label));
         let existing = cache::get::<ResourceQuota>(Some(name), &settings.quota_name)?;
         if opted_out {
+            if settings.desired_state {
+                return Ok(Some(Desired::new()));
+            }
             delete_controlled(existing.as_ref(), &ns)?;
             let policy = cache::get::<NetworkPolicy>(Some(name), &settings.network_policy_name)?;
             delete_controlled(policy.as_ref(), &ns)?;
-            return Ok(Action::Done);
+            return Ok(None);
+        }
+        if settings.desired_state {
+            let desired = Desired::new().child(&quota(&settings, &ns)).child(&network_policy(&settings, &ns));
+            announce(&settings, &ns, existing.is_none())?;
+            return Ok(Some(desired));
         }
         client::apply(&quota(&settings, &ns))?;
         client::apply(&network_policy(&settings, &ns))?;
-        if existing.is_none() {
-            let note = format!(
-                "applied ResourceQuota {} and NetworkPolicy {}",
-                settings.quota_name, settings.network_policy_name
-            );
-            events::normal(&kubewasm_sdk::object_ref(&ns), "DefaultsApplied", &note)?;
-        }
-        Ok(Action::Done)
+        announce(&settings, &ns, existing.is_none()).map(|()| None)
     }
 }
 
-kubewasm_sdk::export_reconciler!(NamespaceDefaults);
+/// A `DefaultsApplied` Event about `ns` the first time (`first`) its defaults are made.
+fn announce(settings: &Settings, ns: &Namespace, first: bool) -> Result<()> {
+    if !first {
+        return Ok(());
+    }
+    let note =
+        format!("applied ResourceQuota {} and NetworkPolicy {}", settings.quota_name, settings.network_policy_name);
+    events::normal(&kubewasm_sdk::object_ref(ns), "DefaultsApplied", &note)
+}
+
+kubewasm_sdk::export_desired_state!(NamespaceDefaults);
