@@ -392,6 +392,17 @@ async fn run_the_examples_overlay(from_registry: bool) {
         })
         .await;
     }
+    if from_registry {
+        // The pulled modules' manifests are kept beside the compile cache once each is pulled;
+        // a module can serve before its manifest is on disk, so the host is stopped only once
+        // all three are (the cold CI run at 2a91dfc stopped it with two written).
+        let manifests = volumes.join("compile-cache").join("oci").join("manifests");
+        eventually("the three pulled manifests kept", CONVERGE, || async {
+            let kept = std::fs::read_dir(&manifests).map(|d| d.count()).unwrap_or(0);
+            (kept == 3).then_some(())
+        })
+        .await;
+    }
     host.signal("-TERM");
     let status = host.exited(Duration::from_secs(60)).await;
     assert!(status.success(), "kubewasm exited with {status}");
