@@ -95,16 +95,16 @@ impl PluginCtx {
     ) -> Result<Vec<ApiCall>, CallError> {
         let Some(uid) = owner.pointer("/metadata/uid").and_then(Value::as_str) else { return Ok(Vec::new()) };
         let plugin = self.shared.authorizer.plugin();
+        let mark = format!("/metadata/labels/{}", PLUGIN_LABEL.replace('/', "~1"));
         let mut prunes = Vec::new();
         for (kind, policy) in registration.owns.iter().zip(&registration.owns_prune) {
             let Some(propagation) = *policy else { continue };
             let objects = self.shared.cache.by_index(kind, CONTROLLER_OWNER_INDEX, uid, usize::MAX)?;
             for object in objects.iter().filter_map(|bytes| serde_json::from_slice::<Value>(bytes).ok()) {
                 let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
-                let label = format!("/metadata/labels/{}", PLUGIN_LABEL.replace('/', "~1"));
                 let (Some(name), Some(child_uid)) = (text("/metadata/name"), text("/metadata/uid")) else { continue };
                 let target = ObjectRef { kind: kind.clone(), namespace: text("/metadata/namespace"), name };
-                if text(&label).as_deref() != Some(plugin) || wanted.contains(&Child::of(&target)) {
+                if text(&mark).as_deref() != Some(plugin) || wanted.contains(&Child::of(&target)) {
                     continue;
                 }
                 let preconditions = Preconditions { uid: Some(child_uid), resource_version: None };
