@@ -2,7 +2,9 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{check, compile_plugin, crd, dev, generate_key, handover, new, push, rbac, record, run, test};
+use crate::commands::{
+    check, compile_plugin, crd, dev, generate_key, handover, manifests, new, push, rbac, record, run, test,
+};
 use crate::telemetry::LogArgs;
 
 /// Runs Kubernetes controllers whose reconcile logic is a sandboxed WebAssembly component.
@@ -32,6 +34,9 @@ pub enum Command {
     Handover(handover::HandoverArgs),
     /// Print the WasmPlugin CustomResourceDefinition (YAML).
     Crd,
+    /// Print the host's deployment (YAML): the WasmPlugin CRD, its namespace, ServiceAccount,
+    /// RBAC, admission policies, Deployment and Service, for `kubectl apply --server-side -f -`.
+    Manifests(manifests::ManifestsArgs),
     /// Run a plugin's reconciles without a cluster over objects from YAML files and print the
     /// writes and Events it would make (exits 1 when they differ from `--expect`).
     Test(test::TestArgs),
@@ -64,6 +69,7 @@ impl Command {
             Command::Rbac(args) => args.execute().await,
             Command::Handover(args) => args.execute().await,
             Command::Crd => crd::execute(),
+            Command::Manifests(args) => args.execute(),
             Command::Test(args) => args.execute().await,
             Command::Record(args) => args.execute().await,
             Command::Dev(args) => args.execute().await,

@@ -4,7 +4,10 @@
 //!   `sh,test`) run, joined into one `bash -e` script per page, in an empty directory outside
 //!   the checkout with this build's `kubewasm` first on the PATH, as an author has it after
 //!   `make install` (`common::project::Installed`): scaffold, build, offline `kubewasm test`
-//!   for Rust, Python and JavaScript, and the Go example's build and offline test;
+//!   for Rust, Python and JavaScript, and the Go example's build and offline test; the same for
+//!   the guide that deploys the host as its ServiceAccount on a local control plane
+//!   (```` ```sh,test-deploy ````), with `kubewasm manifests` and `kubewasm dev
+//!   --control-plane-only`, nothing from the checkout;
 //! - the CLI reference (`docs/src/reference/cli.md`, `host-flags.md`) is every verb's `--help`
 //!   as the binary prints it (`KUBEWASM_BLESS=1` rewrites the pages after a flag changed);
 //! - the metrics reference names every metric the host's source registers.
@@ -59,7 +62,7 @@ fn tested_commands(page: &str) -> String {
                 block = None;
             }
             Some((_, lines)) => lines.push(line),
-            None if line.trim() == "```sh,test" => block = Some((false, Vec::new())),
+            None if matches!(line.trim(), "```sh,test" | "```sh,test-deploy") => block = Some((false, Vec::new())),
             None if line.trim() == "```sh,test-cluster" => block = Some((true, Vec::new())),
             None => {}
         }
@@ -85,7 +88,8 @@ fn cluster_script(lines: &[&str]) -> String {
 
 /// Runs `page`'s tested commands in an empty directory; checks they include `must` first.
 fn run_page(page: &str, must: &[&str], setup: impl FnOnce(&Installed, &mut Command)) {
-    let script = tested_commands(page);
+    // What a page starts in the background (`&`) is stopped when its script ends.
+    let script = format!("trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n{}", tested_commands(page));
     for command in must {
         assert!(script.contains(command), "{page} runs no `{command}` in a ```sh,test block:\n{script}");
     }
@@ -118,6 +122,23 @@ fn the_rust_getting_started_commands_scaffold_build_test_offline_and_reconcile_u
         kubewasm.add(&kubectl);
         bash.env("CARGO_TARGET_DIR", project::rust_target_dir()).env("CARGO_NET_OFFLINE", "true");
         // Any free port for `kubewasm dev`'s admin server: 8080 may be taken on a shared machine.
+        bash.env("KUBEWASM_ADMIN_ADDR", "127.0.0.1:0");
+    });
+}
+
+#[test]
+fn the_service_account_guide_deploys_the_host_from_the_installed_binary_outside_the_checkout() {
+    let must = [
+        "kubewasm dev --control-plane-only",
+        "kubewasm manifests |",
+        "kubewasm rbac",
+        "kubewasm run",
+        "get configmap welcome",
+    ];
+    let kubectl = kubectl().expect("no kubectl: build the control plane with `make control-plane` (`make test` does)");
+    run_page("guides/run-as-serviceaccount.md", &must, |kubewasm, bash| {
+        kubewasm.add(&kubectl);
+        bash.env("CARGO_TARGET_DIR", project::rust_target_dir()).env("CARGO_NET_OFFLINE", "true");
         bash.env("KUBEWASM_ADMIN_ADDR", "127.0.0.1:0");
     });
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use wasmtime::component::{Component, Linker};
 use wasmtime::{
@@ -135,6 +135,7 @@ pub struct RuntimeConfig {
     pub(crate) protected: Protected,
     /// Every request allowed by the authorizer ([`authorizer_allows_everything`](Self::authorizer_allows_everything)).
     authorizer_off: bool,
+    wall_clock: Option<SystemTime>,
 }
 
 impl Default for RuntimeConfig {
@@ -154,6 +155,7 @@ impl Default for RuntimeConfig {
             write_timeout: super::limits::DEFAULT_WRITE_TIMEOUT,
             protected: Protected::default(),
             authorizer_off: false,
+            wall_clock: None,
         }
     }
 }
@@ -290,6 +292,15 @@ impl RuntimeConfig {
         self
     }
 
+    /// Plugins read `at` from the wall clock, at every call (`kubewasm test --now`): what an
+    /// offline run writes (a condition's `lastTransitionTime`, a schedule) does not depend on
+    /// when it runs. The monotonic clock, which deadlines use, keeps running.
+    #[must_use]
+    pub fn fixed_wall_clock(mut self, at: SystemTime) -> Self {
+        self.wall_clock = Some(at);
+        self
+    }
+
     /// Record plugin metrics here.
     #[must_use]
     pub fn metrics(mut self, metrics: PluginMetrics) -> Self {
@@ -317,6 +328,8 @@ pub struct Runtime {
     pub(crate) write_rate: WriteRate,
     pub(crate) protected: Protected,
     pub(crate) authorizer_off: bool,
+    /// What plugins read from the wall clock, when fixed.
+    pub(crate) wall_clock: Option<SystemTime>,
     /// What the API server refused plugins that the host allowed.
     pub(crate) refusals: crate::refusals::Refusals,
 }
@@ -398,6 +411,7 @@ impl Runtime {
             write_rate: config.write_rate,
             protected: config.protected,
             authorizer_off: config.authorizer_off,
+            wall_clock: config.wall_clock,
             refusals: Default::default(),
         })
     }

@@ -198,6 +198,7 @@ impl Runtime {
                 output_limiter: output_limiter.clone(),
                 metrics: self.metrics.clone(),
                 refusals: self.refusals.clone(),
+                wall_clock: self.wall_clock,
             })
         };
         // describe() runs with no grants: it may log and read its settings, nothing else.

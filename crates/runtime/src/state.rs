@@ -6,13 +6,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use super::api::{ApiWriter, CacheReader, Caller};
 use super::authorizer::Authorizer;
@@ -44,6 +45,8 @@ pub(crate) struct PluginShared {
     pub(crate) metrics: PluginMetrics,
     /// Where a request the API server refused is kept for the plugin's status.
     pub(crate) refusals: crate::refusals::Refusals,
+    /// What the plugin reads from the wall clock, if fixed ([`RuntimeConfig::fixed_wall_clock`](crate::RuntimeConfig::fixed_wall_clock)).
+    pub(crate) wall_clock: Option<SystemTime>,
 }
 
 /// Store data of one plugin instance; lives for one reconcile (or one describe/map call).
@@ -77,13 +80,12 @@ impl PluginCtx {
         // Deny by default: no preopens, env or args; stdin is empty; output is logged within a
         // budget. No sockets: wasmtime-wasi 48 leaves TCP, UDP and name lookup off unless
         // allowed, and this says so explicitly, so a change of its defaults cannot open them.
-        let wasi = WasiCtx::builder()
-            .stdout(log("stdout"))
-            .stderr(log("stderr"))
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
+        let mut wasi = WasiCtx::builder();
+        wasi.stdout(log("stdout")).stderr(log("stderr")).allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+        if let Some(at) = shared.wall_clock {
+            wasi.wall_clock(FixedClock(at));
+        }
+        let wasi = wasi.build();
         Self {
             wasi,
             table: ResourceTable::new(),
@@ -117,6 +119,19 @@ impl PluginCtx {
 impl WasiView for PluginCtx {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// A wall clock that always reads one time.
+struct FixedClock(SystemTime);
+
+impl HostWallClock for FixedClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+
+    fn now(&self) -> Duration {
+        self.0.duration_since(UNIX_EPOCH).unwrap_or_default()
     }
 }
 

@@ -21,6 +21,11 @@ pub struct DevArgs {
     /// objects owned by a deleted object are deleted and deleted namespaces go away.
     #[arg(long, env = "KUBEWASM_DEV_WITH_GC")]
     pub with_gc: bool,
+    /// Start the control plane only, not the host: to deploy the host yourself, e.g. as its
+    /// ServiceAccount with `kubewasm manifests` (the book's "Running as the host's
+    /// ServiceAccount locally"). The host's flags are ignored.
+    #[arg(long, env = "KUBEWASM_DEV_CONTROL_PLANE_ONLY")]
+    pub control_plane_only: bool,
     /// Where to write the admin kubeconfig of the control plane (removed on exit).
     #[arg(long, env = "KUBEWASM_DEV_KUBECONFIG_OUT", default_value = ".kubewasm/kubeconfig")]
     pub kubeconfig_out: PathBuf,
@@ -33,7 +38,7 @@ impl DevArgs {
     /// Starts the control plane, writes its kubeconfig, prints how to use it and runs the host on
     /// it until SIGINT/SIGTERM; then stops the host, the control plane and removes the kubeconfig.
     pub async fn execute(self) -> anyhow::Result<()> {
-        let DevArgs { with_gc, kubeconfig_out, mut run } = self;
+        let DevArgs { with_gc, control_plane_only, kubeconfig_out, mut run } = self;
         let token = CancellationToken::new();
         shutdown::on_signal(token.clone());
         eprintln!(
@@ -53,8 +58,11 @@ impl DevArgs {
             true => "kubectl".to_owned(),
             false => control_plane.kubectl_path().display().to_string(),
         };
-        let plugins =
-            run.plugins.as_ref().map_or_else(|| "(none: --plugins DIR)".to_owned(), |p| p.display().to_string());
+        let plugins = match (&run.plugins, control_plane_only) {
+            (_, true) => "(no host: --control-plane-only)".to_owned(),
+            (Some(dir), false) => dir.display().to_string(),
+            (None, false) => "(none: --plugins DIR)".to_owned(),
+        };
         println!(
             "kubewasm dev: control plane ready in {:?}\n\
              \x20 kubeconfig:  {kubeconfig}\n\
@@ -76,7 +84,14 @@ impl DevArgs {
         // (an interpreter and the plugin) several times faster than Cranelift (BENCHMARKS.md
         // "Edit → effect"); `--compiler cranelift` measures what a deployment runs.
         run.compiler.get_or_insert(Compiler::Winch);
-        let result = if token.is_cancelled() { Ok(()) } else { serve::serve(run, token).await };
+        let result = match (token.is_cancelled(), control_plane_only) {
+            (true, _) => Ok(()),
+            (false, true) => {
+                token.cancelled().await;
+                Ok(())
+            }
+            (false, false) => serve::serve(run, token).await,
+        };
         let _ = std::fs::remove_file(&kubeconfig_out);
         tokio::task::spawn_blocking(move || drop(control_plane)).await?;
         eprintln!("kubewasm dev: stopped");

@@ -6,6 +6,7 @@ pub mod crd;
 pub mod dev;
 pub mod generate_key;
 pub mod handover;
+pub mod manifests;
 pub mod new;
 pub mod push;
 pub mod rbac;

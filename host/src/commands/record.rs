@@ -43,10 +43,11 @@ impl RecordArgs {
         let config = config_with_settings(&file, self.settings.as_deref())?;
         let wasm = std::fs::read(&self.wasm).with_context(|| format!("reading {}", self.wasm.display()))?;
         let client = kubewasm_host::app::client(self.kubeconfig.as_deref(), self.context.as_deref()).await?;
-        let runtime = runtime(self.compile_cache.as_deref())?;
+        let (at, now) = offline::now_to_the_second();
+        let runtime = runtime(self.compile_cache.as_deref(), at)?;
         let keys: Vec<_> = self.keys.iter().map(|k| fixtures::parse_key(k)).collect();
-        let files =
-            offline::record::record(&runtime, client, &file.name, Arc::<[u8]>::from(wasm), config, &keys).await?;
+        let wasm = Arc::<[u8]>::from(wasm);
+        let files = offline::record::record(&runtime, client, &file.name, wasm, config, &keys, &now).await?;
         std::fs::create_dir_all(&self.out).with_context(|| format!("creating {}", self.out.display()))?;
         for (key, text) in files {
             let name = match key.namespace() {

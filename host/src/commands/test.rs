@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -35,6 +36,12 @@ pub struct TestArgs {
     /// Directory for compiled plugins (the same as `run --compile-cache`).
     #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
     pub compile_cache: Option<PathBuf>,
+    /// What the plugin reads from the wall clock at every call (RFC 3339, e.g.
+    /// `2026-01-01T00:00:00Z`), so the time the SDKs' condition helpers stamp, or a schedule,
+    /// is the same in every run and an `--expect` file can hold it. Default: a recording's time,
+    /// else the time the run starts.
+    #[arg(long, env = "KUBEWASM_TEST_NOW", value_parser = offline::parse_time)]
+    pub now: Option<SystemTime>,
     /// Run each key to a fixed point: apply its writes to the fixture objects (server-side apply
     /// as a merge that drops the fields the plugin applied before and no longer names, patches,
     /// creates, deletes), reconcile it again, and so on until a round's writes change nothing;
@@ -82,7 +89,10 @@ async fn test(args: TestArgs) -> anyhow::Result<bool> {
         recording = recording.or(parsed.recording);
     }
     let wasm = std::fs::read(&args.wasm).with_context(|| format!("reading {}", args.wasm.display()))?;
-    let runtime = runtime(args.compile_cache.as_deref())?;
+    let recorded = recording.as_ref().and_then(|r| r.now.as_deref()).map(offline::parse_time).transpose();
+    let recorded = recorded.map_err(anyhow::Error::msg).context("the recording's now")?;
+    let now = args.now.or(recorded).unwrap_or_else(|| offline::now_to_the_second().0);
+    let runtime = runtime(args.compile_cache.as_deref(), now)?;
     let server = match args.server_dry_run {
         true => Some(server(&args).await?),
         false => None,
@@ -165,5 +175,19 @@ mod tests {
         assert_eq!(parse(&["--until-settled"]), (Some(10), false));
         assert_eq!(parse(&["--until-settled=3", "--server-dry-run"]), (Some(3), true));
         assert!(Cli::try_parse_from(["kubewasm", "test", "p.wasm", "--objects", "o", "--until-settled=0"]).is_err());
+    }
+
+    #[test]
+    fn test_reads_the_time_plugins_see_as_rfc_3339_and_refuses_anything_else() {
+        let now = |at: &str| {
+            let cli = Cli::try_parse_from(["kubewasm", "test", "p.wasm", "--objects", "o.yaml", "--now", at]);
+            cli.map(|cli| match cli.command {
+                Command::Test(test) => test.now,
+                _ => panic!("not test"),
+            })
+        };
+        let at = now("2026-01-01T00:00:00Z").unwrap().unwrap();
+        assert_eq!(at.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs(), 1_767_225_600);
+        assert!(now("2026-01-01").is_err());
     }
 }

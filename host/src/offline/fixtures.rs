@@ -29,6 +29,10 @@ pub struct Recording {
     pub key: String,
     /// The report of that reconcile, as `kubewasm test` prints it.
     pub expect: Value,
+    /// What the plugin read from the wall clock (RFC 3339); `kubewasm test` replays it at that
+    /// time. Absent in recordings made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<String>,
 }
 
 /// The contents of a fixture file.

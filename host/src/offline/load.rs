@@ -1,8 +1,10 @@
 //! What an offline command loads: the plugin file, its config (settings replaced if asked) and the runtime.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
+use k8s_openapi::jiff;
 
 use kubewasm_host::hotload::directory::config_beside;
 use kubewasm_host::hotload::{PluginFile, read_config};
@@ -26,11 +28,42 @@ pub fn config_with_settings(file: &PluginFile, settings: Option<&Path>) -> anyho
     Ok(config)
 }
 
-/// The wasm runtime of an offline command: the host's defaults, with the compile cache if any.
-pub fn runtime(compile_cache: Option<&Path>) -> anyhow::Result<Runtime> {
-    let config = RuntimeConfig::default();
+/// The wasm runtime of an offline command: the host's defaults, with the compile cache if any,
+/// and a wall clock that reads `now` at every call, so a run's writes do not depend on when it
+/// runs.
+pub fn runtime(compile_cache: Option<&Path>, now: SystemTime) -> anyhow::Result<Runtime> {
+    let config = RuntimeConfig::default().fixed_wall_clock(now);
     Ok(Runtime::new(match compile_cache {
         Some(dir) => config.cache_dir(dir),
         None => config,
     })?)
+}
+
+/// `time` (RFC 3339, as `lastTransitionTime` is written) as a [`SystemTime`].
+pub fn parse_time(time: &str) -> Result<SystemTime, String> {
+    let at: jiff::Timestamp = time.parse().map_err(|e| format!("{time:?} is not an RFC 3339 time: {e}"))?;
+    let since =
+        Duration::from_nanos(u64::try_from(at.as_nanosecond()).map_err(|_| format!("{time:?} is before 1970"))?);
+    Ok(UNIX_EPOCH + since)
+}
+
+/// The current time to the second, as [`parse_time`] reads it back.
+pub fn now_to_the_second() -> (SystemTime, String) {
+    let seconds = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let at = UNIX_EPOCH + Duration::from_secs(seconds);
+    let text = jiff::Timestamp::from_second(i64::try_from(seconds).unwrap_or(i64::MAX)).map(|t| t.to_string());
+    (at, text.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_time_is_read_as_rfc_3339_and_the_current_one_reads_back() {
+        assert_eq!(parse_time("1970-01-01T00:01:40Z"), Ok(UNIX_EPOCH + Duration::from_secs(100)));
+        assert!(parse_time("yesterday").unwrap_err().contains("not an RFC 3339 time"));
+        let (at, text) = now_to_the_second();
+        assert_eq!(parse_time(&text), Ok(at));
+    }
 }

@@ -101,7 +101,8 @@ impl CacheReader for ReadRecorder {
     }
 }
 
-/// Reconciles each of `keys` once over the cluster's caches and returns, per key, the fixture
+/// Reconciles each of `keys` once over the cluster's caches (`runtime`'s wall clock fixed at
+/// `now`, which the recording keeps) and returns, per key, the fixture
 /// file (YAML) that replays it: a [`Recording`] header with the report, then every object read.
 pub async fn record(
     runtime: &Runtime,
@@ -110,6 +111,7 @@ pub async fn record(
     wasm: Arc<[u8]>,
     config: PluginConfig,
     keys: &[ObjectKey],
+    now: &str,
 ) -> Result<Vec<(ObjectKey, String)>> {
     let factory = SharedInformerFactory::new(client, &prometheus::Registry::new())?;
     let informer = |gvk: &GroupVersionKind, selector: Option<&str>| {
@@ -130,6 +132,7 @@ pub async fn record(
             plugin: name.into(),
             key: key.to_string(),
             expect: report.to_value(),
+            now: Some(now.to_owned()),
         };
         let mut text =
             format!("# kubewasm record: one reconcile of {key} by plugin {name}; replay with kubewasm test\n");

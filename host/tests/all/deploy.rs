@@ -9,6 +9,7 @@
 
 use crate::common;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -46,6 +47,44 @@ async fn every_kustomization_passes_server_side_dry_run() {
 
 /// A new user's `kubectl apply` of the CRD printed `Warning: unrecognized format "uint64"` (and
 /// `"uint"`, `"uint32"`): formats the API server does not know (issue 48).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubewasm_manifests_prints_the_objects_kustomize_renders_for_deploy_base() {
+    let cp = ControlPlane::shared().expect("kube-apiserver, etcd and kubectl: run `make control-plane`");
+    // Each object by kind and name, its numbers compared as numbers (kustomize writes the CRD's
+    // `minimum: 0.0` as 0).
+    let objects = |yaml: &str| -> BTreeMap<String, serde_json::Value> {
+        let documents = serde_yaml::Deserializer::from_str(yaml);
+        let values = documents.map(|d| serde::Deserialize::deserialize(d).unwrap()).map(integral);
+        let key =
+            |o: &serde_json::Value| format!("{} {}/{}", o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]);
+        values.filter(|v: &serde_json::Value| !v.is_null()).map(|o| (key(&o), o)).collect()
+    };
+    let mut kustomize = cp.kubectl();
+    kustomize.arg("kustomize").arg(deploy_dir().join("base"));
+    let kustomized = objects(&run_ok(kustomize));
+    let mut printed = Command::new(env!("CARGO_BIN_EXE_kubewasm"));
+    printed.arg("manifests");
+    let printed = objects(&run_ok(printed));
+    assert!(kustomized.len() > 8, "only {} objects in deploy/base", kustomized.len());
+    assert_eq!(printed.keys().collect::<Vec<_>>(), kustomized.keys().collect::<Vec<_>>());
+    for (key, object) in &printed {
+        assert!(object == &kustomized[key], "`kubewasm manifests` and deploy/base differ in {key}");
+    }
+}
+
+/// `value` with every integral float as an integer.
+fn integral(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) if n.as_f64().is_some_and(|f| f.fract() == 0.0) && !n.is_i64() && !n.is_u64() => {
+            Value::from(n.as_f64().unwrap() as i64)
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(integral).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, integral(v))).collect()),
+        other => other,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wasmplugin_crd_is_applied_without_a_warning() {
     let cp = ControlPlane::shared().expect("kube-apiserver, etcd and kubectl: run `make control-plane`");

@@ -237,6 +237,22 @@ fn until_settled_passes_a_plugin_whose_second_reconcile_changes_nothing() {
 }
 
 #[test]
+fn test_gives_the_plugin_the_time_it_is_told_so_a_condition_stamp_is_the_same_in_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "grants: {write: [ConfigMap]}\nsettings: {version: v1, stampTime: true}\n";
+    let stamp = |args: &[&str]| {
+        let out = fixture_test(dir.path(), "fixture_stamper.wasm", config, args);
+        let report: serde_json::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+        report[0]["writes"][0]["patch"]["body"]["metadata"]["annotations"]["kubewasm.test/ready-since"].clone()
+    };
+    assert_eq!(stamp(&["--now", "2026-01-01T00:00:00Z"]), "2026-01-01T00:00:00Z");
+    assert_eq!(stamp(&["--now", "2031-07-04T12:30:00Z"]), "2031-07-04T12:30:00Z");
+    let now = stamp(&[]);
+    let now = now.as_str().unwrap_or_else(|| panic!("no stamp: {now}"));
+    assert!(now > "2026-11-01T00:00:00Z", "without --now, the time the run starts: {now}");
+}
+
+#[test]
 fn until_settled_fails_a_plugin_that_writes_a_new_value_every_reconcile_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     // The contract fixture counts its reconciles of `x` in the ConfigMap `log-x`.

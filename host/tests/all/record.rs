@@ -2,7 +2,7 @@
 
 use crate::common;
 
-use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
 use kube::Api;
 use kubewasm_testenv::ControlPlane;
 
@@ -61,4 +61,37 @@ async fn a_reconcile_recorded_against_the_apiserver_replays_offline_with_the_sam
     let args = ["test", &wasm, "--objects", &file, "--settings", settings.to_str().unwrap()];
     let changed = kubewasm(&args, &offline).await;
     assert_eq!(changed.status.code(), Some(1), "{}", String::from_utf8_lossy(&changed.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_keeps_the_time_the_plugin_read_and_its_replay_reads_that_time() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = cp.namespace("record-time").await;
+    let map = serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap();
+    Api::<ConfigMap>::namespaced(client, &ns).create(&Default::default(), &map).await.unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let config = "grants: {write: [ConfigMap]}\nsettings: {version: v1, stampTime: true}\n";
+    let file = common::fixture_file("stamper", "fixture_stamper.wasm", config);
+    let (wasm, config) = (file.wasm.unwrap().display().to_string(), file.config.unwrap().display().to_string());
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+    let dir = out.path().display().to_string();
+    let key = format!("{ns}/x");
+    let args = ["record", &wasm, "--config", &config, "--key", &key, "--out", &dir, "--kubeconfig", &kubeconfig];
+    let recorded = kubewasm(&args, &[]).await;
+    assert!(recorded.status.success(), "record failed: {}", String::from_utf8_lossy(&recorded.stderr));
+    let file = out.path().join(format!("{ns}_x.yaml"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let recording = kubewasm::offline::fixtures::parse(&text).unwrap().recording.expect("a recording header");
+    let now = recording.now.expect("the time the plugin read");
+    let stamp =
+        &recording.expect[0]["writes"][0]["patch"]["body"]["metadata"]["annotations"]["kubewasm.test/ready-since"];
+    assert_eq!(stamp, now.as_str(), "the condition helper read the recorded time");
+
+    // The replay reads the recording's time, whatever it says and whenever it runs.
+    std::fs::write(&file, text.replace(&now, "2020-02-02T02:02:02Z")).unwrap();
+    let file = file.display().to_string();
+    let replayed = kubewasm(&["test", &wasm, "--config", &config, "--objects", &file], &[]).await;
+    let stderr = String::from_utf8_lossy(&replayed.stderr);
+    assert!(replayed.status.success() && stderr.contains("match the recording"), "replay differs: {stderr}");
 }
