@@ -397,16 +397,17 @@ impl Runtime {
                 }
             })
             .map_err(|e| Error::Engine(wasmtime::Error::msg(e.to_string())))?;
+        let metrics = config.metrics.unwrap_or_default();
         Ok(Self {
             engine,
             linker: Arc::new(linker),
             cache,
             compile_process,
-            metrics: config.metrics.unwrap_or_default(),
+            pool: Ledger::new(config.pool_instances, config.memory_budget, metrics.clone()),
+            metrics,
             max_memory_bytes: config.max_memory_bytes,
             compiled: Arc::default(),
             compiled_reused: Arc::default(),
-            pool: Ledger::new(config.pool_instances, config.memory_budget),
             max_concurrent_cap: config.max_concurrent_cap,
             write_rate: config.write_rate,
             protected: config.protected,

@@ -1,9 +1,10 @@
 //! `kubewasm_plugin_*` metrics: loads, load errors, limit hits, host calls, writes (sent or
-//! unchanged), throttled writes and dropped output.
+//! unchanged), throttled writes, dropped output, the API server's refusals and memory reserved
+//! against the budget.
 
 use std::sync::Arc;
 
-use prometheus::{IntCounterVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// Plugin metrics, registered on a registry passed in; [`PluginMetrics::default`] records
 /// nothing (for tests and tools).
@@ -24,6 +25,9 @@ struct Inner {
     writes_throttled: IntCounterVec,
     writes: IntCounterVec,
     output_dropped: IntCounterVec,
+    apiserver_forbidden: IntCounterVec,
+    memory_reserved: IntGaugeVec,
+    memory_budget: IntGauge,
 }
 
 impl PluginMetrics {
@@ -66,6 +70,23 @@ impl PluginMetrics {
                 "Bytes of plugin stdout/stderr dropped past limits.outputBytes.",
                 &["plugin", "stream"],
             )?,
+            apiserver_forbidden: counter(
+                "kubewasm_plugin_apiserver_forbidden_total",
+                "Plugin requests the host allowed and the API server refused as forbidden: the plugin's identity lacks a right (RBACMissing), or an admission policy refused it. The host's own refusals are host_calls_total{result=\"forbidden\"}.",
+                &["plugin"],
+            )?,
+            memory_reserved: {
+                let help = "Linear memory reserved by the plugin's loaded versions (instances × limits.memoryBytes), counted against the host's plugin memory budget.";
+                let g = IntGaugeVec::new(Opts::new("kubewasm_plugin_memory_reserved_bytes", help), &["plugin"])?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
+            memory_budget: {
+                let help = "The host's plugin memory budget (--plugin-memory-budget, by default from the container's memory limit); 0: unbounded.";
+                let g = IntGauge::with_opts(Opts::new("kubewasm_plugin_memory_budget_bytes", help))?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
         }))))
     }
 
@@ -103,6 +124,27 @@ impl PluginMetrics {
     pub fn write(&self, plugin: &str, outcome: &'static str) {
         if let Some(m) = &self.0 {
             m.writes.with_label_values(&[plugin, outcome]).inc();
+        }
+    }
+
+    /// Counts a request of `plugin` the host allowed and the API server refused as forbidden.
+    pub(crate) fn apiserver_forbidden(&self, plugin: &str) {
+        if let Some(m) = &self.0 {
+            m.apiserver_forbidden.with_label_values(&[plugin]).inc();
+        }
+    }
+
+    /// Adds `bytes` (negative: gives back) to what `plugin`'s versions reserve of the budget.
+    pub(crate) fn memory_reserved(&self, plugin: &str, bytes: i64) {
+        if let Some(m) = &self.0 {
+            m.memory_reserved.with_label_values(&[plugin]).add(bytes);
+        }
+    }
+
+    /// Records the host's plugin memory budget (`None`: unbounded, 0).
+    pub(crate) fn memory_budget(&self, budget: Option<u64>) {
+        if let Some(m) = &self.0 {
+            m.memory_budget.set(budget.map_or(0, |b| i64::try_from(b).unwrap_or(i64::MAX)));
         }
     }
 

@@ -16,6 +16,8 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::Component;
 
+use super::metrics::PluginMetrics;
+
 /// Every version's reservation would not fit in the pool or the memory budget. The version is
 /// rejected; the versions serving keep their reservations.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -62,12 +64,16 @@ struct LedgerInner {
     budget: Option<u64>,
     /// Slots and bytes reserved.
     reserved: Mutex<(u32, u64)>,
+    /// Where each plugin's reserved bytes are shown.
+    metrics: PluginMetrics,
 }
 
 impl Ledger {
-    /// A ledger for a pool of `capacity` component instances and `budget` bytes of plugin memory.
-    pub(crate) fn new(capacity: u32, budget: Option<u64>) -> Self {
-        Self(Arc::new(LedgerInner { capacity, budget, reserved: Mutex::new((0, 0)) }))
+    /// A ledger for a pool of `capacity` component instances and `budget` bytes of plugin memory,
+    /// each plugin's reservation shown in `metrics`.
+    pub(crate) fn new(capacity: u32, budget: Option<u64>, metrics: PluginMetrics) -> Self {
+        metrics.memory_budget(budget);
+        Self(Arc::new(LedgerInner { capacity, budget, reserved: Mutex::new((0, 0)), metrics }))
     }
 
     /// Slots reserved now, by every loaded plugin version.
@@ -93,6 +99,7 @@ impl Ledger {
             return Err(PoolFull::Memory { plugin: plugin.into(), asked: bytes, reserved: held_bytes, budget });
         }
         *reserved = (total, total_bytes);
+        self.0.metrics.memory_reserved(plugin, i64::try_from(bytes).unwrap_or(i64::MAX));
         Ok(())
     }
 
@@ -159,6 +166,7 @@ impl Drop for Share {
         let mut reserved = self.ledger.0.reserved.lock();
         reserved.0 -= self.slots;
         reserved.1 -= self.bytes;
+        self.ledger.0.metrics.memory_reserved(&self.plugin, -i64::try_from(self.bytes).unwrap_or(i64::MAX));
     }
 }
 
@@ -209,7 +217,7 @@ mod tests {
 
     #[test]
     fn reservations_past_the_pool_are_refused_and_say_why() {
-        let ledger = Ledger::new(10, None);
+        let ledger = Ledger::new(10, None, PluginMetrics::default());
         let a = ledger.reserve("a", slots(2), 4).unwrap();
         let err = ledger.reserve("b", slots(1), 3).unwrap_err();
         assert_eq!(err, PoolFull::Slots { plugin: "b".into(), asked: 3, reserved: 8, capacity: 10 });
@@ -224,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_share_grows_only_if_the_pool_has_room() {
-        let ledger = Ledger::new(5, None);
+        let ledger = Ledger::new(5, None, PluginMetrics::default());
         let mut share = ledger.reserve("a", slots(1), 1).unwrap();
         share.grow_to(4).unwrap();
         assert_eq!((share.instances, ledger.reserved()), (4, 4));
@@ -238,7 +246,7 @@ mod tests {
     #[test]
     fn a_plugins_instances_times_their_memory_must_fit_the_hosts_budget() {
         const MIB: u64 = 1 << 20;
-        let ledger = Ledger::new(100, Some(512 * MIB));
+        let ledger = Ledger::new(100, Some(512 * MIB), PluginMetrics::default());
         let per_instance = Weight { slots: 1, bytes: 64 * MIB };
         let mut a = ledger.reserve("a", per_instance, 4).unwrap();
         assert_eq!(ledger.reserved_bytes(), 256 * MIB);
@@ -253,6 +261,28 @@ mod tests {
         assert!(matches!(a.grow_to(9), Err(PoolFull::Memory { .. })));
         drop(a);
         assert_eq!(ledger.reserved_bytes(), 0, "a dropped version gives its memory back");
+    }
+
+    #[test]
+    fn each_plugins_reserved_memory_and_the_budget_are_gauges() {
+        const MIB: u64 = 1 << 20;
+        let registry = prometheus::Registry::new();
+        let ledger = Ledger::new(100, Some(512 * MIB), PluginMetrics::register(&registry).unwrap());
+        let gauge = |name: &str, plugin: Option<&str>| -> Option<f64> {
+            let family = registry.gather().into_iter().find(|f| f.name() == name)?;
+            let mut series = family.get_metric().iter();
+            let found = series.find(|m| plugin.is_none_or(|p| m.get_label().iter().any(|l| l.value() == p)))?;
+            Some(found.get_gauge().get_value())
+        };
+        assert_eq!(gauge("kubewasm_plugin_memory_budget_bytes", None), Some((512 * MIB) as f64));
+        let per_instance = Weight { slots: 1, bytes: 64 * MIB };
+        let mut a = ledger.reserve("a", per_instance, 2).unwrap();
+        a.grow_to(4).unwrap();
+        assert!(ledger.reserve("greedy", per_instance, 16).is_err());
+        assert_eq!(gauge("kubewasm_plugin_memory_reserved_bytes", Some("a")), Some((256 * MIB) as f64));
+        assert_eq!(gauge("kubewasm_plugin_memory_reserved_bytes", Some("greedy")), None, "refused: nothing reserved");
+        drop(a);
+        assert_eq!(gauge("kubewasm_plugin_memory_reserved_bytes", Some("a")), Some(0.0), "given back");
     }
 
     /// A component instantiating a core module with one memory `instances` times: header, one
@@ -284,7 +314,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_plugin_at_its_share_waits_for_its_own_instance() {
-        let ledger = Ledger::new(3, None);
+        let ledger = Ledger::new(3, None, PluginMetrics::default());
         let share = ledger.reserve("a", slots(1), 2).unwrap();
         let first = share.acquire().await;
         let _second = share.acquire().await;

@@ -133,6 +133,13 @@ async fn with_the_hosts_authorizer_off_the_api_server_alone_refuses_every_hostil
     })
     .await;
 
+    // Each counted as the API server's refusal, which RBACMissing's alert watches.
+    for plugin in ["indep-cm", "indep-ns"] {
+        let wanted: f64 = wanted.iter().filter(|(p, ..)| *p == plugin).map(|(.., n)| n).sum();
+        let counted = common::hostile::apiserver_forbidden(&app, plugin);
+        assert!(counted >= wanted, "{plugin}: {counted} refusals by the API server counted, {wanted} at least made");
+    }
+
     let mut breaches = Breaches::default();
     let theirs = config_maps.get_opt("theirs").await.unwrap();
     breaches.check(theirs.as_ref().is_some_and(|c| c.data.is_none()), || format!("theirs changed: {theirs:?}"));

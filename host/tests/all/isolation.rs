@@ -205,6 +205,8 @@ async fn a_plugin_writes_owned_kind_objects_it_controls_and_no_others() {
     for function in ["client.apply", "client.patch", "client.delete"] {
         assert!(forbidden_calls(&app, "intruder", function) >= 1.0, "{function} not counted as forbidden");
     }
+    let by_the_server = common::hostile::apiserver_forbidden(&app, "intruder");
+    assert_eq!(by_the_server, 0.0, "the host refused these, not the API server (RBACMissing's metric)");
     assert!(app.shut_down(Duration::from_secs(15)).await);
 }
 

@@ -70,6 +70,13 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
         let (plugins, body, name) = (plugins.clone(), spec(version), name.clone());
         async move { plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap() }
     };
+    // The conditions and the memory the plugin reserves, as the host's metrics show them.
+    let metric = |metric: &str, labels: &[(&str, &str)]| {
+        let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+        common::metric_value(&text, metric, labels)
+    };
+    let condition_metric =
+        |type_: &str| metric("kubewasm_wasmplugin_condition", &[("plugin", &name), ("condition", type_)]);
     let status_says = |what: &'static str, check: fn(&WasmPlugin) -> bool| {
         let (plugins, name) = (plugins.clone(), name.clone());
         async move {
@@ -84,6 +91,9 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
             && wp.status.as_ref().and_then(|s| s.revision) == Some(1)
     })
     .await;
+    assert_eq!((condition_metric("Ready"), condition_metric("Degraded")), (Some(1.0), Some(0.0)));
+    let reserved = metric("kubewasm_plugin_memory_reserved_bytes", &[("plugin", &name)]);
+    assert!(reserved.is_some_and(|bytes| bytes > 0.0), "its instances' memory is reserved: {reserved:?}");
     // Its controller's caches sync after the status is written: readiness follows shortly.
     eventually("readiness: the source synced and the plugin's caches too", CONVERGE, || async {
         app.readiness().is_ready().then_some(())
@@ -116,6 +126,7 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
     .await;
     let wp = plugins.get(&name).await.unwrap();
     assert_eq!(condition(&wp, "Ready").unwrap().status, "True", "the previous version still serves");
+    assert_eq!((condition_metric("Ready"), condition_metric("Degraded")), (Some(1.0), Some(1.0)));
     assert_eq!(wp.status.as_ref().unwrap().revision, Some(2));
     assert_eq!(
         wp.status.as_ref().unwrap().loaded_sha256.as_deref(),
@@ -134,6 +145,11 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
     plugins.delete(&name, &DeleteParams::default()).await.unwrap();
     eventually("the plugin unloaded", CONVERGE, || async {
         app.plugins().serving(&name).await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(condition_metric("Degraded"), None, "a deleted WasmPlugin's conditions are forgotten");
+    eventually("its memory given back", CONVERGE, || async {
+        (metric("kubewasm_plugin_memory_reserved_bytes", &[("plugin", &name)]) == Some(0.0)).then_some(())
     })
     .await;
     stop.cancel();

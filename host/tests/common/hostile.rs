@@ -89,6 +89,12 @@ pub fn calls(app: &App, plugin: &str, function: &str, result: &str) -> f64 {
     metric_value(&text, "kubewasm_plugin_host_calls_total", &labels).unwrap_or(0.0)
 }
 
+/// How many of `plugin`'s requests the host allowed and the API server refused as forbidden.
+pub fn apiserver_forbidden(app: &App, plugin: &str) -> f64 {
+    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    metric_value(&text, "kubewasm_plugin_apiserver_forbidden_total", &[("plugin", plugin)]).unwrap_or(0.0)
+}
+
 /// Binds plugin `plugin`'s identity (`kubewasm-plugin-<plugin>` in `kubewasm-system`) to
 /// `cluster-admin`, so that only admission stands between it and the API server.
 pub async fn bind_cluster_admin(admin: &Client, plugin: &str) {

@@ -24,7 +24,7 @@ fn promtool_checks_the_rules_file_clean() {
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "promtool check rules:\n{text}");
-    assert!(text.contains("SUCCESS: 7 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 8 rules found"), "{text}");
 }
 
 #[test]

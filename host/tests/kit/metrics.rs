@@ -27,8 +27,14 @@ const SCRAPE_LABELS: &[&str] = &["job", "instance"];
 
 /// Families the dashboard shows whose samples only an event this test does not cause creates,
 /// each with that event. They must still be named in the host's source, so a rename fails here.
-const NOT_PROVOKED: &[(&str, &str)] =
-    &[("kubewasm_plugin_write_pushbacks_total", "the API server answering a plugin's request 429")];
+/// Each is checked with its labels where its event happens: a WasmPlugin's conditions in
+/// host/tests/all/wasmplugin.rs (these hosts serve plugin files), the API server's refusals in
+/// host/tests/all/independence.rs (these hosts send as the admin, whom it never refuses).
+const NOT_PROVOKED: &[(&str, &str)] = &[
+    ("kubewasm_plugin_write_pushbacks_total", "the API server answering a plugin's request 429"),
+    ("kubewasm_wasmplugin_condition", "a WasmPlugin, whose status has conditions"),
+    ("kubewasm_plugin_apiserver_forbidden_total", "the API server refusing a request the host allowed"),
+];
 
 /// What the dashboard and rules select: metric → label → values an `=` matcher asks for (empty:
 /// the label must only exist), with the labels of enclosing `by (…)` and `on (…)` clauses.

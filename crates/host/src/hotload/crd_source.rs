@@ -307,6 +307,7 @@ impl WasmPluginSource {
     async fn reconcile(&self, name: &str, plugins: &Informer, modules: &Informer) -> Followup {
         let Some(obj) = plugins.store().get(None, name) else {
             self.forget_oci(name);
+            self.plugins.conditions(name, None);
             self.plugins.remove(name, &Origin::WasmPlugin).await;
             return Followup::Done;
         };
@@ -524,6 +525,7 @@ impl WasmPluginSource {
             canary: None,
             oci: self.oci_status(name, plugin),
         };
+        self.plugins.conditions(name, Some(status.conditions.as_slice()));
         let canary = self.plugins.canary(name).await;
         let wants_canary = plugin.is_some_and(|p| p.spec.canary.is_some());
         let status =

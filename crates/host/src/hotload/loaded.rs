@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::wasmplugin::Condition;
 use tokio::sync::Mutex;
 
 mod canary;
@@ -316,6 +317,14 @@ impl LoadedPlugins {
     /// config file did not parse), under `reason`.
     pub fn rejected(&self, name: &str, reason: &'static str) {
         self.metrics.rejected(name, reason);
+    }
+
+    /// Shows WasmPlugin `name`'s status conditions in the metrics; `None`: it is gone.
+    pub(crate) fn conditions(&self, name: &str, conditions: Option<&[Condition]>) {
+        match conditions {
+            Some(conditions) => self.metrics.conditions(name, conditions),
+            None => self.metrics.forget_conditions(name),
+        }
     }
 
     async fn apply_locked(&self, slot: &mut Option<Slot>, desired: Desired) -> Result<Applied, ApplyError> {

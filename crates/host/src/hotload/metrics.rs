@@ -1,9 +1,12 @@
-//! Hot-load metrics: version changes, rejections, how long a change took to serve.
+//! Hot-load metrics: version changes, rejections, how long a change took to serve, and each
+//! WasmPlugin's conditions.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+
+use super::wasmplugin::Condition;
 
 use super::loaded::Applied;
 
@@ -17,7 +20,11 @@ struct Inner {
     apply_seconds: HistogramVec,
     loaded: IntGaugeVec,
     canary: IntCounterVec,
+    conditions: IntGaugeVec,
 }
+
+/// The condition types a WasmPlugin's status may hold (`crd_source`), forgotten with it.
+const CONDITION_TYPES: [&str; 6] = ["Loaded", "Ready", "Degraded", "Sharded", "RBACMissing", "NamesHeld"];
 
 impl HotloadMetrics {
     /// Creates the metrics and registers them on `registry`.
@@ -53,12 +60,20 @@ impl HotloadMetrics {
             ),
             &["plugin", "result"],
         )?;
+        let conditions = IntGaugeVec::new(
+            Opts::new(
+                "kubewasm_wasmplugin_condition",
+                "A WasmPlugin's status conditions, as this host computes them: 1 while True, 0 while False (every replica; the leader writes the status).",
+            ),
+            &["plugin", "condition"],
+        )?;
+        registry.register(Box::new(conditions.clone()))?;
         registry.register(Box::new(canary.clone()))?;
         registry.register(Box::new(changes.clone()))?;
         registry.register(Box::new(rejected.clone()))?;
         registry.register(Box::new(apply_seconds.clone()))?;
         registry.register(Box::new(loaded.clone()))?;
-        Ok(Self(Some(Arc::new(Inner { changes, rejected, apply_seconds, loaded, canary }))))
+        Ok(Self(Some(Arc::new(Inner { changes, rejected, apply_seconds, loaded, canary, conditions }))))
     }
 
     pub(crate) fn applied(&self, plugin: &str, applied: &Applied, took: Duration) {
@@ -85,6 +100,24 @@ impl HotloadMetrics {
     pub(crate) fn canary(&self, plugin: &str, result: &'static str) {
         if let Some(m) = &self.0 {
             m.canary.with_label_values(&[plugin, result]).inc();
+        }
+    }
+
+    /// Shows WasmPlugin `plugin`'s status conditions.
+    pub(crate) fn conditions(&self, plugin: &str, conditions: &[Condition]) {
+        if let Some(m) = &self.0 {
+            for c in conditions {
+                m.conditions.with_label_values(&[plugin, &c.type_]).set(i64::from(c.status == "True"));
+            }
+        }
+    }
+
+    /// Forgets WasmPlugin `plugin`'s conditions: it is gone.
+    pub(crate) fn forget_conditions(&self, plugin: &str) {
+        if let Some(m) = &self.0 {
+            for condition in CONDITION_TYPES {
+                let _ = m.conditions.remove_label_values(&[plugin, condition]);
+            }
         }
     }
 

@@ -231,6 +231,7 @@ impl Requester {
             // The verb and kind: the summary without its object.
             let request = summary.rsplit_once(' ').map_or(summary.as_str(), |(request, _)| request);
             self.shared.refusals.record(&self.shared.caller.plugin, Cause::Forbidden, request, &refusal);
+            self.shared.metrics.apiserver_forbidden(&self.shared.name);
             self.denied.push(refusal);
         }
         result
