@@ -53,8 +53,10 @@ pub struct TestArgs {
     /// Also send each write to the API server of the kubeconfig as a server-side dry run
     /// (`dryRun=All`, as the plugin's field manager): nothing is stored, and a write the server
     /// rejects (422 Invalid, …) fails the run with the server's message. A write in a namespace
-    /// the server lacks fails too; a patch, delete or status apply of an object only the
-    /// fixtures hold is reported as not validated. `kubewasm dev`'s cluster is enough.
+    /// the server lacks fails too, unless the same reconcile makes that Namespace: then it is
+    /// validated in namespace `default` and reported so. A patch, delete or status apply of an
+    /// object only the fixtures hold is reported as not validated. `kubewasm dev`'s cluster is
+    /// enough.
     #[arg(long, env = "KUBEWASM_TEST_SERVER_DRY_RUN")]
     pub server_dry_run: bool,
     /// Kubeconfig file for --server-dry-run; default: $KUBECONFIG, ~/.kube/config.

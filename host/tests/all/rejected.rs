@@ -131,3 +131,31 @@ async fn a_server_dry_run_of_a_write_in_a_namespace_the_server_lacks_fails_namin
     assert_eq!(checked.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("namespace nowhere-32 does not exist on the API server"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_dry_run_validates_a_write_in_a_namespace_the_same_reconcile_makes_in_default_and_passes() {
+    use common::hostile::{config_map_kind, hostile, namespace_kind};
+    let Some(cp) = ControlPlane::shared() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let made = format!("made-here-{}", std::process::id());
+    // The child first: a desired state's writes are sent together, in any order.
+    let settings = json!({"selector": "made=here", "writes": [namespace_kind(), config_map_kind()], "onSelected": [
+        {"op": "apply", "kind": config_map_kind(), "namespace": made, "name": "inside", "body": {"data": {"k": "v"}}},
+        {"op": "apply", "kind": namespace_kind(), "name": made},
+    ]});
+    let file = hostile(dir.path(), "maker", "", settings);
+    let wasm = file.wasm.unwrap().display().to_string();
+    let fixtures = dir.path().join("objects.yaml");
+    let trigger = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "trigger", "namespace": "default", "labels": {"made": "here"}}});
+    std::fs::write(&fixtures, serde_yaml::to_string(&trigger).unwrap()).unwrap();
+    let (fixtures, kubeconfig) = (fixtures.display().to_string(), cp.kubeconfig_path().display().to_string());
+    let args = ["test", &wasm, "--objects", &fixtures, "--server-dry-run", "--kubeconfig", &kubeconfig];
+    let checked = kubewasm(&args).await;
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "{stderr}");
+    let said = format!("apply v1 ConfigMap {made}/inside: namespace {made} is made by this reconcile");
+    assert!(stderr.contains(&said) && stderr.contains("validated in namespace default instead"), "{stderr}");
+    let report: Value = serde_yaml::from_slice(&checked.stdout).unwrap();
+    assert_eq!(report[0]["result"], "done", "{report}");
+}
