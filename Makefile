@@ -49,7 +49,7 @@ IMAGE_TARGET_DIR := $(TARGET_DIR)/image-build
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy fixture-hostile fixture-hostile-legacy fixture-desired fixture-frozen-0-2
 
-.PHONY: docs install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry helm promtool test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary test-binaries
+.PHONY: docs install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry helm promtool test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary release test-binaries
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -192,6 +192,19 @@ image-tools: toolchain
 image: image-tools rust-plugins image-binary
 	bash deploy/image/build.sh $(KUBEWASM_IMAGE_DIR) $(IMAGE_TARGET_DIR)/$(MUSL_TARGET)/image/kubewasm \
 		$(TARGET_DIR)/wasm32-wasip2/plugin
+
+## A release archive of the image's static binary, stripped (`kubewasm manifests` prints what a
+## cluster needs): dist/kubewasm-VERSION-TARGET.tar.gz, and its line tables apart in
+## dist/kubewasm-VERSION-TARGET.debug.tar.gz (the binary names them by .gnu_debuglink).
+release: image
+	rm -rf $(TARGET_DIR)/dist && mkdir -p $(TARGET_DIR)/dist/bin
+	install -m 0755 $(KUBEWASM_IMAGE_DIR)/kubewasm $(TARGET_DIR)/dist/bin/kubewasm
+	cp $(KUBEWASM_IMAGE_DIR)/kubewasm.debug $(TARGET_DIR)/dist/bin/kubewasm.debug
+	cd $(TARGET_DIR)/dist/bin && objcopy --add-gnu-debuglink=kubewasm.debug kubewasm
+	cp README.md $(TARGET_DIR)/dist/bin/
+	tar -C $(TARGET_DIR)/dist/bin -czf $(TARGET_DIR)/dist/kubewasm-$(VERSION)-$(MUSL_TARGET).tar.gz kubewasm README.md
+	tar -C $(TARGET_DIR)/dist/bin -czf $(TARGET_DIR)/dist/kubewasm-$(VERSION)-$(MUSL_TARGET).debug.tar.gz kubewasm.debug
+	@ls -l $(TARGET_DIR)/dist/*.tar.gz
 
 lint:
 	$(CARGO) fmt --all -- --check

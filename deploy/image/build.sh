@@ -6,7 +6,8 @@
 # (umoci); skopeo writes the oci-archive.
 #   build.sh OUT KUBEWASM_BINARY PLUGIN_DIR
 # Writes OUT/oci (an OCI layout, tag VERSION) and OUT/kubewasm-VERSION.oci.tar (an oci-archive
-# whose image is named kubewasm:VERSION), then prints the name.
+# whose image is named kubewasm:VERSION), then prints the name; OUT/kubewasm and
+# OUT/kubewasm.debug are the image's binary and its line tables, for `make release`.
 # VERSION: the workspace's version (Cargo.toml); REVISION: git HEAD; SOURCE_DATE_EPOCH: its
 # commit time, used for the file times and the config's `created`, so the same files make the
 # same image digest.
@@ -96,5 +97,8 @@ json.dump(docker, open(f"{root}/manifest.json", "w"), separators=(",", ":"))
 PY
 tar -cf "$archive" -C "$extra" --sort=name --numeric-owner --owner=0 --group=0 --mtime="@$epoch" \
   --format=posix --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime .
+# What `make release` archives: the binary as the image ships it, and its line tables apart.
+install -m 0755 "$out/rootfs/root/usr/local/bin/kubewasm" "$out/kubewasm"
+mv "$out/rootfs/kubewasm.debug" "$out/kubewasm.debug"
 rm -rf "$extra" "$out/rootfs" "$layer"
 echo "image $name: $layout (OCI layout, tag $version), $archive (oci-archive, $(du -h "$archive" | cut -f1))"

@@ -3,7 +3,7 @@
 # Dockerfile's builder stage run this script, so they ship the same files.
 #   rootfs.sh OUT KUBEWASM_BINARY PLUGIN_DIR CA_BUNDLE
 # PLUGIN_DIR holds the example components as cargo names them (namespace_defaults.wasm, …).
-# OUT/root is the tree owned by root in the image. OUT/nonroot holds the directories owned by
+# OUT/root is the tree owned by root in the image; OUT/kubewasm.debug the binary's line tables. OUT/nonroot holds the directories owned by
 # the image's user 65532; the Dockerfile's `COPY --chown=65532:65532` lines name each one, and
 # build.sh reads the owners from those lines.
 set -euo pipefail
@@ -15,7 +15,10 @@ root=$out/root nonroot=$out/nonroot
 install -d -m 0755 "$root" "$root/etc" "$root/home" "$root/var" "$root/var/cache"
 install -D -m 0755 "$binary" "$root/usr/local/bin/kubewasm"
 # Without the release profile's line tables: 43 MB instead of 209 MB (15 MB instead of 49 MB
-# compressed); panics and backtraces still name functions (symbols stay).
+# compressed); panics and backtraces still name functions (symbols stay). The line tables are
+# kept apart in OUT/kubewasm.debug (not in the image; `make release` ships them beside the
+# binary), for addr2line or gdb on a backtrace's addresses.
+objcopy --only-keep-debug "$binary" "$out/kubewasm.debug"
 strip --strip-debug "$root/usr/local/bin/kubewasm"
 # The example plugins deploy/overlays/examples runs (KUBEWASM_PLUGINS=/opt/kubewasm/plugins);
 # their configs are not baked in: the overlay mounts them beside the components.

@@ -100,6 +100,18 @@ fn the_image_has_the_dockerfiles_final_stage_config_and_files_and_no_shell() {
     assert_eq!((cache.uid(), cache.gid()), (65532, 65532), "the compile cache belongs to the image's user");
     let plugin = std::fs::read(rootfs.join("opt/kubewasm/plugins/namespace-defaults.wasm")).unwrap();
     assert_eq!(plugin, std::fs::read(plugin_dir().join("namespace_defaults.wasm")).unwrap(), "the built plugin");
+
+    // The binary ships stripped of its line tables, with its symbols; the line tables are kept
+    // apart beside the image's files (what `make release` archives).
+    let sections = |file: &Path| {
+        let mut readelf = std::process::Command::new("readelf");
+        readelf.args(["-S", "--wide"]).arg(file);
+        run_ok(readelf)
+    };
+    let shipped = sections(&rootfs.join("usr/local/bin/kubewasm"));
+    assert!(!shipped.contains(".debug_line") && shipped.contains(".symtab"), "{shipped}");
+    let apart = sections(&image.layout.parent().unwrap().join("kubewasm.debug"));
+    assert!(apart.contains(".debug_line"), "the line tables kept apart: {apart}");
 }
 
 /// `buildah bud` of the Dockerfile's final stage, its builder stage standing in as a local
