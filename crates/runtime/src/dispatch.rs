@@ -10,6 +10,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 use super::Plugin;
 use super::api::{ApiWriterExt, EventRecord, MAX_NOTE, ObjectRef};
 use super::bindings::PluginInstance;
+use super::host::Desired;
 use super::limits::LimitHit;
 use super::outcome::{Action, CallFailed};
 use super::registration::Registration;
@@ -32,11 +33,26 @@ impl Plugin {
     /// Reconciles one key of the plugin's for kind in a fresh (or reusable) instance. The
     /// world was picked at load: this matches the instance once, on an enum.
     pub async fn reconcile(&self, key: &ObjectKey, attempt: u32) -> Result<Action, CallFailed> {
+        self.reconcile_with_desired(key, attempt).await.0
+    }
+
+    /// [`reconcile`](Self::reconcile), and the desired state the plugin returned (contract
+    /// 0.3), whether or not it was made so: what `kubewasm test` shows beside the writes.
+    pub async fn reconcile_with_desired(
+        &self,
+        key: &ObjectKey,
+        attempt: u32,
+    ) -> (Result<Action, CallFailed>, Option<Desired>) {
         let reconcile = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| {
-            inst.reconcile(store, &self.registration, key.clone(), attempt).await
+            let result = inst.reconcile(store, &self.registration, key.clone(), attempt).await?;
+            Ok((result, store.data_mut().desired.take()))
         };
         // An instance whose reconcile returned an error is not reused: its state may be why.
-        self.call(Some(key), Reuse::If(|r: &Result<_, CallFailed>| r.is_ok()), reconcile).await?
+        let reuse = Reuse::If(|r: &(Result<_, CallFailed>, _)| r.0.is_ok());
+        match self.call(Some(key), reuse, reconcile).await {
+            Ok(reconciled) => reconciled,
+            Err(failed) => (Err(failed), None),
+        }
     }
 
     /// The keys of the for kind that a change to `object` (JSON) of a watched `kind` maps to,

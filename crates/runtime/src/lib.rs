@@ -40,6 +40,7 @@ pub mod throttle;
 
 pub use config::{CanaryConfig, PluginConfig};
 pub use engine::{CacheStats, Compiler, Runtime, RuntimeConfig};
+pub use host::Desired;
 /// The key of an object the plugin reconciles: the cache's and the queues' key type.
 pub use kubewasm_informer::{InvalidKey, ObjectKey};
 pub use loader::{LoadError, WORLD};

@@ -64,6 +64,8 @@ pub struct PluginCtx {
     pub(crate) rejected: Vec<String>,
     /// When the current call's deadline passes (set with the epoch deadline).
     pub(crate) until: tokio::time::Instant,
+    /// The desired state this call's reconcile returned (contract 0.3), once made so or not.
+    pub(crate) desired: Option<super::host::Desired>,
     output: Arc<OutputBudget>,
 }
 
@@ -94,6 +96,7 @@ impl PluginCtx {
             denied: Vec::new(),
             rejected: Vec::new(),
             until: tokio::time::Instant::now() + shared.limits.deadline(),
+            desired: None,
             output,
             shared,
         }
@@ -105,6 +108,7 @@ impl PluginCtx {
         self.calls_left = self.shared.limits.host_calls;
         self.denied.clear();
         self.rejected.clear();
+        self.desired = None;
         self.limiter.hit = None;
         self.output.reset(self.shared.limits.output_bytes);
     }

@@ -211,9 +211,12 @@ impl Harness {
         self.reconcile_calls(key).await.0
     }
 
-    /// Reconciles `key` once (attempt 0): its report entry and the calls it made.
+    /// Reconciles `key` once (attempt 0): its report entry and the calls it made. A plugin that
+    /// returned a desired state (contract 0.3) has it in the entry (`desired`: its children and
+    /// status as it returned them), beside the writes the host made of it.
     pub async fn reconcile_calls(&self, key: &ObjectKey) -> (Value, Vec<ApiCall>) {
-        let result = match self.plugin.reconcile(key, 0).await {
+        let (result, desired) = self.plugin.reconcile_with_desired(key, 0).await;
+        let result = match result {
             Ok(Action::Done) => "done".to_owned(),
             Ok(Action::RequeueAfter(after)) => format!("requeue after {after:?}"),
             Err(e) => format!("error: {e}"),
@@ -221,7 +224,11 @@ impl Harness {
         self.note_findings(&format!("reconcile {key}"));
         let calls = self.recorder.take();
         let writes: Value = calls.iter().map(ApiCall::to_value).collect();
-        (json!({ "reconcile": key.to_string(), "result": result, "writes": writes }), calls)
+        let mut entry = json!({ "reconcile": key.to_string(), "result": result, "writes": writes });
+        if let Some(desired) = desired {
+            entry["desired"] = desired_value(&desired);
+        }
+        (entry, calls)
     }
 
     /// Makes the caches hold `objects` (within each kind's label selector) instead of what they
@@ -259,6 +266,19 @@ impl Harness {
     fn writes(&self) -> Value {
         self.recorder.take().iter().map(ApiCall::to_value).collect()
     }
+}
+
+/// A desired state as the report shows it: each child and the status as JSON (a part that is
+/// not JSON as the text the plugin returned, which its reconcile's error explains).
+fn desired_value(desired: &kubewasm_host::plugin::Desired) -> Value {
+    let json = |bytes: &[u8]| {
+        serde_json::from_slice(bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+    };
+    let mut value = json!({ "children": desired.children.iter().map(|c| json(c)).collect::<Vec<_>>() });
+    if let Some(status) = &desired.status {
+        value["status"] = json(status);
+    }
+    value
 }
 
 /// An informer of `gvk` holding the fixture objects of its kind that match `selector`.

@@ -270,3 +270,51 @@ fn until_settled_fails_a_plugin_that_writes_a_new_value_every_reconcile_naming_t
     let once = fixture_test(dir.path(), "fixture_contract.wasm", config, &[]);
     assert!(once.status.success(), "{}", String::from_utf8_lossy(&once.stderr));
 }
+
+/// A Fanout of `fixture-desired` copying `new` into the namespaces labelled `team=a`, and in
+/// `a1` the copy `old` it made under an earlier name (its mark, a controller ownerReference).
+const FANOUT: &str = "\
+apiVersion: desired.kubewasm.test/v1
+kind: Fanout
+metadata: {name: f, uid: 0f000000-0000-4000-8000-000000000001, generation: 3}
+spec: {copy: new, namespaceSelector: team=a}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: a1, labels: {team: a}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: old
+  namespace: a1
+  labels: {kubewasm.dev/plugin: fixture_desired}
+  ownerReferences:
+  - {apiVersion: desired.kubewasm.test/v1, kind: Fanout, name: f, uid: 0f000000-0000-4000-8000-000000000001, controller: true}
+data: {fanout: f}
+";
+
+#[test]
+fn test_prints_a_desired_state_beside_its_writes_with_the_prune_and_settles_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = write(dir.path(), "fanout.yaml", FANOUT);
+    let out = kubewasm_test("fixture_desired.wasm", &["--objects", &objects, "--until-settled"]);
+    let report: serde_json::Value = serde_yaml::from_str(&stdout_ok(&out)).unwrap();
+    let entry = &report[0];
+    assert_eq!(entry["result"], "done", "{entry}");
+    let copy = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": "new", "namespace": "a1"}, "data": {"fanout": "f"}});
+    assert_eq!(entry["desired"]["children"], serde_json::json!([copy]), "as the plugin returned it: {entry}");
+    assert_eq!(entry["desired"]["status"], serde_json::json!({"observedGeneration": 3, "copies": 1}), "{entry}");
+    let writes: Vec<String> =
+        entry["writes"].as_array().unwrap().iter().map(|w| serde_yaml::to_string(w).unwrap()).collect();
+    let (apply, prune) = (&entry["writes"][0]["apply"], &entry["writes"][1]["delete"]);
+    assert_eq!(
+        (&apply["metadata"]["name"], &apply["metadata"]["ownerReferences"][0]["name"]),
+        (&"new".into(), &"f".into()),
+        "{writes:?}"
+    );
+    assert_eq!(prune["key"], "a1/old", "the copy under its earlier name pruned: {writes:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("reconcile f settled in 2 rounds"), "{stderr}");
+}

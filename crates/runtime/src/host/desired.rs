@@ -45,11 +45,24 @@ impl PluginCtx {
     /// that the plugin made for the key (its mark, a controller ownerReference to the key's
     /// cached object) and that is not a child deleted, then the status applied. A failure
     /// stops before the next step and lists every outcome of its step.
+    /// The desired state is kept in the call's state afterwards, made so or not, for whoever
+    /// shows it ([`Plugin::reconcile_with_desired`](crate::Plugin::reconcile_with_desired)).
     pub(crate) async fn make_desired(
         &mut self,
         registration: &Registration,
         key: &ObjectKey,
         desired: Desired,
+    ) -> wasmtime::Result<Result<(), CallFailed>> {
+        let made = self.make_desired_so(registration, key, &desired).await;
+        self.desired = Some(desired);
+        made
+    }
+
+    async fn make_desired_so(
+        &mut self,
+        registration: &Registration,
+        key: &ObjectKey,
+        desired: &Desired,
     ) -> wasmtime::Result<Result<(), CallFailed>> {
         let for_kind = &registration.for_kind;
         let owner = self.cached_owner(for_kind, key);
@@ -71,8 +84,8 @@ impl PluginCtx {
         if let Some(failed) = failures(&summaries, &pruned, true) {
             return Ok(Err(CallFailed::Desired(failed)));
         }
-        let Some(status) = desired.status else { return Ok(Ok(())) };
-        let call = status_call(&status, for_kind, key);
+        let Some(status) = &desired.status else { return Ok(Ok(())) };
+        let call = status_call(status, for_kind, key);
         let summary = vec![call.as_ref().map_or_else(|_| "apply status".into(), ApiCall::summary)];
         let applied = self.request_all("desired.status", vec![call]).await?;
         Ok(failures(&summary, &applied, false).map_or(Ok(()), |failed| Err(CallFailed::Desired(failed))))

@@ -11,4 +11,4 @@ mod events;
 mod function;
 mod log;
 
-pub(crate) use desired::Desired;
+pub use desired::Desired;
