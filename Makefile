@@ -49,7 +49,7 @@ IMAGE_TARGET_DIR := $(TARGET_DIR)/image-build
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy fixture-hostile fixture-hostile-legacy fixture-desired fixture-frozen-0-2
 
-.PHONY: docs install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry helm promtool test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary release test-binaries
+.PHONY: docs install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry helm promtool test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary release reactor-adapter test-binaries
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -67,6 +67,10 @@ install: toolchain
 toolchain:
 	@rustup show active-toolchain >/dev/null 2>&1 || rustup toolchain install
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+## The path of the WASI preview1 reactor adapter a Go component is made with (in the JS toolchain).
+reactor-adapter:
+	@echo $(REACTOR_ADAPTER)
 
 ## Every guest component (example plugins in each language and test fixtures).
 plugins: rust-plugins py-plugins js-plugins go-plugins

@@ -89,7 +89,8 @@ fn cluster_script(lines: &[&str]) -> String {
 /// Runs `page`'s tested commands in an empty directory; checks they include `must` first.
 fn run_page(page: &str, must: &[&str], setup: impl FnOnce(&Installed, &mut Command)) {
     // What a page starts in the background (`&`) is stopped when its script ends.
-    let script = format!("trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n{}", tested_commands(page));
+    let stop = "trap 'for job in $(jobs -p); do kill $job 2>/dev/null || true; done; wait' EXIT";
+    let script = format!("{stop}\n{}", tested_commands(page));
     for command in must {
         assert!(script.contains(command), "{page} runs no `{command}` in a ```sh,test block:\n{script}");
     }
