@@ -185,10 +185,12 @@ items:
 }
 
 #[test]
-fn test_gives_the_python_and_javascript_builds_the_same_report_as_the_rust_one() {
+fn test_gives_the_python_and_javascript_builds_the_same_report_as_the_rust_one_in_desired_state_mode() {
     let dir = tempfile::tempdir().unwrap();
     let objects = write(dir.path(), "objects.yaml", NAMESPACES);
-    let rust = stdout_ok(&kubewasm_test("namespace_defaults.wasm", &["--objects", &objects]));
+    let desired_mode = write(dir.path(), "settings.yaml", "desiredState: true\n");
+    let rust =
+        stdout_ok(&kubewasm_test("namespace_defaults.wasm", &["--objects", &objects, "--settings", &desired_mode]));
     let expected = write(dir.path(), "expected.yaml", &rust);
     for build in ["namespace_defaults_py.wasm", "namespace_defaults_js.wasm"] {
         // The quota is the one this build made: the host's mark names the plugin (its file).

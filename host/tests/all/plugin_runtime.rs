@@ -420,12 +420,15 @@ async fn the_python_and_javascript_builds_run_under_the_default_limits_and_write
     h.cache.insert(&namespace("team-a", "uid-a", json!({})));
     let mut writes = Vec::new();
     for file in ["namespace_defaults.wasm", "namespace_defaults_py.wasm", "namespace_defaults_js.wasm"] {
-        let plugin = h.load("namespace-defaults", file, PluginConfig::approving_requests()).await.unwrap();
+        // The Python and JavaScript builds are the Rust one's desired-state mode.
+        let rust_mode = (file == "namespace_defaults.wasm").then(|| json!({"desiredState": true}));
+        let config = PluginConfig { settings: rust_mode, ..PluginConfig::approving_requests() };
+        let plugin = h.load("namespace-defaults", file, config).await.unwrap();
         assert_eq!(plugin.reconcile(&key(None, "team-a"), 0).await.unwrap(), Action::Done, "{file}");
         let calls = h.writer.calls();
         writes.push(calls.into_iter().skip(writes.len() * 3).collect::<Vec<_>>());
     }
-    assert_eq!(writes[0].len(), 3, "two applies and an event: {:?}", writes[0]);
+    assert_eq!(writes[0].len(), 3, "an event and two forced applies: {:?}", writes[0]);
     assert_eq!(writes[1], writes[0], "Python");
     assert_eq!(writes[2], writes[0], "JavaScript");
 }

@@ -1,79 +1,37 @@
-// namespace-defaults: gives every Namespace a default ResourceQuota and a default-deny
-// NetworkPolicy, owned by the Namespace, unless the Namespace opts out with a label.
+// namespace-defaults: every Namespace gets a default ResourceQuota and a default-deny
+// NetworkPolicy, owned by it, unless it opts out with a label; then they are removed.
 //
-// The JavaScript twin of plugins/rust/namespace-defaults (same settings, objects and events).
-// Settings (all optional):
-//   optOutLabel: kubewasm.dev/no-defaults   # a Namespace with this label (any value) is skipped
-//   quotaName: default-quota
-//   quota: { pods: "50", requests.cpu: "4", requests.memory: 8Gi }
-//   networkPolicyName: default-deny
-// When a Namespace opts out, defaults this plugin created there are removed.
+// The JavaScript twin of plugins/rust/namespace-defaults in its desired-state mode: the plugin
+// says what should exist, the host applies both at once and prunes them when the Namespace opts
+// out. Settings (all optional): optOutLabel, quotaName, quota, networkPolicyName, as the Rust one's.
 
 import {
-  Kind, Registration, cache, client, controllerReference, events, isControlledBy, preconditionsOf, reconciler,
-  settings,
+  Kind, Registration, cache, controllerReference, desired, events, reconciler, settings,
 } from '../../sdk/js/kubewasm.js';
 
-const NAMESPACE = new Kind('v1', 'Namespace');
-const RESOURCE_QUOTA = new Kind('v1', 'ResourceQuota');
-const NETWORK_POLICY = new Kind('networking.k8s.io/v1', 'NetworkPolicy');
-
+const [NAMESPACE, QUOTA] = [new Kind('v1', 'Namespace'), new Kind('v1', 'ResourceQuota')];
 const DEFAULTS = {
-  optOutLabel: 'kubewasm.dev/no-defaults',
-  quotaName: 'default-quota',
+  optOutLabel: 'kubewasm.dev/no-defaults', quotaName: 'default-quota', networkPolicyName: 'default-deny',
   quota: { pods: '50', 'requests.cpu': '4', 'requests.memory': '8Gi' },
-  networkPolicyName: 'default-deny',
 };
 
-// Label stamped on every object this plugin creates.
-const MANAGED_BY = ['app.kubernetes.io/managed-by', 'kubewasm-namespace-defaults'];
-
-const meta = (name, ns) => ({
-  name,
-  namespace: ns.metadata.name,
-  labels: { [MANAGED_BY[0]]: MANAGED_BY[1] },
-  ownerReferences: [controllerReference(ns)],
-});
-
-/** The ResourceQuota for `ns`. */
-export const quota = (conf, ns) => ({
-  apiVersion: 'v1', kind: 'ResourceQuota', metadata: meta(conf.quotaName, ns),
-  spec: { hard: { ...conf.quota } },
-});
-
-/** The default-deny NetworkPolicy for `ns`: selects every pod, allows no traffic. */
-export const networkPolicy = (conf, ns) => ({
-  apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: meta(conf.networkPolicyName, ns),
-  spec: { podSelector: {}, policyTypes: ['Ingress', 'Egress'] },
-});
-
-/** Deletes `child` (as read from the cache) if `ns` controls it, and only if it is still that
- * object (uid precondition): never a same-named object created since. */
-function deleteControlled(kind, child, ns) {
-  if (!isControlledBy(child, ns)) return;
-  const preconditions = preconditionsOf(child, { resourceVersion: false });
-  client.delete(kind, child.metadata.name, child.metadata.namespace, { preconditions });
-}
-
 export const { describe, reconcile, map } = reconciler(
-  new Registration(NAMESPACE).owns(RESOURCE_QUOTA).owns(NETWORK_POLICY),
+  new Registration(NAMESPACE).owns(QUOTA).owns(new Kind('networking.k8s.io/v1', 'NetworkPolicy')),
   (request) => {
-    const conf = settings(DEFAULTS);
-    const ns = cache.get(NAMESPACE, request.name);
+    const [conf, name] = [settings(DEFAULTS), request.name];
+    const ns = cache.get(NAMESPACE, name);
     if (!ns || ns.metadata.deletionTimestamp) return;
-    const name = request.name;
-    const optedOut = conf.optOutLabel in (ns.metadata.labels ?? {});
-    const existing = cache.get(RESOURCE_QUOTA, conf.quotaName, name);
-    if (optedOut) {
-      deleteControlled(RESOURCE_QUOTA, existing, ns);
-      deleteControlled(NETWORK_POLICY, cache.get(NETWORK_POLICY, conf.networkPolicyName, name), ns);
-      return;
-    }
-    client.apply(quota(conf, ns));
-    client.apply(networkPolicy(conf, ns));
-    if (!existing) {
+    if (conf.optOutLabel in (ns.metadata.labels ?? {})) return desired([]); // what it made is pruned
+    const meta = (n) => ({ name: n, namespace: name, ownerReferences: [controllerReference(ns)],
+      labels: { 'app.kubernetes.io/managed-by': 'kubewasm-namespace-defaults' } });
+    if (!cache.get(QUOTA, conf.quotaName, name)) {
       const note = `applied ResourceQuota ${conf.quotaName} and NetworkPolicy ${conf.networkPolicyName}`;
       events.normal(ns, 'DefaultsApplied', note);
     }
+    return desired([
+      { apiVersion: 'v1', kind: 'ResourceQuota', metadata: meta(conf.quotaName), spec: { hard: { ...conf.quota } } },
+      { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: meta(conf.networkPolicyName),
+        spec: { podSelector: {}, policyTypes: ['Ingress', 'Egress'] } },
+    ]);
   },
 );
