@@ -8,7 +8,6 @@ use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use serde_json::json;
 
-use super::signature::{PAYLOAD_MEDIA_TYPE, SIGNATURE_ANNOTATION, SIGNATURE_CONFIG_MEDIA_TYPE};
 use super::{CONFIG_MEDIA_TYPE, Error, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, Puller, Result, parse};
 
 /// An artifact to push: its config and one layer, each with its media type.
@@ -42,22 +41,6 @@ impl Artifact {
             layer: component.to_vec(),
             layer_media_type: LAYER_MEDIA_TYPE.to_owned(),
             layer_annotations: BTreeMap::new(),
-        }
-    }
-
-    /// A cosign signature artifact: the simple-signing `payload` as its one layer, `signature`
-    /// (base64) in the layer's annotation, and an image config naming the layer, as cosign writes.
-    pub fn signature(payload: Vec<u8>, signature: String) -> Self {
-        let config = json!({
-            "architecture": "", "os": "", "config": {},
-            "rootfs": {"type": "layers", "diff_ids": [digest(&payload)]},
-        });
-        Self {
-            config: serde_json::to_vec(&config).expect("JSON serializes"),
-            config_media_type: SIGNATURE_CONFIG_MEDIA_TYPE.to_owned(),
-            layer: payload,
-            layer_media_type: PAYLOAD_MEDIA_TYPE.to_owned(),
-            layer_annotations: [(SIGNATURE_ANNOTATION.to_owned(), signature)].into(),
         }
     }
 

@@ -31,6 +31,25 @@ pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 pub const PAYLOAD_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 /// The config media type of the signature manifest (an OCI image config, as cosign writes).
 pub const SIGNATURE_CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.image.config.v1+json";
+/// An artifact of this layout. Here, not in `push`, so that pushing knows nothing of signatures.
+impl Artifact {
+    /// A cosign signature artifact: the simple-signing `payload` as its one layer, `signature`
+    /// (base64) in the layer's annotation, and an image config naming the layer, as cosign writes.
+    pub fn signature(payload: Vec<u8>, signature: String) -> Self {
+        let config = serde_json::json!({
+            "architecture": "", "os": "", "config": {},
+            "rootfs": {"type": "layers", "diff_ids": [super::push::digest(&payload)]},
+        });
+        Self {
+            config: serde_json::to_vec(&config).expect("JSON serializes"),
+            config_media_type: SIGNATURE_CONFIG_MEDIA_TYPE.to_owned(),
+            layer: payload,
+            layer_media_type: PAYLOAD_MEDIA_TYPE.to_owned(),
+            layer_annotations: [(SIGNATURE_ANNOTATION.to_owned(), signature)].into(),
+        }
+    }
+}
+
 /// The payload's `critical.type`.
 const PAYLOAD_TYPE: &str = "cosign container image signature";
 /// Largest payload read: cosign's are ~250 bytes plus the signer's annotations. 64 KiB (ours).
