@@ -10,9 +10,8 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 use super::Plugin;
 use super::api::{ApiWriterExt, EventRecord, MAX_NOTE, ObjectRef};
 use super::bindings::PluginInstance;
-use super::host::Desired;
 use super::limits::LimitHit;
-use super::outcome::{Action, CallFailed};
+use super::outcome::{Action, CallFailed, Desired};
 use super::registration::Registration;
 use super::state::PluginCtx;
 

@@ -40,11 +40,10 @@ pub mod throttle;
 
 pub use config::{CanaryConfig, PluginConfig};
 pub use engine::{CacheStats, Compiler, Runtime, RuntimeConfig};
-pub use host::Desired;
 /// The key of an object the plugin reconciles: the cache's and the queues' key type.
 pub use kubewasm_informer::{InvalidKey, ObjectKey};
 pub use loader::{LoadError, WORLD};
-pub use outcome::{Action, CallFailed};
+pub use outcome::{Action, CallFailed, Desired};
 pub use registration::Registration;
 pub use state::PluginCtx;
 

@@ -69,3 +69,12 @@ impl CallFailed {
         matches!(self, CallFailed::Trap(_))
     }
 }
+
+/// What a plugin says should exist for one key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Desired {
+    /// Full objects (JSON), applied with force by the plugin's field manager.
+    pub children: Vec<Vec<u8>>,
+    /// The key object's `status` (JSON), applied last; `None` leaves it alone.
+    pub status: Option<Vec<u8>>,
+}

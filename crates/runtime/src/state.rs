@@ -45,7 +45,7 @@ pub(crate) struct PluginShared {
     pub(crate) metrics: PluginMetrics,
     /// Where a request the API server refused is kept for the plugin's status.
     pub(crate) refusals: crate::refusals::Refusals,
-    /// What the plugin reads from the wall clock, if fixed ([`RuntimeConfig::fixed_wall_clock`](crate::RuntimeConfig::fixed_wall_clock)).
+    /// What the plugin reads from the wall clock, if fixed (`RuntimeConfig::fixed_wall_clock`).
     pub(crate) wall_clock: Option<SystemTime>,
 }
 
@@ -65,7 +65,7 @@ pub struct PluginCtx {
     /// When the current call's deadline passes (set with the epoch deadline).
     pub(crate) until: tokio::time::Instant,
     /// The desired state this call's reconcile returned (contract 0.3), once made so or not.
-    pub(crate) desired: Option<super::host::Desired>,
+    pub(crate) desired: Option<super::outcome::Desired>,
     output: Arc<OutputBudget>,
 }
 

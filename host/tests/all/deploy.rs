@@ -230,7 +230,11 @@ async fn the_mark_policy_lets_only_the_plugin_that_made_an_object_change_it_and_
     };
     let data = |value: &str| Patch::Merge(serde_json::json!({"data": {"k": value}}));
     let params = PatchParams::default();
-    alpha.create(&PostParams::default(), &made_by("alpha", "alphas")).await.unwrap();
+    // Alpha's RBAC binding takes effect once the API server's authorizer has seen it.
+    eventually("alpha's ConfigMap, once its RBAC binding is in effect", Duration::from_secs(30), || async {
+        alpha.create(&PostParams::default(), &made_by("alpha", "alphas")).await.ok()
+    })
+    .await;
     // The policy takes effect once the API server has compiled it: until then beta's write passes.
     // Beta's RBAC binding takes effect once the API server's authorizer has seen it: until then
     // RBAC refuses the write, which is not what this waits for.

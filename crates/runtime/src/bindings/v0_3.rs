@@ -6,7 +6,7 @@ use kubewasm_informer::ObjectKey;
 use wasmtime::Store;
 
 use crate::api::Propagation;
-use crate::host::Desired;
+use crate::outcome::Desired;
 use crate::outcome::{Action, CallFailed};
 use crate::registration;
 use crate::state::PluginCtx;

@@ -10,18 +10,9 @@ use kubewasm_informer::{CONTROLLER_OWNER_INDEX, ObjectKey};
 use serde_json::{Value, json};
 
 use crate::api::{ApiCall, CallError, DeleteOptions, ObjectRef, PLUGIN_LABEL, Preconditions, TypedObject, parse_body};
-use crate::outcome::CallFailed;
+use crate::outcome::{CallFailed, Desired};
 use crate::registration::Registration;
 use crate::state::PluginCtx;
-
-/// What a plugin says should exist for one key.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Desired {
-    /// Full objects (JSON), applied with force by the plugin's field manager.
-    pub children: Vec<Vec<u8>>,
-    /// The key object's `status` (JSON), applied last; `None` leaves it alone.
-    pub status: Option<Vec<u8>>,
-}
 
 /// One object, whatever the version it is named in: a desired child, or a candidate for pruning.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -46,7 +37,7 @@ impl PluginCtx {
     /// cached object) and that is not a child deleted, then the status applied. A failure
     /// stops before the next step and lists every outcome of its step.
     /// The desired state is kept in the call's state afterwards, made so or not, for whoever
-    /// shows it ([`Plugin::reconcile_with_desired`](crate::Plugin::reconcile_with_desired)).
+    /// shows it (`Plugin::reconcile_with_desired`).
     pub(crate) async fn make_desired(
         &mut self,
         registration: &Registration,

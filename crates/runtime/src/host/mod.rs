@@ -10,5 +10,3 @@ mod desired;
 mod events;
 mod function;
 mod log;
-
-pub use desired::Desired;
