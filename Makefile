@@ -6,7 +6,7 @@ CARGO ?= cargo
 TARGET_DIR := $(shell $(CARGO) metadata --format-version 1 --no-deps 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 # Guest components land here; tests and the demo read them from KUBEWASM_PLUGIN_DIR.
 export KUBEWASM_PLUGIN_DIR ?= $(TARGET_DIR)/wasm32-wasip2/plugin
-RUST_PLUGINS := namespace-defaults config-reloader configmap-sync sample-controller
+RUST_PLUGINS := namespace-defaults config-reloader configmap-sync sample-controller cronjob
 K8S_VERSION ?= 1.37.2
 K8S_BIN ?= $(or $(KUBEBUILDER_ASSETS),$(or $(KUBEWASM_K8S_CACHE),$(HOME)/.cache/kubewasm/k8s)/$(K8S_VERSION))
 # Plugins in other languages: plugins/python/<name>/<name_with_underscores>.py and
@@ -257,6 +257,7 @@ test-units: test-binaries plugins $(PROMQL_USES) helm promtool
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --doc
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm-go-component
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm-sdk --lib
+	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p cronjob --lib
 # The longest first: make starts prerequisites in the order they are named.
 test-runs: $(addprefix test-e2e-,$(E2E_TESTS)) test-image test-units sdk-test docs
 

@@ -20,6 +20,7 @@ mod chaos;
 mod cli;
 mod contract;
 mod controller;
+mod cronjob;
 mod dangerous_kinds;
 mod deploy;
 mod desired;

@@ -107,6 +107,10 @@ fn asked_by(built: &str) -> serde_json::Value {
                 "status": ["Foo.samplecontroller.k8s.io"], "own": ["Deployment.apps"],
             })
         }
+        "cronjob" | "cronjob_py" | "cronjob_js" | "cronjob_go" => serde_json::json!({
+            "read": ["CronJob.batch.tutorial.kubebuilder.io", "Job.batch"],
+            "status": ["CronJob.batch.tutorial.kubebuilder.io"], "own": ["Job.batch"],
+        }),
         "config_reloader" => {
             serde_json::json!({"read": ["ConfigMap", "Deployment.apps"], "write": ["Deployment.apps"]})
         }
