@@ -13,7 +13,7 @@ K8S_BIN ?= $(or $(KUBEBUILDER_ASSETS),$(or $(KUBEWASM_K8S_CACHE),$(HOME)/.cache/
 # plugins/js/<name>/<name>.js, built to <name_with_underscores>_py.wasm / _js.wasm.
 PY_PLUGINS := namespace-defaults sample-controller
 JS_PLUGINS := namespace-defaults sample-controller
-GO_PLUGINS := namespace-defaults contract-calls sample-controller
+GO_PLUGINS := namespace-defaults contract-calls sample-controller cronjob
 # Their toolchains, pinned (plugins/python/requirements.txt, plugins/js/package-lock.json) and
 # installed once per version into this cache; a plain `cargo build` needs none of them.
 KUBEWASM_TOOLS ?= $(HOME)/.cache/kubewasm/tools
