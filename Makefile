@@ -11,7 +11,7 @@ K8S_VERSION ?= 1.37.2
 K8S_BIN ?= $(or $(KUBEBUILDER_ASSETS),$(or $(KUBEWASM_K8S_CACHE),$(HOME)/.cache/kubewasm/k8s)/$(K8S_VERSION))
 # Plugins in other languages: plugins/python/<name>/<name_with_underscores>.py and
 # plugins/js/<name>/<name>.js, built to <name_with_underscores>_py.wasm / _js.wasm.
-PY_PLUGINS := namespace-defaults sample-controller
+PY_PLUGINS := namespace-defaults sample-controller cronjob
 JS_PLUGINS := namespace-defaults sample-controller
 GO_PLUGINS := namespace-defaults contract-calls sample-controller cronjob
 # Their toolchains, pinned (plugins/python/requirements.txt, plugins/js/package-lock.json) and
@@ -103,13 +103,21 @@ $(GO_COMPONENT): tools/go-component/Cargo.toml $(wildcard tools/go-component/src
 # A plugin is rebuilt when its sources, its SDK, the WIT world or its toolchain change.
 .SECONDEXPANSION:
 $(KUBEWASM_PLUGIN_DIR)/%_py.wasm: $(PY_TOOL)/.installed $(WIT_03)/controller.wit \
-		$$(wildcard plugins/sdk/python/kubewasm/*.py) $$(wildcard plugins/python/$$(subst _,-,$$*)/*.py)
+		$$(wildcard plugins/sdk/python/kubewasm/*.py) \
+		$$(wildcard plugins/python/$$(subst _,-,$$*)/*.py plugins/python/$$(subst _,-,$$*)/requirements.txt)
 	@mkdir -p $(@D)
 	@# componentize-py writes __pycache__ into the directories it reads: give it copies.
-	rm -rf $@.src && mkdir -p $@.src/sdk $@.src/plugin
+	rm -rf $@.src && mkdir -p $@.src/sdk $@.src/plugin $@.src/deps
 	cp -r plugins/sdk/python/kubewasm $@.src/sdk/ && cp plugins/python/$(subst _,-,$*)/*.py $@.src/plugin/
+	@# A plugin's own pure-Python dependencies, if it lists any (plugins/python/<name>/requirements.txt,
+	@# every one pinned): installed once per list into the tools cache, put on its path alone.
+	reqs=plugins/python/$(subst _,-,$*)/requirements.txt; \
+	if [ -f $$reqs ]; then deps=$(KUBEWASM_TOOLS)/py-deps-$$(sha256sum < $$reqs | cut -c1-16); \
+		[ -f $$deps/.installed ] || { rm -rf $$deps && $(PY_TOOL)/bin/pip install --quiet \
+			--disable-pip-version-check --no-deps --target $$deps -r $$reqs && touch $$deps/.installed; }; \
+		cp -r $$deps/. $@.src/deps/; fi
 	$(PY_TOOL)/bin/componentize-py -d $(WIT_03) -w controller componentize \
-		-p $@.src/sdk -p $@.src/plugin $* -o $@.tmp
+		-p $@.src/sdk -p $@.src/plugin -p $@.src/deps $* -o $@.tmp
 	rm -rf $@.src
 	mv $@.tmp $@
 $(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT_03)/controller.wit \
