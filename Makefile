@@ -12,7 +12,7 @@ K8S_BIN ?= $(or $(KUBEBUILDER_ASSETS),$(or $(KUBEWASM_K8S_CACHE),$(HOME)/.cache/
 # Plugins in other languages: plugins/python/<name>/<name_with_underscores>.py and
 # plugins/js/<name>/<name>.js, built to <name_with_underscores>_py.wasm / _js.wasm.
 PY_PLUGINS := namespace-defaults sample-controller cronjob
-JS_PLUGINS := namespace-defaults sample-controller
+JS_PLUGINS := namespace-defaults sample-controller cronjob
 GO_PLUGINS := namespace-defaults contract-calls sample-controller cronjob
 # Their toolchains, pinned (plugins/python/requirements.txt, plugins/js/package-lock.json) and
 # installed once per version into this cache; a plain `cargo build` needs none of them.
@@ -121,11 +121,24 @@ $(KUBEWASM_PLUGIN_DIR)/%_py.wasm: $(PY_TOOL)/.installed $(WIT_03)/controller.wit
 	rm -rf $@.src
 	mv $@.tmp $@
 $(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT_03)/controller.wit \
-		$(wildcard plugins/sdk/js/*.js) $$(wildcard plugins/js/$$(subst _,-,$$*)/*.js)
+		$(wildcard plugins/sdk/js/*.js) \
+		$$(wildcard plugins/js/$$(subst _,-,$$*)/*.js plugins/js/$$(subst _,-,$$*)/package*.json)
 	@mkdir -p $(@D)/js-bundle
-	$(JS_TOOL)/node_modules/.bin/rolldown plugins/js/$(subst _,-,$*)/$(subst _,-,$*).js --format esm \
+	@# Bundled from a copy laid out as the repository is (the plugin imports the SDK by path). A
+	@# plugin's own npm packages, if it lists any (plugins/js/<name>/package.json and its lock), are
+	@# installed once per lock into the tools cache with `npm ci` and linked beside its copy.
+	rm -rf $@.src && mkdir -p $@.src/plugins/js $@.src/plugins/sdk
+	cp -r plugins/sdk/js $@.src/plugins/sdk/ && cp -r plugins/js/$(subst _,-,$*) $@.src/plugins/js/
+	dir=plugins/js/$(subst _,-,$*); \
+	if [ -f $$dir/package-lock.json ]; then \
+		deps=$(KUBEWASM_TOOLS)/js-deps-$$(cat $$dir/package.json $$dir/package-lock.json | sha256sum | cut -c1-16); \
+		[ -f $$deps/.installed ] || { rm -rf $$deps && mkdir -p $$deps && cp $$dir/package.json $$dir/package-lock.json $$deps/ \
+			&& (cd $$deps && npm ci --no-audit --no-fund --loglevel=error) && touch $$deps/.installed; }; \
+		rm -rf $@.src/$$dir/node_modules && ln -s $$deps/node_modules $@.src/$$dir/node_modules; fi
+	$(JS_TOOL)/node_modules/.bin/rolldown $@.src/plugins/js/$(subst _,-,$*)/$(subst _,-,$*).js --format esm \
 		$(foreach i,types cache client events log config,--external kubewasm:controller/$(i)@0.3.0) \
 		--file $(@D)/js-bundle/$*.js
+	rm -rf $@.src
 	# componentize-js resolves the source relative to the working directory.
 	cd $(@D)/js-bundle && $(JS_TOOL)/node_modules/.bin/componentize-js $*.js --wit $(CURDIR)/$(WIT_03) \
 		-n controller --disable http fetch-event -o $@.tmp

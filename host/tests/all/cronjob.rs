@@ -34,7 +34,7 @@ const CONVERGE: Duration = Duration::from_secs(60);
 const SCHEDULED_AT: &str = "batch.tutorial.kubebuilder.io/scheduled-at";
 
 /// The ports: the built component of each language.
-const PORTS: [&str; 3] = ["cronjob.wasm", "cronjob_go.wasm", "cronjob_py.wasm"];
+const PORTS: [&str; 4] = ["cronjob.wasm", "cronjob_go.wasm", "cronjob_py.wasm", "cronjob_js.wasm"];
 
 /// The CronJob CRD (deploy/crds/examples/cronjob.yaml) installed, and the API of CronJobs in `ns`.
 async fn cronjobs(cp: &ControlPlane, client: &kube::Client, ns: &str) -> Api<DynamicObject> {
