@@ -26,7 +26,7 @@
 // Every reconcile runs in a fresh instance unless the operator configures reuse: keep no state
 // in package variables.
 //
-// The SDK speaks contract kubewasm:controller@0.2.0 (wit/controller@0.2.0). Helpers: finalizers
+// The SDK speaks contract kubewasm:controller@0.3.0 (wit/controller@0.3.0). Helpers: finalizers
 // (Finalize, AddFinalizer, RemoveFinalizer, HasFinalizer), conditions (SetStatusCondition and
 // the rest of apimachinery's meta condition helpers), paging (ListPage, Iterate), status writes
 // (ApplyStatus, PatchStatus), preconditions (PreconditionsOf) and uncached reads (GetUncached).
