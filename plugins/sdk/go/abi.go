@@ -2,7 +2,7 @@
 
 package kubewasm
 
-// The Canonical ABI of world kubewasm:controller/controller@0.2.0, written by hand for Go's
+// The Canonical ABI of world kubewasm:controller/controller@0.3.0, written by hand for Go's
 // wasip1 port: wit-bindgen-go's generated code needs a 32-bit GOARCH (Go's wasm port has 64-bit
 // pointers), so this file lowers and lifts the world's few types itself. Every pointer at the
 // boundary is a 32-bit address in linear memory. Memory the SDK hands to the host stays
