@@ -12,6 +12,12 @@ K8S_BIN ?= $(or $(KUBEBUILDER_ASSETS),$(or $(KUBEWASM_K8S_CACHE),$(HOME)/.cache/
 # Plugins in other languages: plugins/python/<name>/<name_with_underscores>.py and
 # plugins/js/<name>/<name>.js, built to <name_with_underscores>_py.wasm / _js.wasm.
 PY_PLUGINS := namespace-defaults sample-controller cronjob
+# Language engines (wit/engine@0.1.0): one component per language and SDK version that runs
+# plugins given as source (`engine: python@0.3` in a plugin's config). The host finds them in
+# KUBEWASM_ENGINE_DIR (`kubewasm run --engine-dir`).
+export KUBEWASM_ENGINE_DIR ?= $(TARGET_DIR)/engines
+PY_SDK_VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' plugins/sdk/python/pyproject.toml)
+WIT_ENGINE := wit/engine@0.1.0
 JS_PLUGINS := namespace-defaults sample-controller cronjob
 GO_PLUGINS := namespace-defaults contract-calls sample-controller cronjob
 # Their toolchains, pinned (plugins/python/requirements.txt, plugins/js/package-lock.json) and
@@ -49,7 +55,7 @@ IMAGE_TARGET_DIR := $(TARGET_DIR)/image-build
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy fixture-hostile fixture-hostile-legacy fixture-desired fixture-frozen-0-2
 
-.PHONY: docs install help toolchain plugins rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry helm promtool test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary release reactor-adapter test-binaries
+.PHONY: docs install help toolchain plugins engines rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry helm promtool test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary release reactor-adapter test-binaries
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -73,13 +79,14 @@ reactor-adapter:
 	@echo $(REACTOR_ADAPTER)
 
 ## Every guest component (example plugins in each language and test fixtures).
-plugins: rust-plugins py-plugins js-plugins go-plugins
-	@ls -l $(KUBEWASM_PLUGIN_DIR)/*.wasm
+plugins: rust-plugins py-plugins js-plugins go-plugins engines
+	@ls -l $(KUBEWASM_PLUGIN_DIR)/*.wasm $(KUBEWASM_ENGINE_DIR)/*.wasm
 
 rust-plugins: toolchain
 	$(CARGO) build --profile plugin --target wasm32-wasip2 $(addprefix -p ,$(RUST_PLUGINS) $(FIXTURES))
 
 py-plugins: $(foreach p,$(PY_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_py.wasm)
+engines: $(KUBEWASM_ENGINE_DIR)/python-$(PY_SDK_VERSION).wasm
 js-plugins: $(foreach p,$(JS_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_js.wasm)
 go-plugins: $(foreach p,$(GO_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_go.wasm)
 
@@ -118,6 +125,17 @@ $(KUBEWASM_PLUGIN_DIR)/%_py.wasm: $(PY_TOOL)/.installed $(WIT_03)/controller.wit
 		cp -r $$deps/. $@.src/deps/; fi
 	$(PY_TOOL)/bin/componentize-py -d $(WIT_03) -w controller componentize \
 		-p $@.src/sdk -p $@.src/plugin -p $@.src/deps $* -o $@.tmp
+	rm -rf $@.src
+	mv $@.tmp $@
+# The Python engine: plugins/engine/python/kubewasm_engine.py with the SDK, pre-initialized with
+# the standard library modules it lists (STDLIB) imported.
+$(KUBEWASM_ENGINE_DIR)/python-%.wasm: $(PY_TOOL)/.installed $(WIT_ENGINE)/engine.wit $(WIT_03)/controller.wit \
+		$(wildcard plugins/sdk/python/kubewasm/*.py) plugins/engine/python/kubewasm_engine.py
+	@mkdir -p $(@D)
+	rm -rf $@.src && mkdir -p $@.src/sdk $@.src/engine
+	cp -r plugins/sdk/python/kubewasm $@.src/sdk/ && cp plugins/engine/python/kubewasm_engine.py $@.src/engine/
+	$(PY_TOOL)/bin/componentize-py -d $(WIT_ENGINE) -w engine componentize \
+		-p $@.src/sdk -p $@.src/engine kubewasm_engine -o $@.tmp
 	rm -rf $@.src
 	mv $@.tmp $@
 $(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT_03)/controller.wit \
