@@ -1,7 +1,11 @@
 //! The `kubewasm:controller` worlds (0.1.0, 0.2.0, 0.3.0): one module per contract version holds its
 //! bindings generated from `wit/`, the conversions of its types and its imports as calls of the
 //! host functions (`crate::host`, written once for every version); this file picks the world a
-//! component implements and pre-links it. A new contract version is one more module here.
+//! component implements and pre-links it. A new contract version is one more module here. The
+//! engine world (`engine_v0_1`) is the 0.3.0 world plus the export a language engine takes a
+//! source plugin through.
+
+use std::sync::Arc;
 
 use kube::core::GroupVersionKind;
 use kubewasm_informer::{InvalidKey, ObjectKey};
@@ -81,6 +85,7 @@ macro_rules! same_in_every_version {
 }
 use same_in_every_version;
 
+pub mod engine_v0_1;
 pub mod v0_1;
 pub mod v0_2;
 pub mod v0_3;
@@ -137,6 +142,21 @@ pub enum PluginPre {
     V0_2(v0_2::ControllerPre<PluginCtx>),
     /// A 0.3.0 component.
     V0_3(v0_3::ControllerPre<PluginCtx>),
+    /// A language engine, bare: its instances have no plugin loaded (a source plugin's load
+    /// compiles its source in one). Shared by every source plugin of its language.
+    Engine(engine_v0_1::EnginePre<PluginCtx>),
+    /// A source plugin: its engine, which each instance loads the plugin's code into first.
+    Source(SourcePre),
+}
+
+/// A source plugin's code on its engine.
+pub struct SourcePre {
+    /// The engine, a [`PluginPre::Engine`], shared with the other plugins of its language.
+    pub(crate) engine: Arc<PluginPre>,
+    /// What the engine's `compile` made of the plugin's files.
+    pub(crate) code: Arc<[engine_v0_1::File]>,
+    /// The module to import.
+    pub(crate) entry: Arc<str>,
 }
 
 /// An instance of a plugin, of the world its component implements.
@@ -147,6 +167,8 @@ pub enum PluginInstance {
     V0_2(v0_2::Controller),
     /// A 0.3.0 instance.
     V0_3(v0_3::Controller),
+    /// An engine's instance (with a source plugin loaded, except at load).
+    Source(engine_v0_1::Engine),
 }
 
 impl PluginPre {
@@ -159,12 +181,17 @@ impl PluginPre {
         })
     }
 
+    /// Checks `pre`'s exports against the engine world.
+    pub fn engine(pre: wasmtime::component::InstancePre<PluginCtx>) -> wasmtime::Result<Self> {
+        Ok(PluginPre::Engine(engine_v0_1::EnginePre::new(pre)?))
+    }
+
     /// The contract version.
     pub fn contract(&self) -> Contract {
         match self {
             PluginPre::V0_1(_) => Contract::V0_1,
             PluginPre::V0_2(_) => Contract::V0_2,
-            PluginPre::V0_3(_) => Contract::V0_3,
+            PluginPre::V0_3(_) | PluginPre::Engine(_) | PluginPre::Source(_) => Contract::V0_3,
         }
     }
 
@@ -174,15 +201,27 @@ impl PluginPre {
             PluginPre::V0_1(p) => p.instance_pre(),
             PluginPre::V0_2(p) => p.instance_pre(),
             PluginPre::V0_3(p) => p.instance_pre(),
+            PluginPre::Engine(p) => p.instance_pre(),
+            PluginPre::Source(p) => p.engine.instance_pre(),
         }
     }
 
     /// A new instance in `store`.
+    /// A source plugin's instance has its code loaded, within the limits armed on `store`.
     pub async fn instantiate_async(&self, store: &mut wasmtime::Store<PluginCtx>) -> wasmtime::Result<PluginInstance> {
         Ok(match self {
             PluginPre::V0_1(p) => PluginInstance::V0_1(p.instantiate_async(store).await?),
             PluginPre::V0_2(p) => PluginInstance::V0_2(p.instantiate_async(store).await?),
             PluginPre::V0_3(p) => PluginInstance::V0_3(p.instantiate_async(store).await?),
+            PluginPre::Engine(p) => PluginInstance::Source(p.instantiate_async(store).await?),
+            PluginPre::Source(p) => {
+                let PluginPre::Engine(engine) = &*p.engine else {
+                    return Err(wasmtime::Error::msg("a source plugin's engine is not an engine component"));
+                };
+                let instance = engine.instantiate_async(&mut *store).await?;
+                engine_v0_1::load(&instance, store, &p.code, &p.entry).await?;
+                PluginInstance::Source(instance)
+            }
         })
     }
 }
@@ -209,6 +248,7 @@ impl PluginInstance {
             PluginInstance::V0_1(inst) => v0_1::reconcile(inst, store, &registration.for_kind, key, attempt).await,
             PluginInstance::V0_2(inst) => v0_2::reconcile(inst, store, registration, key, attempt).await,
             PluginInstance::V0_3(inst) => v0_3::reconcile(inst, store, registration, key, attempt).await,
+            PluginInstance::Source(inst) => engine_v0_1::reconcile(inst, store, registration, key, attempt).await,
         }
     }
 
@@ -223,6 +263,7 @@ impl PluginInstance {
             PluginInstance::V0_1(inst) => v0_1::map(inst, store, kind, object).await,
             PluginInstance::V0_2(inst) => v0_2::map(inst, store, kind, object).await,
             PluginInstance::V0_3(inst) => v0_3::map(inst, store, kind, object).await,
+            PluginInstance::Source(inst) => engine_v0_1::map(inst, store, kind, object).await,
         }
     }
 
@@ -232,6 +273,7 @@ impl PluginInstance {
             PluginInstance::V0_1(inst) => v0_1::describe(inst, store).await,
             PluginInstance::V0_2(inst) => v0_2::describe(inst, store).await,
             PluginInstance::V0_3(inst) => v0_3::describe(inst, store).await,
+            PluginInstance::Source(inst) => engine_v0_1::describe(inst, store).await,
         }
     }
 }

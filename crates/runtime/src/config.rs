@@ -1,6 +1,7 @@
 //! A plugin's operator configuration: grants, limits, settings, concurrency.
 //!
-//! Read from `<name>.yaml` (or `.json`) beside `<name>.wasm`; later also the WasmPlugin spec.
+//! Read from `<name>.yaml` (or `.json`) beside `<name>.wasm` (or `<name>.py`, a plugin given as
+//! source, whose config names its `engine`); later also the WasmPlugin spec.
 //! Strict: unknown fields are errors, so a typo never silently drops a limit.
 
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,14 @@ pub struct PluginConfig {
     /// the book's "Writes that change nothing"); unset: the host's `--elide-unchanged-writes`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elide_unchanged_writes: Option<bool>,
+    /// The language engine a plugin given as source runs on, `<language>@<major>.<minor>` of
+    /// its SDK (`python@0.3`); unset: the plugin is a component.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<super::source::EngineRef>,
+    /// The module a source plugin's engine imports; unset: its only file's (a plugin of several
+    /// files names it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
 }
 
 impl PluginConfig {

@@ -9,10 +9,11 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Plugin;
 use super::api::{ApiWriterExt, EventRecord, MAX_NOTE, ObjectRef};
-use super::bindings::PluginInstance;
+use super::bindings::{PluginInstance, engine_v0_1};
 use super::limits::LimitHit;
 use super::outcome::{Action, CallFailed, Desired};
 use super::registration::Registration;
+use super::source::SourceFile;
 use super::state::PluginCtx;
 
 /// Grace on top of the deadline before the host drops a call stuck in a host function.
@@ -212,5 +213,20 @@ pub(crate) async fn instantiate(
 /// Calls `describe` on a fresh instance.
 pub(crate) async fn describe(plugin: &Plugin) -> Result<Registration, CallFailed> {
     let describe = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| inst.describe(store).await;
+    plugin.call(None, Reuse::<fn(&_) -> bool>::Never, describe).await
+}
+
+/// Compiles a source plugin's `files` on its bare engine, imports `entry` and calls `describe`,
+/// in one fresh instance under the plugin's limits: the bytecode kept for its instances and its
+/// registration, or its source error.
+pub(crate) async fn describe_source(
+    plugin: &Plugin,
+    files: &[SourceFile],
+    entry: &str,
+) -> Result<Result<(Vec<engine_v0_1::File>, Registration), engine_v0_1::SourceError>, CallFailed> {
+    let describe = async |inst: &PluginInstance, store: &mut Store<PluginCtx>| match inst {
+        PluginInstance::Source(engine) => engine_v0_1::compile_load_describe(engine, store, files, entry).await,
+        _ => Err(wasmtime::Error::msg("a source plugin's pre-instance is not its bare engine")),
+    };
     plugin.call(None, Reuse::<fn(&_) -> bool>::Never, describe).await
 }

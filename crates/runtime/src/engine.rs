@@ -117,6 +117,26 @@ pub enum Error {
     },
 }
 
+/// The file a language engine (`engines.rs`) was compiled from, as it was then: a rebuilt engine
+/// is compiled again.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct EngineFile {
+    pub(crate) path: PathBuf,
+    pub(crate) len: u64,
+    pub(crate) modified: Option<SystemTime>,
+}
+
+/// Where a host finds engines when not told: the nearest `engines` directory in its binary's
+/// directory or up to two above it (`target/engines`, where `make engines` puts them, for
+/// `target/debug/kubewasm` and for the test binaries in `target/debug/deps`); else `engines`
+/// beside the binary. `None` when the binary's path is unknown.
+pub fn default_engine_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let mut dirs = exe.ancestors().skip(1).take(3).map(|dir| dir.join("engines"));
+    let beside = dirs.next()?;
+    Some(std::iter::once(beside.clone()).chain(dirs).find(|dir| dir.is_dir()).unwrap_or(beside))
+}
+
 /// Engine settings.
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
@@ -136,6 +156,7 @@ pub struct RuntimeConfig {
     /// Every request allowed by the authorizer ([`authorizer_allows_everything`](Self::authorizer_allows_everything)).
     authorizer_off: bool,
     wall_clock: Option<SystemTime>,
+    engine_dir: Option<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -156,6 +177,7 @@ impl Default for RuntimeConfig {
             protected: Protected::default(),
             authorizer_off: false,
             wall_clock: None,
+            engine_dir: default_engine_dir(),
         }
     }
 }
@@ -301,6 +323,14 @@ impl RuntimeConfig {
         self
     }
 
+    /// Where the language engines source plugins run on are (`<language>-<version>.wasm`, see
+    /// `engines.rs`); default [`default_engine_dir`].
+    #[must_use]
+    pub fn engine_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.engine_dir = Some(dir.into());
+        self
+    }
+
     /// Record plugin metrics here.
     #[must_use]
     pub fn metrics(mut self, metrics: PluginMetrics) -> Self {
@@ -322,7 +352,14 @@ pub struct Runtime {
     /// the same bytes (a config change, another plugin from the same file) skips the compile,
     /// which takes 20-30 s for a Python or JavaScript component even with the disk cache off.
     compiled: Arc<parking_lot::Mutex<HashMap<String, Weak<PluginPre>>>>,
-    compiled_reused: Arc<AtomicUsize>,
+    pub(crate) compiled_reused: Arc<AtomicUsize>,
+    /// Where the language engines are.
+    pub(crate) engine_dir: Option<PathBuf>,
+    /// Compiled language engines, while a loaded source plugin holds them.
+    pub(crate) engines: Arc<parking_lot::Mutex<HashMap<EngineFile, Weak<PluginPre>>>>,
+    /// Held while an engine compiles: plugins loading at once share one compile.
+    pub(crate) engine_compile: Arc<tokio::sync::Mutex<()>>,
+    pub(crate) engines_compiled: Arc<AtomicUsize>,
     pub(crate) pool: Ledger,
     pub(crate) max_concurrent_cap: u32,
     pub(crate) write_rate: WriteRate,
@@ -408,6 +445,10 @@ impl Runtime {
             max_memory_bytes: config.max_memory_bytes,
             compiled: Arc::default(),
             compiled_reused: Arc::default(),
+            engine_dir: config.engine_dir,
+            engines: Arc::default(),
+            engine_compile: Arc::default(),
+            engines_compiled: Arc::default(),
             max_concurrent_cap: config.max_concurrent_cap,
             write_rate: config.write_rate,
             protected: config.protected,
@@ -433,7 +474,8 @@ impl Runtime {
         compiled.insert(sha256.to_owned(), Arc::downgrade(pre));
     }
 
-    /// Loads that reused a component compiled in this process instead of compiling it again.
+    /// Loads that reused a component (or language engine) compiled in this process instead of
+    /// compiling it again.
     pub fn compiled_reused(&self) -> usize {
         self.compiled_reused.load(Ordering::Relaxed)
     }

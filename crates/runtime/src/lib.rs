@@ -22,6 +22,7 @@ pub mod config;
 pub mod control;
 mod dispatch;
 pub mod engine;
+pub mod engines;
 pub mod grants;
 pub mod guest_error;
 mod host;
@@ -35,6 +36,7 @@ pub mod pool;
 pub mod protected;
 pub mod refusals;
 pub mod registration;
+pub mod source;
 mod state;
 pub mod throttle;
 

@@ -1,12 +1,14 @@
 //! Loading a plugin: check the bytes, compile (or hit the cache), check the world, call
-//! `describe()`, check the registration against the grants.
+//! `describe()`, check the registration against the grants. A source plugin's bytes are a
+//! [`bundle`](super::source) of its files: its engine is compiled once per host, and each
+//! version's source is compiled by the engine, imported and described in one instance.
 
 use std::sync::Arc;
 
 use super::Plugin;
 use super::api::{ApiWriter, CacheReader, Caller};
 use super::authorizer::Authorizer;
-use super::bindings::{Contract, PluginPre};
+use super::bindings::{Contract, PluginPre, SourcePre};
 use super::config::PluginConfig;
 use super::dispatch;
 use super::engine::Runtime;
@@ -14,6 +16,7 @@ use super::grants::{Grants, NotGranted};
 use super::outcome::CallFailed;
 use super::pool::{self, Oversized, PoolFull};
 use super::registration::{InvalidRegistration, Registration};
+use super::source::{self, SourceErrorKind, SourceFile};
 use super::state::PluginShared;
 use super::throttle::{WriteLimiter, WriteRate};
 
@@ -67,13 +70,59 @@ pub enum LoadError {
     /// One instance of it does not fit in a pool slot.
     #[error(transparent)]
     Oversized(#[from] Oversized),
+    /// A source plugin's source does not load: it does not parse, imports what its engine does
+    /// not hold, or raises at its top level.
+    #[error("{}{message} ({kind})", at(file, *line, *column))]
+    Source {
+        /// The file, relative to the plugin's root; empty when the error is not in one.
+        file: String,
+        /// 1-based; 0 when unknown.
+        line: u32,
+        /// 1-based; 0 when unknown.
+        column: u32,
+        /// Syntax, import or exception.
+        kind: SourceErrorKind,
+        /// The language's message, e.g. `SyntaxError: expected ':'`.
+        message: String,
+    },
+    /// The plugin's config names an engine this host does not carry (or a plugin given as source
+    /// names none), or the engine cannot be used.
+    #[error(transparent)]
+    Engine(#[from] super::engines::Error),
+    /// The config names an engine but the bytes are not a source bundle (or not a well-formed
+    /// one), or the source has several files and the config no `entry`.
+    #[error("not a plugin's source: {0}")]
+    InvalidSource(String),
+}
+
+/// `file:line:column: ` (as much of it as is known), before a source error's message.
+fn at(file: &str, line: u32, column: u32) -> String {
+    match (file.is_empty(), line, column) {
+        (true, _, _) => String::new(),
+        (false, 0, _) => format!("{file}: "),
+        (false, line, 0) => format!("{file}:{line}: "),
+        (false, line, column) => format!("{file}:{line}:{column}: "),
+    }
+}
+
+impl From<super::bindings::engine_v0_1::SourceError> for LoadError {
+    fn from(e: super::bindings::engine_v0_1::SourceError) -> Self {
+        let (file, line, column) = e.location.map_or((String::new(), 0, 0), |l| (l.file, l.line, l.column));
+        LoadError::Source { file, line, column, kind: SourceErrorKind::parse(&e.kind), message: e.message }
+    }
 }
 
 impl LoadError {
     /// Whether the operator's config is what to fix (its grants, limits or settings), rather
     /// than the component: a rejection names the file to edit.
     pub fn blames_config(&self) -> bool {
-        matches!(self, LoadError::NotGranted(_) | LoadError::InvalidSettings(_) | LoadError::MemoryAboveMax { .. })
+        matches!(
+            self,
+            LoadError::NotGranted(_)
+                | LoadError::InvalidSettings(_)
+                | LoadError::MemoryAboveMax { .. }
+                | LoadError::Engine(super::engines::Error::NoEngine { .. })
+        )
     }
 
     /// Bounded label for metrics.
@@ -90,11 +139,18 @@ impl LoadError {
             LoadError::MemoryAboveMax { .. } => "limits",
             LoadError::PoolFull(_) => "pool_full",
             LoadError::Oversized(_) => "limits",
+            LoadError::Source { .. } => "source",
+            LoadError::Engine(super::engines::Error::NoEngine { .. }) => "no_engine",
+            LoadError::Engine(super::engines::Error::Unusable { .. }) => "engine",
+            LoadError::InvalidSource(_) => "invalid_source",
         }
     }
 }
 
 fn check_header(wasm: &[u8]) -> Result<(), LoadError> {
+    if source::is_bundle(wasm) {
+        return Ok(());
+    }
     match wasm {
         [0, b'a', b's', b'm', 1, 0, 0, 0, ..] => Err(LoadError::CoreModule),
         [0, b'a', b's', b'm', ..] => Ok(()),
@@ -149,23 +205,20 @@ impl Runtime {
         if config.limits.memory_bytes > self.max_memory_bytes {
             return Err(LoadError::MemoryAboveMax { asked: config.limits.memory_bytes, max: self.max_memory_bytes });
         }
-        let pre = match self.compiled(&sha256) {
-            Some(pre) => pre,
-            None => {
-                let runtime = self.clone();
-                let sha = sha256.clone();
-                let pre = tokio::task::spawn_blocking(move || -> Result<_, LoadError> {
-                    let component = runtime.compile(&wasm, &sha).map_err(LoadError::Compile)?;
-                    let contract = Contract::of(&component, &runtime.engine);
-                    let pre = runtime.linker.instantiate_pre(&component).map_err(LoadError::WrongWorld)?;
-                    PluginPre::new(contract, pre).map_err(LoadError::WrongWorld)
-                })
-                .await
-                .map_err(|e| LoadError::Compile(wasmtime::Error::msg(e.to_string())))??;
-                let pre = Arc::new(pre);
-                self.remember_compiled(&sha256, &pre);
-                pre
+        // A source plugin: its engine's pre-instance for now, its own once its source loaded.
+        let source = match (&config.engine, source::is_bundle(&wasm)) {
+            (Some(_), true) => Some(source_of(&wasm, config.entry.as_deref())?),
+            (Some(engine), false) => {
+                return Err(LoadError::InvalidSource(format!(
+                    "the config names engine {engine}, but this is not source"
+                )));
             }
+            (None, true) => return Err(self.no_engine_named().into()),
+            (None, false) => None,
+        };
+        let pre = match &config.engine {
+            Some(engine) => self.engine(engine).await?,
+            None => self.component(&wasm, &sha256).await?,
         };
         let weight = pool::weight(pre.instance_pre().component(), config.limits.memory_bytes)?;
 
@@ -215,7 +268,19 @@ impl Runtime {
             // One instance for describe(); grown to the plugin's concurrency below.
             share: self.pool.reserve(name, weight, 1)?,
         };
-        let registration = dispatch::describe(&plugin).await.map_err(LoadError::Describe)?;
+        let registration = match source {
+            None => dispatch::describe(&plugin).await.map_err(LoadError::Describe)?,
+            Some((files, entry)) => {
+                let described = dispatch::describe_source(&plugin, &files, &entry).await;
+                let (code, registration) = described.map_err(LoadError::Describe)?.map_err(|e| {
+                    tracing::info!(plugin = name, traceback = %e.traceback, "the plugin's source did not load");
+                    LoadError::from(e)
+                })?;
+                let engine = plugin.pre.clone();
+                plugin.pre = Arc::new(PluginPre::Source(SourcePre { engine, code: code.into(), entry: entry.into() }));
+                registration
+            }
+        };
         registration.validate()?;
         let grants = Grants::resolve(&registration, &config.grants)?;
         plugin.max_concurrent = self.clamp_max_concurrent(name, config.max_concurrent.or(registration.max_concurrent));
@@ -229,7 +294,39 @@ impl Runtime {
     }
 }
 
+/// A source bundle's files and the module to import: `entry`, else the one file's path
+/// without its extension.
+fn source_of(bundle: &[u8], entry: Option<&str>) -> Result<(Vec<SourceFile>, String), LoadError> {
+    let files = source::unbundle(bundle).map_err(|e| LoadError::InvalidSource(e.to_string()))?;
+    let entry = match (entry, files.as_slice()) {
+        (Some(entry), _) => entry.to_owned(),
+        (None, [one]) => one.path.rsplit_once('.').map_or(one.path.as_str(), |(stem, _)| stem).replace('/', "."),
+        _ => return Err(LoadError::InvalidSource("several files: name the module to import with `entry:`".into())),
+    };
+    Ok((files, entry))
+}
+
 impl Runtime {
+    /// The pre-linked component of these bytes: the one a loaded version holds, or compiled
+    /// (or read from the compile cache) off the async workers.
+    async fn component(&self, wasm: &Arc<[u8]>, sha256: &str) -> Result<Arc<PluginPre>, LoadError> {
+        if let Some(pre) = self.compiled(sha256) {
+            return Ok(pre);
+        }
+        let (runtime, wasm, sha) = (self.clone(), wasm.clone(), sha256.to_owned());
+        let pre = tokio::task::spawn_blocking(move || -> Result<_, LoadError> {
+            let component = runtime.compile(&wasm, &sha).map_err(LoadError::Compile)?;
+            let contract = Contract::of(&component, &runtime.engine);
+            let pre = runtime.linker.instantiate_pre(&component).map_err(LoadError::WrongWorld)?;
+            PluginPre::new(contract, pre).map_err(LoadError::WrongWorld)
+        })
+        .await
+        .map_err(|e| LoadError::Compile(wasmtime::Error::msg(e.to_string())))??;
+        let pre = Arc::new(pre);
+        self.remember_compiled(sha256, &pre);
+        Ok(pre)
+    }
+
     /// The plugin's concurrency (operator setting, else the plugin's, else 1), clamped to the
     /// host's cap with a warning that names both numbers.
     fn clamp_max_concurrent(&self, name: &str, asked: Option<u32>) -> u32 {

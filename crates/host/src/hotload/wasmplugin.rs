@@ -308,6 +308,9 @@ impl WasmPluginSpec {
             canary: None,
             // Not in the CRD yet: WasmPlugins follow the host's --elide-unchanged-writes.
             elide_unchanged_writes: None,
+            // Not in the CRD yet: a WasmPlugin is a component.
+            engine: None,
+            entry: None,
         }
     }
 }

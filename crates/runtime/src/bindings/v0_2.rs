@@ -38,12 +38,14 @@ pub(super) async fn reconcile(
     Ok(inst.call_reconcile(store, &request).await?.map(action).map_err(reconcile_error))
 }
 
-/// What 0.2 brought and later versions keep: the calls of `map` and `describe`, the conversions
-/// of a reconcile's request, action and error, of the registration (`prune` reads an owned
-/// kind's prune policy, which 0.3 added), of errors and event filters, and the `cache` and
-/// `client` imports as calls of the host functions. Invoked inside a version's module, where
-/// `generated` and the interfaces and types it re-exports are its generated bindings; a version that changes one of them writes that part itself instead.
-macro_rules! since_0_2 {
+/// What 0.2 brought to the exports and later versions keep: the calls of `map` and `describe`,
+/// the conversions of a reconcile's request, action and error, of the registration (`prune`
+/// reads an owned kind's prune policy, which 0.3 added) and of event filters: the world's own
+/// types, which every world that includes the controller world (the engine world too) generates
+/// again. Invoked inside a version's module, where `generated` and the interfaces and types it
+/// re-exports are its generated bindings; a version that changes one of them writes that part
+/// itself instead.
+macro_rules! since_0_2_exports {
     (prune: $prune:expr) => {
         /// The request of a reconcile of `key`.
         fn request(
@@ -145,6 +147,28 @@ macro_rules! since_0_2 {
             }
         }
 
+        impl From<EventFilter> for crate::registration::EventFilter {
+            fn from(f: EventFilter) -> Self {
+                let p = f.predicates;
+                Self {
+                    namespace: f.namespace,
+                    label_selector: f.label_selector,
+                    predicates: crate::registration::Predicates {
+                        generation_changed: p.contains(Predicates::GENERATION_CHANGED),
+                        labels_changed: p.contains(Predicates::LABELS_CHANGED),
+                        annotations_changed: p.contains(Predicates::ANNOTATIONS_CHANGED),
+                    },
+                }
+            }
+        }
+    };
+}
+pub(crate) use since_0_2_exports;
+
+/// What 0.2 brought to the imports and later versions keep: `cache` and `client` as calls of the
+/// host functions, and the conversion of their errors.
+macro_rules! since_0_2_imports {
+    () => {
         type Outcome<T> = wasmtime::Result<Result<T, types::Error>>;
 
         /// `list` pages and takes a field selector; `get` and `by-index` as in 0.1.
@@ -276,26 +300,12 @@ macro_rules! since_0_2 {
                 }
             }
         }
-
-        impl From<EventFilter> for crate::registration::EventFilter {
-            fn from(f: EventFilter) -> Self {
-                let p = f.predicates;
-                Self {
-                    namespace: f.namespace,
-                    label_selector: f.label_selector,
-                    predicates: crate::registration::Predicates {
-                        generation_changed: p.contains(Predicates::GENERATION_CHANGED),
-                        labels_changed: p.contains(Predicates::LABELS_CHANGED),
-                        annotations_changed: p.contains(Predicates::ANNOTATIONS_CHANGED),
-                    },
-                }
-            }
-        }
     };
 }
-pub(super) use since_0_2;
+pub(crate) use since_0_2_imports;
 
 // cache and client as 0.2 made them; events, config, log and types, and the kind and error
 // conversions, as every version has them.
-since_0_2!(prune: |_: &Owned| None);
+since_0_2_exports!(prune: |_: &Owned| None);
+since_0_2_imports!();
 super::same_in_every_version!();
