@@ -13,9 +13,17 @@ pub mod serve;
 /// `kubewasm run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Plugin directory: each `<name>.wasm` is a plugin, configured by `<name>.yaml` beside it.
+    /// Plugin directory: each `<name>.wasm` is a plugin, configured by `<name>.yaml` beside it;
+    /// so is each `<name>.py`, a plugin given as source, whose config names its engine
+    /// (`engine: python@0.3`).
     #[arg(long, env = "KUBEWASM_PLUGINS")]
     pub plugins: Option<PathBuf>,
+    /// Directory of the language engines plugins given as source run on
+    /// (`<language>-<version>.wasm`, built by `make engines`); default: `engines` beside the
+    /// binary, else in one of the two directories above it (`target/engines` for
+    /// `target/debug/kubewasm`).
+    #[arg(long, env = "KUBEWASM_ENGINE_DIR")]
+    pub engine_dir: Option<PathBuf>,
     /// Watch the plugin directory and load, swap or unload plugins as its files change.
     #[arg(long, env = "KUBEWASM_WATCH_PLUGINS", default_value_t = true, action = ArgAction::Set)]
     pub watch_plugins: bool,

@@ -1,5 +1,6 @@
 //! The plugin directory as a source: each `<name>.wasm`, configured by `<name>.yaml` (`.yml`,
-//! `.json`) beside it, and each `<name>.yaml` without a `.wasm` that names an OCI module
+//! `.json`) beside it, each `<name>.py`, a plugin given as source whose config names its
+//! engine, and each `<name>.yaml` without either that names an OCI module
 //! (`module: {oci: …}`, see [`oci`]). Watched with notify; bursts of events (a file being copied in) are
 //! debounced, then the whole directory is compared with what serves (level-triggered, so a
 //! missed or merged event cannot leave a stale version).
@@ -22,9 +23,10 @@ pub mod oci;
 /// A plugin file found in the plugin directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginFile {
-    /// Plugin name: the file name without `.wasm`.
+    /// Plugin name: the file name without `.wasm` (or `.py`).
     pub name: String,
-    /// The component; `None` for a config file naming an OCI module instead.
+    /// The component, or the plugin's source file (`<name>.py`); `None` for a config file
+    /// naming an OCI module instead.
     pub wasm: Option<PathBuf>,
     /// Its config file, if there is one (`<name>.yaml`, `.yml` or `.json`).
     pub config: Option<PathBuf>,
@@ -33,9 +35,10 @@ pub struct PluginFile {
 /// The extensions of a config file, in the order one is preferred when several are there.
 const CONFIG_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
-/// Every `*.wasm` in `dir` with its config file, and every config file without a `.wasm` that
-/// names a `module`, sorted by name. Hidden files (`.x.wasm`, editors' and `kubectl cp`'s
-/// temporaries) are skipped; so are other config files without a `.wasm`, as before.
+/// Every `*.wasm` and `*.py` in `dir` with its config file (a `.wasm` wins over a `.py` of the
+/// same name), and every config file without either that names a `module`, sorted by name.
+/// Hidden files (`.x.wasm`, editors' and `kubectl cp`'s temporaries) are skipped; so are other
+/// config files without a plugin, as before.
 pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
     let mut found = Vec::new();
     let mut configs = Vec::new();
@@ -46,7 +49,7 @@ pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
             continue;
         }
         let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-        if path.extension().is_some_and(|e| e == "wasm") {
+        if path.extension().is_some_and(|e| e == "wasm" || e == SOURCE_EXTENSION) {
             let config = config_beside(&path);
             found.push(PluginFile { name, wasm: Some(path), config });
         } else if let Some(rank) = CONFIG_EXTENSIONS.iter().position(|e| path.extension().is_some_and(|x| x == *e)) {
@@ -60,8 +63,28 @@ pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
             found.push(PluginFile { name, wasm: None, config: Some(path) });
         }
     }
-    found.sort_by(|a, b| a.name.cmp(&b.name));
+    // By name, the component first: the source of the same name is dropped.
+    found.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| is_source(a).cmp(&is_source(b))));
+    found.dedup_by(|later, first| later.name == first.name);
     Ok(found)
+}
+
+/// The extension of a plugin given as source (Python, for now).
+const SOURCE_EXTENSION: &str = "py";
+
+fn is_source(file: &PluginFile) -> bool {
+    file.wasm.as_ref().is_some_and(|p| p.extension().is_some_and(|e| e == SOURCE_EXTENSION))
+}
+
+/// A plugin file's bytes as the runtime takes them: a component's as they are, a source file's
+/// as a bundle of that one file (see `kubewasm_runtime::source`).
+fn read_plugin(path: &Path) -> std::io::Result<Vec<u8>> {
+    let contents = std::fs::read(path)?;
+    if path.extension().is_none_or(|e| e != SOURCE_EXTENSION) {
+        return Ok(contents);
+    }
+    let file_name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    Ok(crate::plugin::source::bundle(&[crate::plugin::source::SourceFile { path: file_name, contents }]))
 }
 
 /// The config file beside component `wasm` (`<name>.yaml`, else `.yml`, else `.json`), if any.
@@ -97,7 +120,7 @@ pub async fn load_file(plugins: &LoadedPlugins, file: &PluginFile) -> anyhow::Re
     let Some(path) = &file.wasm else {
         anyhow::bail!("plugin {} names an OCI module: only the directory source pulls it", file.name);
     };
-    let wasm = Module::hash(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?).await;
+    let wasm = Module::hash(read_plugin(path).with_context(|| format!("reading {}", path.display()))?).await;
     let dir = path.parent().unwrap_or(Path::new("."));
     let canary_wasm = match canary_path(dir, file.config.as_ref().map(std::fs::read).transpose()?.as_deref()) {
         Some(path) => {
@@ -195,7 +218,7 @@ async fn read_version(file: PluginFile) -> Option<Read> {
     tokio::task::spawn_blocking(move || {
         // Hashed here, once: the fingerprint and the load share the hash.
         let wasm = Module::hash_blocking(match &file.wasm {
-            Some(path) => std::fs::read(path).ok()?,
+            Some(path) => read_plugin(path).ok()?,
             None => Vec::new(),
         });
         let config = match &file.config {

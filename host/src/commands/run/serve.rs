@@ -77,6 +77,9 @@ pub async fn serve(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result
         .write_rate(WriteRate { qps: args.plugin_write_qps, burst: args.plugin_write_burst })
         .write_timeout(Duration::from_secs(args.plugin_write_timeout_seconds))
         .compiler(args.compiler.unwrap_or_default());
+    if let Some(dir) = &args.engine_dir {
+        runtime = runtime.engine_dir(dir);
+    }
     if let Some(dir) = &args.compile_cache {
         runtime = runtime.cache_dir(dir);
         if let Some(exe) = args.compile_in_child.then(own_executable).flatten() {
