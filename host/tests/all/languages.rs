@@ -1,5 +1,6 @@
 //! The same reconciler in every plugin language, against a real kube-apiserver + etcd: each
-//! build of namespace-defaults (Rust, Python, JavaScript, Go) must leave the same cluster state.
+//! build of namespace-defaults (Rust, Python, JavaScript, Go, and the Python source on the shared
+//! engine) must leave the same cluster state.
 //!
 //! Every language test runs one scenario (defaults applied with the operator's settings, a
 //! DefaultsApplied event, a deleted child repaired, opt-out removes the defaults) and compares
@@ -120,14 +121,22 @@ fn normalize_event(event: &Event, ns: &str, ns_uid: &str) -> Value {
     serde_json::from_str(&v.to_string().replace(ns_uid, "NS-UID").replace(&format!("\"{ns}\""), "\"NS\"")).unwrap()
 }
 
-/// Runs the scenario with the build `file` of namespace-defaults; returns nothing, panics with
-/// a diff-friendly message when the state differs from [`expected`].
+/// Runs the scenario with the build `file` of namespace-defaults (or its source, a `.py` file
+/// relative to `plugins/`); returns nothing, panics with a diff-friendly message when the state
+/// differs from [`expected`].
 async fn namespace_defaults_leaves_the_expected_state(language: &str, file: &str) {
     let Some(cp) = ControlPlane::shared() else { return };
     let _turn = TURN.lock().await;
     let client = cp.admin_client().await;
     let dir = tempfile::tempdir().unwrap();
-    let wasm = common::install_plugin(dir.path(), "namespace-defaults", file, CONFIG);
+    let wasm = match file.strip_suffix(".py") {
+        // A plugin given as source: the repository's file, on the host's Python engine.
+        Some(_) => {
+            let source = common::plugin_source(file);
+            common::install_source(dir.path(), "namespace-defaults", "namespace_defaults_py.wasm", &source, CONFIG)
+        }
+        None => common::install_plugin(dir.path(), "namespace-defaults", file, CONFIG),
+    };
     let plugin = PluginFile {
         name: "namespace-defaults".into(),
         wasm: Some(wasm),
@@ -196,6 +205,12 @@ async fn the_rust_build_leaves_the_reference_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_build_leaves_the_same_state_as_the_rust_build() {
     namespace_defaults_leaves_the_expected_state("python", "namespace_defaults_py.wasm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_source_on_the_shared_engine_leaves_the_same_state_as_the_rust_build() {
+    let source = "python/namespace-defaults/namespace_defaults.py";
+    namespace_defaults_leaves_the_expected_state("python-source", source).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

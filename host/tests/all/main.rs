@@ -52,6 +52,7 @@ mod sample_controller;
 mod sandbox;
 mod settings;
 mod shutdown;
+mod sources;
 mod swap;
 mod wasmplugin;
 mod workers;

@@ -23,6 +23,23 @@ pub fn plugin_dir() -> PathBuf {
     target.join("wasm32-wasip2/plugin")
 }
 
+/// The repository's copy of a plugin's source file, `path` relative to `plugins/`.
+pub fn plugin_source(path: &str) -> String {
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins").join(path);
+    std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()))
+}
+
+/// Writes `<name>.py`, `source`, and `<name>.yaml`: `config` with `engine: python@0.3` and the
+/// approval of what plugin `asks_as` (a built plugin's file name, see [`install_plugin`]) asks
+/// for, into `dir`: a plugin given as source, as its operator would install it.
+pub fn install_source(dir: &std::path::Path, name: &str, asks_as: &str, source: &str, config: &str) -> PathBuf {
+    let file = dir.join(format!("{name}.py"));
+    std::fs::write(&file, source).unwrap();
+    let config = approving(&format!("engine: python@0.3\n{config}"), asked_by(asks_as));
+    std::fs::write(dir.join(format!("{name}.yaml")), config).unwrap();
+    file
+}
+
 /// A compile cache shared by the tests of this workspace, so each component compiles once.
 pub fn test_compile_cache() -> PathBuf {
     plugin_dir().join("../test-compile-cache")

@@ -1,0 +1,130 @@
+//! Plugins given as source on the host's shared Python engine, against a real kube-apiserver +
+//! etcd: a broken source is a load error with its file and line while the version before keeps
+//! serving, and many source plugins cost one engine compile. (That a source plugin leaves the
+//! same state as its component builds is `languages::the_python_source_…`.)
+//!
+//! Every plugin here is namespace-defaults (`plugins/python/namespace-defaults`) confined to
+//! namespaces of its test's own (`grants.namespaces`), so the tests' Apps never act on each
+//! other's Namespaces.
+
+use crate::common;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
+use kube::api::{Api, PostParams};
+use kubewasm_host::app::App;
+use kubewasm_host::hotload::directory::Change;
+use kubewasm_testenv::ControlPlane;
+use rstest::rstest;
+
+use common::{eventually, install_source, metric_value, plugin_source};
+
+const CONVERGE: Duration = Duration::from_secs(90);
+
+/// The source of namespace-defaults.
+fn namespace_defaults() -> String {
+    plugin_source("python/namespace-defaults/namespace_defaults.py")
+}
+
+/// Installs namespace-defaults' source as plugin `name` in `dir`, confined to namespace `ns`.
+fn install(dir: &std::path::Path, name: &str, source: &str, ns: &str) {
+    let config =
+        format!("limits: {{deadlineMs: 5000, memoryBytes: 134217728}}\ngrants: {{namespaces: {{names: [{ns}]}}}}\n");
+    install_source(dir, name, "namespace_defaults_py.wasm", source, &config);
+}
+
+/// Creates Namespace `ns`; before the plugins confined to it load, so that the host makes their
+/// RBAC in it.
+async fn create_namespace(client: &kube::Client, ns: &str) {
+    let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+}
+
+/// Waits for the default quota namespace-defaults makes in `ns`, other than the one of uid
+/// `not`: a plugin serves there.
+async fn defaults_made(client: &kube::Client, ns: &str, not: Option<&str>) -> ResourceQuota {
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), ns);
+    eventually(&format!("the default quota in {ns}"), CONVERGE, || async {
+        quotas.get_opt("default-quota").await.unwrap().filter(|q| q.metadata.uid.as_deref() != not)
+    })
+    .await
+}
+
+/// The App tests run plugins in: the shared compile cache, so the engine compiles once per run.
+fn app(client: &kube::Client) -> App {
+    App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap()
+}
+
+#[rstest]
+#[case::a_syntax_error("def broken(:", "syntax error", "SyntaxError")]
+#[case::a_missing_module("import kubewasm_no_such_module", "import error", "No module named 'kubewasm_no_such_module'")]
+#[case::an_exception_at_import(
+    "raise RuntimeError('broken at import')",
+    "exception at import",
+    "RuntimeError: broken at import"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_source_is_a_load_error_at_its_line_and_the_version_before_keeps_serving(
+    #[case] broken_line: &str,
+    #[case] kind: &str,
+    #[case] message: &str,
+) {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = format!("src-broken-{}-{}", kind.split(' ').next().unwrap(), std::process::id());
+    create_namespace(&client, &ns).await;
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), "defaults", &namespace_defaults(), &ns);
+    let app = app(&client);
+    let mut source = app.directory_source(dir.path());
+    source.sync().await.unwrap();
+    assert_eq!(app.plugins().serving("defaults").await.map(|s| s.revision), Some(1), "the good source serves");
+    let quota = defaults_made(&client, &ns, None).await;
+
+    // A new version whose last line is broken.
+    let broken = format!("{}\n{broken_line}\n", namespace_defaults().trim_end());
+    let line = broken.lines().count();
+    std::fs::write(dir.path().join("defaults.py"), &broken).unwrap();
+    let changes = source.sync().await.unwrap();
+    let err = match changes.as_slice() {
+        [(name, Change::Rejected(err))] if name == "defaults" => format!("{err:#}"),
+        other => panic!("the broken version was not rejected: {other:?}"),
+    };
+    for said in [format!("defaults.py:{line}"), kind.to_owned(), message.to_owned()] {
+        assert!(err.contains(&said), "the load error does not say {said:?}: {err}");
+    }
+    let metrics = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
+    let labels = [("plugin", "defaults"), ("reason", "source")];
+    assert_eq!(metric_value(&metrics, "kubewasm_plugin_load_errors_total", &labels), Some(1.0), "{metrics}");
+
+    // The version before still serves: it makes again the quota deleted after the rejection.
+    assert_eq!(app.plugins().serving("defaults").await.map(|s| s.revision), Some(1), "the old version serves");
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
+    quotas.delete("default-quota", &Default::default()).await.unwrap();
+    defaults_made(&client, &ns, quota.metadata.uid.as_deref()).await;
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_plugins_of_one_language_share_one_engine_compile() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let (first, second) =
+        (format!("src-shared-a-{}", std::process::id()), format!("src-shared-b-{}", std::process::id()));
+    create_namespace(&client, &first).await;
+    create_namespace(&client, &second).await;
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), "defaults-a", &namespace_defaults(), &first);
+    install(dir.path(), "defaults-b", &namespace_defaults(), &second);
+    let app = app(&client);
+    app.directory_source(dir.path()).sync().await.unwrap();
+    let runtime = app.plugins().runtime();
+    assert_eq!(runtime.engines_compiled(), 1, "the second plugin compiled the engine again");
+    assert_eq!(runtime.compiled_reused(), 1, "the second plugin did not reuse the first one's engine");
+
+    // Both serve, each on its own Namespace.
+    defaults_made(&client, &first, None).await;
+    defaults_made(&client, &second, None).await;
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}
