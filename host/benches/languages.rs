@@ -4,6 +4,9 @@
 //! cache reads, two applies), the same with `limits.reuseInstances: 100`, and the smallest
 //! `limits.memoryBytes` a reconcile succeeds with.
 //! Builds missing from `KUBEWASM_PLUGIN_DIR` fail the bench, naming the one missing.
+//! `python-source` is namespace-defaults' Python source on the host's Python engine (`make
+//! engines`); its load is measured twice: with the engine compiled in that load, and again with
+//! the engine compiled (a new version of a plugin on a running host).
 //!
 //! Run: `make plugins && cargo bench -p kubewasm --bench languages` (`KUBEWASM_BENCH_LANGS=rust,js`
 //! picks languages).
@@ -17,12 +20,13 @@ use std::time::{Duration, Instant};
 use kube::core::GroupVersionKind;
 use kubewasm_host::plugin::api::testing::{MemoryCache, RecordingWriter};
 use kubewasm_host::plugin::limits::Limits;
-use kubewasm_host::plugin::{Action, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig};
+use kubewasm_host::plugin::{Action, ObjectKey, Plugin, PluginConfig, Runtime, RuntimeConfig, source};
 use serde_json::json;
 
-const LANGUAGES: [(&str, &str); 4] = [
+const LANGUAGES: [(&str, &str); 5] = [
     ("rust", "namespace_defaults.wasm"),
     ("python", "namespace_defaults_py.wasm"),
+    ("python-source", "python/namespace-defaults/namespace_defaults.py"),
     ("js", "namespace_defaults_js.wasm"),
     ("go", "namespace_defaults_go.wasm"),
 ];
@@ -51,12 +55,23 @@ fn cache() -> Arc<MemoryCache> {
     cache
 }
 
+/// A built component's bytes, or a source file's (relative to `plugins/`) as a source bundle.
+fn plugin_bytes(file: &str) -> Arc<[u8]> {
+    if !file.ends_with(".py") {
+        return common::plugin_wasm(file);
+    }
+    let path = file.rsplit('/').next().unwrap_or(file).to_owned();
+    let contents = common::plugin_source(file).into_bytes();
+    source::bundle(&[source::SourceFile { path, contents }]).into()
+}
+
 async fn load(runtime: &Runtime, file: &str, limits: Limits) -> Result<Plugin, String> {
     // Writes go to an in-memory recorder, so no write rate limit: this measures the dispatch,
     // not the token bucket that protects the API server (200 writes/s by default).
-    let config = PluginConfig { limits: limits.with_write_rate(0, 0), ..PluginConfig::approving_requests() };
+    let engine = file.ends_with(".py").then(|| "python@0.3".parse().unwrap());
+    let config = PluginConfig { limits: limits.with_write_rate(0, 0), engine, ..PluginConfig::approving_requests() };
     let writer = Arc::new(RecordingWriter::default());
-    runtime.load("nd", common::plugin_wasm(file), config, cache(), writer).await.map_err(|e| e.to_string())
+    runtime.load("nd", plugin_bytes(file), config, cache(), writer).await.map_err(|e| e.to_string())
 }
 
 /// p50 and p99 of `n` runs of `f` after `n / 10` warm-up runs.
@@ -100,13 +115,18 @@ fn main() {
             "lang", "size", "load", "instantiate", "reconcile p50", "reconcile p99", "memory"
         );
         for (lang, file) in LANGUAGES.iter().filter(|(l, _)| wanted.split(',').any(|w| w == *l)) {
-            let size = common::plugin_wasm(file).len();
+            let size = plugin_bytes(file).len();
             // A runtime without a compile cache: load = compile + instantiate + describe.
             let fresh = Runtime::new(RuntimeConfig::default()).unwrap();
             let limits = Limits::default().with_memory_bytes(256 << 20);
             let start = Instant::now();
             let plugin = load(&fresh, file, limits.clone()).await.unwrap_or_else(|e| panic!("{lang}: {e}"));
             let load_time = start.elapsed();
+            if file.ends_with(".py") {
+                let start = Instant::now();
+                load(&fresh, file, limits.clone()).await.unwrap();
+                println!("{lang}: load with the engine compiled: {}", ms(start.elapsed()));
+            }
             assert_eq!(plugin.reconcile(&key, 0).await.unwrap(), Action::Done, "{lang} reconciles");
             let n = if *lang == "rust" { 5_000 } else { 500 };
             let (inst, _) = sample(n, async || {
@@ -124,7 +144,7 @@ fn main() {
             })
             .await;
             println!(
-                "{lang:<7} {:>6.1} MB {:>11} {:>13} {:>13} {:>13} {:>5} MiB   reuse {REUSE}: p50 {} p99 {}",
+                "{lang:<7} {:>9.4} MB {:>11} {:>13} {:>13} {:>13} {:>5} MiB   reuse {REUSE}: p50 {} p99 {}",
                 size as f64 / 1e6,
                 ms(load_time),
                 ms(inst),
