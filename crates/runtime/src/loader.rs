@@ -357,6 +357,33 @@ mod tests {
     }
 
     #[test]
+    fn a_source_of_one_file_imports_that_file_and_one_of_several_needs_an_entry() {
+        let file = |path: &str| SourceFile { path: path.into(), contents: Vec::new() };
+        let one = source::bundle(&[file("namespace_defaults.py")]);
+        assert_eq!(source_of(&one, None).unwrap().1, "namespace_defaults");
+        assert_eq!(source_of(&one, Some("other")).unwrap().1, "other");
+        let two = source::bundle(&[file("main.py"), file("helpers.py")]);
+        assert!(matches!(source_of(&two, None), Err(LoadError::InvalidSource(m)) if m.contains("entry")));
+        assert_eq!(source_of(&two, Some("main")).unwrap().1, "main");
+    }
+
+    #[test]
+    fn a_source_error_says_where_as_compilers_do() {
+        let error = |file: &str, line, column| LoadError::Source {
+            file: file.into(),
+            line,
+            column,
+            kind: SourceErrorKind::Syntax,
+            message: "SyntaxError: expected ':'".into(),
+        };
+        let said = error("nd.py", 33, 38).to_string();
+        assert_eq!(said, "nd.py:33:38: SyntaxError: expected ':' (syntax error)");
+        assert_eq!(error("nd.py", 33, 0).to_string(), "nd.py:33: SyntaxError: expected ':' (syntax error)");
+        assert_eq!(error("", 0, 0).to_string(), "SyntaxError: expected ':' (syntax error)");
+        assert_eq!(error("nd.py", 1, 1).metric_label(), "source");
+    }
+
+    #[test]
     fn max_concurrent_is_clamped_to_the_hosts_cap() {
         let runtime = Runtime::new(super::super::RuntimeConfig::default().max_concurrent_cap(16)).unwrap();
         assert_eq!(runtime.clamp_max_concurrent("greedy", Some(u32::MAX)), 16);

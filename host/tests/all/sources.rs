@@ -128,3 +128,24 @@ async fn source_plugins_of_one_language_share_one_engine_compile() {
     defaults_made(&client, &second, None).await;
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_loops_at_import_is_stopped_at_its_deadline_and_rejected() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = format!("src-loop-{}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    let looping = format!("{}\nwhile True:\n    pass\n", namespace_defaults().trim_end());
+    let config =
+        format!("limits: {{deadlineMs: 1000, memoryBytes: 134217728}}\ngrants: {{namespaces: {{names: [{ns}]}}}}\n");
+    install_source(dir.path(), "looper", "namespace_defaults_py.wasm", &looping, &config);
+    let app = app(&client);
+    let changes = app.directory_source(dir.path()).sync().await.unwrap();
+    let err = match changes.as_slice() {
+        [(name, Change::Rejected(err))] if name == "looper" => format!("{err:#}"),
+        other => panic!("the looping source was not rejected: {other:?}"),
+    };
+    assert!(err.contains("deadline"), "the load error does not name the deadline: {err}");
+    assert!(app.plugins().serving("looper").await.is_none(), "nothing serves");
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}
