@@ -35,8 +35,8 @@ pub struct PluginFile {
 /// The extensions of a config file, in the order one is preferred when several are there.
 const CONFIG_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
-/// Every `*.wasm` and `*.py` in `dir` with its config file (a `.wasm` wins over a `.py` of the
-/// same name), and every config file without either that names a `module`, sorted by name.
+/// Every `*.wasm` in `dir` with its config file, every `*.py` that has one (a `.wasm` wins over
+/// a `.py` of the same name), and every config file without either that names a `module`, sorted by name.
 /// Hidden files (`.x.wasm`, editors' and `kubectl cp`'s temporaries) are skipped; so are other
 /// config files without a plugin, as before.
 pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
@@ -51,6 +51,11 @@ pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
         let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
         if path.extension().is_some_and(|e| e == "wasm" || e == SOURCE_EXTENSION) {
             let config = config_beside(&path);
+            // A Python file is a plugin only with its config beside it (which names its engine):
+            // a helper module or a build script in the directory is not one.
+            if config.is_none() && path.extension().is_some_and(|e| e == SOURCE_EXTENSION) {
+                continue;
+            }
             found.push(PluginFile { name, wasm: Some(path), config });
         } else if let Some(rank) = CONFIG_EXTENSIONS.iter().position(|e| path.extension().is_some_and(|x| x == *e)) {
             configs.push((name, rank, path));
@@ -478,6 +483,21 @@ mod tests {
         assert_eq!(module.unwrap().reference, "r.example/p:v1");
         let both = read_config_and_module(&files[0]).unwrap_err();
         assert!(format!("{both:#}").contains("keep one"), "{both:#}");
+    }
+
+    #[test]
+    fn a_python_file_is_a_plugin_only_with_its_config_and_a_component_of_its_name_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("defaults.py"), "x = 1\n").unwrap();
+        std::fs::write(dir.path().join("defaults.yaml"), "engine: python@0.3\n").unwrap();
+        std::fs::write(dir.path().join("helpers.py"), "y = 2\n").unwrap();
+        std::fs::write(dir.path().join("both.py"), "z = 3\n").unwrap();
+        std::fs::write(dir.path().join("both.wasm"), b"wasm").unwrap();
+        std::fs::write(dir.path().join("both.yaml"), "limits: {deadlineMs: 5000}\n").unwrap();
+        let files = plugin_files(dir.path()).unwrap();
+        let found: Vec<_> =
+            files.iter().map(|f| (f.name.as_str(), f.wasm.as_ref().unwrap().extension().unwrap().to_owned())).collect();
+        assert_eq!(found, [("both", "wasm".into()), ("defaults", "py".into())], "helpers.py has no config");
     }
 
     #[tokio::test(flavor = "current_thread")]
