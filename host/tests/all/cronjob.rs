@@ -20,13 +20,13 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::jiff::{SignedDuration, Timestamp, tz::TimeZone};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::GroupVersionKind;
 use kubewasm_host::app::App;
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 
 use common::eventually;
-use common::examples::crd_established;
+use common::examples::example_crd;
 
 const CONVERGE: Duration = Duration::from_secs(60);
 
@@ -38,12 +38,8 @@ const PORTS: [&str; 4] = ["cronjob.wasm", "cronjob_go.wasm", "cronjob_py.wasm", 
 
 /// The CronJob CRD (deploy/crds/examples/cronjob.yaml) installed, and the API of CronJobs in `ns`.
 async fn cronjobs(cp: &ControlPlane, client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/examples/cronjob.yaml");
-    let applied = cp.kubectl().args(["apply", "--server-side", "-f"]).arg(&crd).output().unwrap();
-    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
-    crd_established(client, "cronjobs.batch.tutorial.kubebuilder.io").await;
     let kind = GroupVersionKind::gvk("batch.tutorial.kubebuilder.io", "v1", "CronJob");
-    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&kind))
+    example_crd(cp, client, "cronjob.yaml", "cronjobs.batch.tutorial.kubebuilder.io", kind, ns).await
 }
 
 /// A host serving the CronJob port `built` for namespace `ns` only.
@@ -115,6 +111,11 @@ impl World {
         };
         let patch = Patch::Merge(json!({ "status": status }));
         self.jobs.patch_status(name, &PatchParams::default(), &patch).await.unwrap();
+    }
+
+    /// Waits until Job `name` exists (`what` it is, for the failure).
+    async fn made(&self, what: &str, name: &str) {
+        eventually(what, CONVERGE, || async { self.jobs.get_opt(name).await.unwrap().map(|_| ()) }).await;
     }
 
     /// The names of the Jobs in the namespace.
@@ -247,10 +248,7 @@ async fn concurrency_policy_forbid_creates_no_job_while_one_is_active() {
         assert_eq!(world.job_names().await, names(&[&running]), "no second Job beside the running one");
         world.finish(&running, true, before).await;
         let next = job_name("forbid", run);
-        eventually("the run once none is active", CONVERGE, || async {
-            world.jobs.get_opt(&next).await.unwrap().map(|_| ())
-        })
-        .await;
+        world.made("the run once none is active", &next).await;
         world.shut_down().await;
     }
 }
@@ -293,10 +291,7 @@ async fn a_suspended_cronjob_creates_no_job_until_it_is_resumed() {
         let resume = Patch::Merge(json!({"spec": {"suspend": false}}));
         world.cronjobs.patch("paused", &PatchParams::default(), &resume).await.unwrap();
         let next = job_name("paused", run);
-        eventually("the missed run once resumed", CONVERGE, || async {
-            world.jobs.get_opt(&next).await.unwrap().map(|_| ())
-        })
-        .await;
+        world.made("the missed run once resumed", &next).await;
         world.shut_down().await;
     }
 }
@@ -318,10 +313,7 @@ async fn a_missed_schedule_older_than_the_starting_deadline_is_skipped() {
         let longer = Patch::Merge(json!({"spec": {"startingDeadlineSeconds": 7200}}));
         world.cronjobs.patch("late", &PatchParams::default(), &longer).await.unwrap();
         let next = job_name("late", run);
-        eventually("the run within a 2-hour deadline", CONVERGE, || async {
-            world.jobs.get_opt(&next).await.unwrap().map(|_| ())
-        })
-        .await;
+        world.made("the run within a 2-hour deadline", &next).await;
         world.shut_down().await;
     }
 }

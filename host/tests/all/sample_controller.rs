@@ -11,25 +11,21 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::GroupVersionKind;
 use kubewasm_host::app::App;
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 
 use common::eventually;
-use common::examples::crd_established;
+use common::examples::example_crd;
 use common::hostile::events_from;
 
 const CONVERGE: Duration = Duration::from_secs(60);
 
 /// The Foo CRD (deploy/crds/examples/foo.yaml) installed, and the API of Foos in `ns`.
 async fn foos(cp: &ControlPlane, client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/examples/foo.yaml");
-    let applied = cp.kubectl().args(["apply", "--server-side", "-f"]).arg(&crd).output().unwrap();
-    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
-    crd_established(client, "foos.samplecontroller.k8s.io").await;
     let kind = GroupVersionKind::gvk("samplecontroller.k8s.io", "v1alpha1", "Foo");
-    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&kind))
+    example_crd(cp, client, "foo.yaml", "foos.samplecontroller.k8s.io", kind, ns).await
 }
 
 /// The ports: the built component of each language.

@@ -71,6 +71,23 @@ pub async fn crd_established(client: &Client, name: &str) {
     .await;
 }
 
+/// The example CRD `deploy/crds/examples/<file>` applied and established (its name `crd`), and
+/// the API of its `kind` in namespace `ns`.
+pub async fn example_crd(
+    cp: &kubewasm_testenv::ControlPlane,
+    client: &Client,
+    file: &str,
+    crd: &str,
+    kind: GroupVersionKind,
+    ns: &str,
+) -> Api<DynamicObject> {
+    let path = deploy_dir().join("crds/examples").join(file);
+    let applied = cp.kubectl().args(["apply", "--server-side", "-f"]).arg(&path).output().unwrap();
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    crd_established(client, crd).await;
+    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&kind))
+}
+
 /// Creates the Namespace `name` with `labels`.
 pub async fn create_namespace(client: &Client, name: &str, labels: serde_json::Value) {
     let ns: Namespace =
