@@ -66,15 +66,15 @@ pub fn engines_in(dir: &Path) -> Vec<(EngineRef, u32, PathBuf)> {
 /// The newest patch of `wanted` in `dir`, or the error that names what `dir` has.
 fn find(dir: Option<&Path>, wanted: &EngineRef) -> Result<PathBuf, Error> {
     let have = dir.map(engines_in).unwrap_or_default();
-    match have.into_iter().rev().find(|(engine, _, _)| engine == wanted) {
-        Some((_, _, path)) => Ok(path),
-        None => Err(no_engine(dir, Some(wanted))),
+    match have.iter().rev().find(|(engine, _, _)| engine == wanted) {
+        Some((_, _, path)) => Ok(path.clone()),
+        None => Err(no_engine(dir, &have, Some(wanted))),
     }
 }
 
-/// The error of a plugin whose engine (`asked`; `None`: it names none) is not in `dir`: what is.
-fn no_engine(dir: Option<&Path>, asked: Option<&EngineRef>) -> Error {
-    let have = dir.map(engines_in).unwrap_or_default();
+/// The error of a plugin whose engine (`asked`; `None`: it names none) is not among `have`, the
+/// engines in `dir`.
+fn no_engine(dir: Option<&Path>, have: &[(EngineRef, u32, PathBuf)], asked: Option<&EngineRef>) -> Error {
     Error::NoEngine {
         asked: asked.map(ToString::to_string),
         have: have.iter().map(|(engine, patch, _)| format!("{engine}.{patch}")).collect(),
@@ -117,7 +117,8 @@ impl Runtime {
 
     /// Why a source plugin whose config names no engine cannot load: what this host has.
     pub(crate) fn no_engine_named(&self) -> Error {
-        no_engine(self.engine_dir.as_deref(), None)
+        let dir = self.engine_dir.as_deref();
+        no_engine(dir, &dir.map(engines_in).unwrap_or_default(), None)
     }
 
     /// Engines compiled (or read from the compile cache) by this runtime: one per engine
