@@ -3,56 +3,49 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::offline;
 use anyhow::Context as _;
 use clap::Args;
 use kube::core::GroupVersionKind;
 use kubewasm_host::hotload::read_config;
 use kubewasm_host::plugin::api::NoCluster;
-use kubewasm_host::plugin::{Runtime, RuntimeConfig};
 
 /// `kubewasm check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The plugin component.
-    pub wasm: PathBuf,
-    /// Its config file; default: `<wasm without .wasm>.yaml` if present.
+    /// The plugin: its component (`<name>.wasm`), or its source (`<name>.py`), whose config
+    /// names its engine.
+    pub plugin: PathBuf,
+    /// Its config file; default: `<name>.yaml` (`.yml`, `.json`) beside it, if present.
     #[arg(long, env = "KUBEWASM_CHECK_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Directory for compiled plugins (the same as `run --compile-cache`): a second check of the
-    /// same component does not recompile it.
-    #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
-    pub compile_cache: Option<PathBuf>,
-    /// The code generator, as `run --compiler` (default `cranelift`).
-    #[arg(long, env = "KUBEWASM_COMPILER", default_value_t)]
-    pub compiler: kubewasm_host::plugin::Compiler,
+    /// The plugin runtime.
+    #[command(flatten)]
+    pub runtime: offline::RuntimeArgs,
 }
 
 impl CheckArgs {
     /// Loads the plugin with no cluster behind it; returns its name (the file's) and the plugin.
     pub async fn load(self) -> anyhow::Result<(String, kubewasm_host::plugin::Plugin)> {
-        let file = crate::offline::plugin_file(&self.wasm, self.config.clone());
+        let file = offline::plugin_file(&self.plugin, self.config.clone());
         let (name, config) = match file.config.as_deref().map(wasm_plugin_manifest).transpose()?.flatten() {
             Some(manifest) => (kube::ResourceExt::name_any(&manifest), manifest.spec.plugin_config()),
             None => (file.name.clone(), read_config(&file)?),
         };
         let config_path = file.config;
-        let wasm = std::fs::read(&self.wasm).with_context(|| format!("reading {}", self.wasm.display()))?;
-        let mut runtime_config = RuntimeConfig::default().compiler(self.compiler);
-        if let Some(dir) = &self.compile_cache {
-            runtime_config = runtime_config.cache_dir(dir);
-        }
-        let runtime = Runtime::new(runtime_config)?;
-        let loaded = runtime.load(&name, wasm.into(), config, Arc::new(NoCluster), Arc::new(NoCluster));
+        let wasm = offline::plugin_bytes(&self.plugin)?;
+        let runtime = offline::runtime(&self.runtime, None)?;
+        let loaded = runtime.load(&name, wasm, config, Arc::new(NoCluster), Arc::new(NoCluster));
         // A rejection names the file to fix: the config for its grants, limits or settings.
         let plugin = loaded.await.map_err(|e| {
             let blamed = match (config_path, e.blames_config()) {
                 (Some(config), true) => config.display().to_string(),
                 (None, true) => format!(
                     "{} (absent: create it beside {})",
-                    self.wasm.with_extension("yaml").display(),
-                    self.wasm.display()
+                    self.plugin.with_extension("yaml").display(),
+                    self.plugin.display()
                 ),
-                (_, false) => self.wasm.display().to_string(),
+                (_, false) => self.plugin.display().to_string(),
             };
             anyhow::Error::new(e).context(blamed)
         })?;

@@ -1,7 +1,6 @@
 //! `kubewasm record`: chosen keys reconciled once against a cluster, sending nothing, each written as a fixture `kubewasm test` replays.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -11,8 +10,9 @@ use crate::offline::{self, config_with_settings, fixtures, plugin_file, runtime}
 /// `kubewasm record`.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// The plugin component.
-    pub wasm: PathBuf,
+    /// The plugin: its component (`<name>.wasm`), or its source (`<name>.py`), whose config
+    /// names its engine.
+    pub plugin: PathBuf,
     /// Key to record (`namespace/name`, or `name` for a cluster-scoped kind); repeatable.
     #[arg(long = "key", required = true, env = "KUBEWASM_RECORD_KEY", value_delimiter = ',')]
     pub keys: Vec<String>,
@@ -28,25 +28,24 @@ pub struct RecordArgs {
     /// Settings (YAML or JSON) to use instead of those of the config file.
     #[arg(long, env = "KUBEWASM_RECORD_SETTINGS")]
     pub settings: Option<PathBuf>,
-    /// Its config file; default: `<wasm without .wasm>.yaml` if present.
+    /// Its config file; default: `<name>.yaml` (`.yml`, `.json`) beside it, if present.
     #[arg(long, env = "KUBEWASM_RECORD_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Directory for compiled plugins (the same as `run --compile-cache`).
-    #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
-    pub compile_cache: Option<PathBuf>,
+    /// The plugin runtime.
+    #[command(flatten)]
+    pub runtime: offline::RuntimeArgs,
 }
 
 impl RecordArgs {
     /// Writes one fixture file per key in `--out`; prints their paths.
     pub async fn execute(self) -> anyhow::Result<()> {
-        let file = plugin_file(&self.wasm, self.config.clone());
+        let file = plugin_file(&self.plugin, self.config.clone());
         let config = config_with_settings(&file, self.settings.as_deref())?;
-        let wasm = std::fs::read(&self.wasm).with_context(|| format!("reading {}", self.wasm.display()))?;
+        let wasm = offline::plugin_bytes(&self.plugin)?;
         let client = kubewasm_host::app::client(self.kubeconfig.as_deref(), self.context.as_deref()).await?;
         let (at, now) = offline::now_to_the_second();
-        let runtime = runtime(self.compile_cache.as_deref(), at)?;
+        let runtime = runtime(&self.runtime, Some(at))?;
         let keys: Vec<_> = self.keys.iter().map(|k| fixtures::parse_key(k)).collect();
-        let wasm = Arc::<[u8]>::from(wasm);
         let files = offline::record::record(&runtime, client, &file.name, wasm, config, &keys, &now).await?;
         std::fs::create_dir_all(&self.out).with_context(|| format!("creating {}", self.out.display()))?;
         for (key, text) in files {

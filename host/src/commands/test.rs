@@ -13,8 +13,9 @@ use crate::offline::{self, Harness, config_with_settings, diff, parse_expected, 
 /// `kubewasm test`.
 #[derive(Debug, Args)]
 pub struct TestArgs {
-    /// The plugin component.
-    pub wasm: PathBuf,
+    /// The plugin: its component (`<name>.wasm`), or its source (`<name>.py`), whose config
+    /// names its engine.
+    pub plugin: PathBuf,
     /// Objects to cache (multi-document YAML; `kind: List` items count), or a recording made by
     /// `kubewasm record`, which also says the key and the expected writes. Repeatable.
     #[arg(long, required = true, env = "KUBEWASM_TEST_OBJECTS", value_delimiter = ',')]
@@ -30,12 +31,12 @@ pub struct TestArgs {
     /// Settings (YAML or JSON) to use instead of those of the config file.
     #[arg(long, env = "KUBEWASM_TEST_SETTINGS")]
     pub settings: Option<PathBuf>,
-    /// Its config file; default: `<wasm without .wasm>.yaml` if present.
+    /// Its config file; default: `<name>.yaml` (`.yml`, `.json`) beside it, if present.
     #[arg(long, env = "KUBEWASM_TEST_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Directory for compiled plugins (the same as `run --compile-cache`).
-    #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
-    pub compile_cache: Option<PathBuf>,
+    /// The plugin runtime.
+    #[command(flatten)]
+    pub runtime: offline::RuntimeArgs,
     /// What the plugin reads from the wall clock at every call (RFC 3339, e.g.
     /// `2026-01-01T00:00:00Z`), so the time the SDKs' condition helpers stamp, or a schedule,
     /// is the same in every run and an `--expect` file can hold it. Default: a recording's time,
@@ -81,7 +82,7 @@ impl TestArgs {
 /// (`--until-settled`), the server-side dry run found a write the server rejects, or the report
 /// differs from the expected one (what, and the diff, are on stderr).
 async fn test(args: TestArgs) -> anyhow::Result<bool> {
-    let file = plugin_file(&args.wasm, args.config.clone());
+    let file = plugin_file(&args.plugin, args.config.clone());
     let config = config_with_settings(&file, args.settings.as_deref())?;
     let (mut objects, mut recording): (Vec<_>, Option<Recording>) = (Vec::new(), None);
     for path in &args.objects {
@@ -90,17 +91,16 @@ async fn test(args: TestArgs) -> anyhow::Result<bool> {
         objects.extend(parsed.objects);
         recording = recording.or(parsed.recording);
     }
-    let wasm = std::fs::read(&args.wasm).with_context(|| format!("reading {}", args.wasm.display()))?;
+    let wasm = offline::plugin_bytes(&args.plugin)?;
     let recorded = recording.as_ref().and_then(|r| r.now.as_deref()).map(offline::parse_time).transpose();
     let recorded = recorded.map_err(anyhow::Error::msg).context("the recording's now")?;
     let now = args.now.or(recorded).unwrap_or_else(|| offline::now_to_the_second().0);
-    let runtime = runtime(args.compile_cache.as_deref(), now)?;
+    let runtime = runtime(&args.runtime, Some(now))?;
     let server = match args.server_dry_run {
         true => Some(server(&args).await?),
         false => None,
     };
-    let harness =
-        Harness::load_checked(&runtime, &file.name, Arc::<[u8]>::from(wasm), config, &objects, server).await?;
+    let harness = Harness::load_checked(&runtime, &file.name, wasm, config, &objects, server).await?;
     let keys = if !args.keys.is_empty() {
         Some(args.keys.iter().map(|k| fixtures::parse_key(k)).collect())
     } else {

@@ -1,21 +1,46 @@
 //! What an offline command loads: the plugin file, its config (settings replaced if asked) and the runtime.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use k8s_openapi::jiff;
 
-use kubewasm_host::hotload::directory::config_beside;
+use kubewasm_host::hotload::directory::{config_beside, read_plugin};
 use kubewasm_host::hotload::{PluginFile, read_config};
-use kubewasm_host::plugin::{PluginConfig, Runtime, RuntimeConfig};
+use kubewasm_host::plugin::{Compiler, PluginConfig, Runtime, RuntimeConfig};
 
-/// The plugin file for `wasm`: named after the file, configured by `config` or else by the
-/// `.yaml`/`.yml`/`.json` beside it.
-pub fn plugin_file(wasm: &Path, config: Option<PathBuf>) -> PluginFile {
-    let name = wasm.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-    let config = config.or_else(|| config_beside(wasm));
-    PluginFile { name, wasm: Some(wasm.to_owned()), config }
+/// The plugin runtime's flags an offline command shares with `kubewasm run`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RuntimeArgs {
+    /// Directory for compiled plugins and engines (the same as `run --compile-cache`): a second
+    /// run of the same component does not compile it again.
+    #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
+    pub compile_cache: Option<PathBuf>,
+    /// Directory of the language engines a plugin given as source runs on (the same as `run
+    /// --engine-dir`); default: `engines` beside the binary, else in one of the two directories
+    /// above it.
+    #[arg(long, env = "KUBEWASM_ENGINE_DIR")]
+    pub engine_dir: Option<PathBuf>,
+    /// The code generator, as `run --compiler` (default `cranelift`).
+    #[arg(long, env = "KUBEWASM_COMPILER", default_value_t)]
+    pub compiler: Compiler,
+}
+
+/// The plugin file for `plugin` (a component, or a source file): named after the file,
+/// configured by `config` or else by the `.yaml`/`.yml`/`.json` beside it.
+pub fn plugin_file(plugin: &Path, config: Option<PathBuf>) -> PluginFile {
+    let name = plugin.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+    let config = config.or_else(|| config_beside(plugin));
+    PluginFile { name, wasm: Some(plugin.to_owned()), config }
+}
+
+/// The bytes of plugin file `path` as the runtime takes them, as the plugin directory reads
+/// them: a component's, or a source file's as its bundle.
+pub fn plugin_bytes(path: &Path) -> anyhow::Result<Arc<[u8]>> {
+    let bytes = read_plugin(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(bytes.into())
 }
 
 /// The plugin's config, with its settings replaced by the file `settings` if given.
@@ -28,15 +53,20 @@ pub fn config_with_settings(file: &PluginFile, settings: Option<&Path>) -> anyho
     Ok(config)
 }
 
-/// The wasm runtime of an offline command: the host's defaults, with the compile cache if any,
-/// and a wall clock that reads `now` at every call, so a run's writes do not depend on when it
-/// runs.
-pub fn runtime(compile_cache: Option<&Path>, now: SystemTime) -> anyhow::Result<Runtime> {
-    let config = RuntimeConfig::default().fixed_wall_clock(now);
-    Ok(Runtime::new(match compile_cache {
-        Some(dir) => config.cache_dir(dir),
-        None => config,
-    })?)
+/// The wasm runtime of an offline command: the host's defaults with `args`, and, given `now`, a
+/// wall clock that reads `now` at every call, so a run's writes do not depend on when it runs.
+pub fn runtime(args: &RuntimeArgs, now: Option<SystemTime>) -> anyhow::Result<Runtime> {
+    let mut config = RuntimeConfig::default().compiler(args.compiler);
+    if let Some(now) = now {
+        config = config.fixed_wall_clock(now);
+    }
+    if let Some(dir) = &args.compile_cache {
+        config = config.cache_dir(dir);
+    }
+    if let Some(dir) = &args.engine_dir {
+        config = config.engine_dir(dir);
+    }
+    Ok(Runtime::new(config)?)
 }
 
 /// `time` (RFC 3339, as `lastTransitionTime` is written) as a [`SystemTime`].

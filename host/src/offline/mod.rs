@@ -14,7 +14,7 @@ pub mod record;
 mod report;
 pub mod settle;
 
-pub use load::{config_with_settings, now_to_the_second, parse_time, plugin_file, runtime};
+pub use load::{RuntimeArgs, config_with_settings, now_to_the_second, parse_time, plugin_bytes, plugin_file, runtime};
 pub use report::{Diff, Report, diff, parse_expected};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};

@@ -320,3 +320,42 @@ fn test_prints_a_desired_state_beside_its_writes_with_the_prune_and_settles_it()
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("reconcile f settled in 2 rounds"), "{stderr}");
 }
+
+/// `kubewasm check` of plugin file `plugin`: what it prints but the line naming the version.
+fn check(plugin: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .arg("check")
+        .arg(plugin)
+        .arg("--compile-cache")
+        .arg(common::test_compile_cache())
+        .output()
+        .unwrap();
+    let stdout = stdout_ok(&out);
+    stdout.lines().filter(|l| !l.starts_with("plugin:")).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn check_and_test_run_a_python_plugin_given_as_source_as_they_run_its_component() {
+    let dir = tempfile::tempdir().unwrap();
+    // Both are plugin `namespace_defaults_py`, so the host's mark on what they make is the same.
+    let marked = NAMESPACES.replace("plugin: namespace_defaults}", "plugin: namespace_defaults_py}");
+    let objects = write(dir.path(), "objects.yaml", &marked);
+    let component = common::fixture_file("namespace_defaults_py", "namespace_defaults_py.wasm", "");
+    let component = component.wasm.unwrap();
+    let report = stdout_ok(&kubewasm_test("namespace_defaults_py.wasm", &["--objects", &objects]));
+    assert!(report.contains("apply:") && report.contains("delete:"), "{report}");
+    let expected = write(dir.path(), "expected.yaml", &report);
+    let text = common::plugin_source("python/namespace-defaults/namespace_defaults.py");
+    let source = common::install_source(dir.path(), "namespace_defaults_py", "namespace_defaults_py.wasm", &text, "");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .arg("test")
+        .arg(&source)
+        .args(["--objects", &objects, "--expect", &expected, "--compile-cache"])
+        .arg(common::test_compile_cache())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the source's report differs:\n{}", String::from_utf8_lossy(&out.stderr));
+    let checked = check(&source);
+    assert!(checked.contains("reconciles:     v1 Namespace"), "{checked}");
+    assert_eq!(checked, check(&component), "the same registration and grants");
+}

@@ -83,7 +83,7 @@ fn is_source(file: &PluginFile) -> bool {
 
 /// A plugin file's bytes as the runtime takes them: a component's as they are, a source file's
 /// as a bundle of that one file (see `kubewasm_runtime::source`).
-fn read_plugin(path: &Path) -> std::io::Result<Vec<u8>> {
+pub fn read_plugin(path: &Path) -> std::io::Result<Vec<u8>> {
     let contents = std::fs::read(path)?;
     if path.extension().is_none_or(|e| e != SOURCE_EXTENSION) {
         return Ok(contents);
