@@ -61,13 +61,17 @@ help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
 	@echo "make test    run every test (builds plugins and the control plane first)"
 	@echo "make image   build the host's container image ($(IMAGE)) without a Docker engine"
-	@echo "make install put kubewasm on the PATH (cargo install into ~/.cargo/bin)"
+	@echo "make install put kubewasm on the PATH (cargo install into ~/.cargo/bin) and its engines beside"
 	@echo "make docs    build the book (docs/) into $(TARGET_DIR)/book and check its links"
 	@echo "parts: toolchain plugins control-plane registry helm promtool lint bench"
 
-## `kubewasm` on the PATH (~/.cargo/bin): the release binary, built from the lock file.
-install: toolchain
+## `kubewasm` on the PATH (~/.cargo/bin): the release binary, built from the lock file, and the
+## language engines where it finds them (~/.cargo/lib/kubewasm/engines).
+INSTALL_ROOT := $(or $(CARGO_INSTALL_ROOT),$(CARGO_HOME),$(HOME)/.cargo)
+install: toolchain engines
 	$(CARGO) install --locked --path host --bin kubewasm
+	mkdir -p $(INSTALL_ROOT)/lib/kubewasm/engines
+	cp $(KUBEWASM_ENGINE_DIR)/*.wasm $(INSTALL_ROOT)/lib/kubewasm/engines/
 
 ## The pinned Rust toolchain and the wasm32-wasip2 target (rust-toolchain.toml names both).
 toolchain:

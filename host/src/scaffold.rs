@@ -10,7 +10,8 @@ mod vendor;
 pub enum Language {
     /// Rust, with the kubewasm Rust SDK.
     Rust,
-    /// Python, with the kubewasm Python SDK, built by componentize-py.
+    /// Python, with the kubewasm Python SDK: source the host runs on its Python engine, or
+    /// (`--component`) a component built by componentize-py.
     Python,
     /// JavaScript, with the kubewasm JavaScript SDK, bundled by rolldown and built by componentize-js.
     Js,
@@ -36,6 +37,16 @@ const PY_PINS: [&str; 2] =
 const JS_TOOLCHAIN: [&str; 2] =
     [include_str!("../../plugins/js/package.json"), include_str!("../../plugins/js/package-lock.json")];
 
+/// What a project holds: the plugin's source, or a build of its component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// The plugin's source and config: the host runs it on its language engine, nothing to
+    /// build (Python).
+    Source,
+    /// A build script that makes a self-contained component (`<name>.wasm`).
+    Component,
+}
+
 /// Why a project could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -55,6 +66,9 @@ pub enum Error {
         /// What `--sdk` may name for this language.
         expected: &'static str,
     },
+    /// `--sdk` for a project given as source, which runs on the engine's SDK.
+    #[error("a plugin given as source runs on the SDK its engine carries: --sdk is for --component projects")]
+    SdkOfSource,
     /// A file could not be written.
     #[error("writing {path}: {source}")]
     Io {
@@ -84,6 +98,9 @@ type File = (String, String, bool);
 /// Fills a template's placeholders.
 fn fill(template: &str, name: &str, sdk: &Path) -> String {
     template
+        .replace("{{plugin}}", &format!("{name}.wasm"))
+        .replace("{{build_first}}", "Run ``./build.sh`` first; ")
+        .replace("{{build_hint}}", ": run ./build.sh first")
         .replace("{{name}}", name)
         .replace("{{crate}}", &name.replace('-', "_"))
         .replace("{{module}}", &name.replace('-', "_"))
@@ -136,6 +153,41 @@ fn python_files(name: &str, sdk: &Path) -> Vec<File> {
     files
 }
 
+/// The engine a Python plugin given as source runs on (its config's `engine:`).
+const PYTHON_ENGINE: &str = "python@0.3";
+
+/// The files of a Python plugin project named `name` given as source: `<name>.py` beside its
+/// config, which names the engine the host runs it on; nothing to build, no SDK to install (the
+/// engine carries it).
+fn python_source_files(name: &str) -> Vec<File> {
+    let plugin = format!("{name}.py");
+    let fill = |template: &str| {
+        fill(
+            &template.replace("{{plugin}}", &plugin).replace("{{build_first}}", "").replace("{{build_hint}}", ""),
+            name,
+            Path::new(""),
+        )
+    };
+    let mut files = vec![
+        (plugin.clone(), fill(include_str!("scaffold/python/plugin.py.tmpl")), false),
+        (".gitignore".into(), "/.kubewasm/\n__pycache__/\n.pytest_cache/\n".into(), false),
+        ("tests/test_offline.py".into(), fill(include_str!("scaffold/python/test_offline.py.tmpl")), false),
+    ];
+    for (path, text, executable) in common_files(name) {
+        let text = match path == format!("{name}.yaml") {
+            // The engine first: what the source runs on.
+            true => text.replacen(&format!("{name}.wasm"), &plugin, 1).replacen(
+                '\n',
+                &format!("\nengine: {PYTHON_ENGINE}                # the engine the host runs its source on\n"),
+                1,
+            ),
+            false => text,
+        };
+        files.push((path, text, executable));
+    }
+    files
+}
+
 /// The files of a JavaScript plugin project named `name` depending on the SDK package `sdk`.
 fn js_files(name: &str, sdk: &Path) -> Vec<File> {
     let fill = |template: &str| fill(template, name, sdk);
@@ -182,27 +234,16 @@ fn locate_sdk(language: Language, sdk: &Path) -> Result<PathBuf> {
 /// SDK `sdk` (see `locate_sdk`), by default a copy of the one this binary carries in the
 /// project's `vendor/kubewasm-sdk/`: a project holds no path to a checkout. Returns the
 /// directory.
-pub fn new(language: Language, name: &str, dir: Option<&Path>, sdk: Option<&Path>) -> Result<PathBuf> {
+pub fn new(language: Language, name: &str, dir: Option<&Path>, sdk: Option<&Path>, form: Form) -> Result<PathBuf> {
     check_name(name)?;
     let dir = dir.map_or_else(|| PathBuf::from(name), Path::to_owned);
     if dir.read_dir().is_ok_and(|mut entries| entries.next().is_some()) {
         return Err(Error::NotEmpty(dir));
     }
-    let files = match sdk {
-        Some(sdk) => {
-            let sdk = locate_sdk(language, sdk)?;
-            match language {
-                Language::Rust => rust_files(name, &sdk),
-                Language::Python => python_files(name, &sdk),
-                Language::Js => js_files(name, &sdk),
-            }
-        }
-        // Relative to the project, which its build scripts run from.
-        None => match language {
-            Language::Rust => [rust_files(name, Path::new(vendor::DIR)), vendor::rust()].concat(),
-            Language::Python => [python_files(name, &Path::new(".").join(vendor::DIR)), vendor::python()].concat(),
-            Language::Js => [js_files(name, &Path::new(".").join(vendor::DIR)), vendor::js()].concat(),
-        },
+    let files = match (language, form, sdk) {
+        (Language::Python, Form::Source, None) => python_source_files(name),
+        (Language::Python, Form::Source, Some(_)) => return Err(Error::SdkOfSource),
+        (_, _, sdk) => component_files(language, name, sdk)?,
     };
     let io = |path: &Path| {
         let path = path.to_owned();
@@ -220,6 +261,27 @@ pub fn new(language: Language, name: &str, dir: Option<&Path>, sdk: Option<&Path
         }
     }
     Ok(dir)
+}
+
+/// The files of a `language` project that builds a component with the SDK `sdk` (default: a
+/// vendored copy of the one this binary carries).
+fn component_files(language: Language, name: &str, sdk: Option<&Path>) -> Result<Vec<File>> {
+    Ok(match sdk {
+        Some(sdk) => {
+            let sdk = locate_sdk(language, sdk)?;
+            match language {
+                Language::Rust => rust_files(name, &sdk),
+                Language::Python => python_files(name, &sdk),
+                Language::Js => js_files(name, &sdk),
+            }
+        }
+        // Relative to the project, which its build scripts run from.
+        None => match language {
+            Language::Rust => [rust_files(name, Path::new(vendor::DIR)), vendor::rust()].concat(),
+            Language::Python => [python_files(name, &Path::new(".").join(vendor::DIR)), vendor::python()].concat(),
+            Language::Js => [js_files(name, &Path::new(".").join(vendor::DIR)), vendor::js()].concat(),
+        },
+    })
 }
 
 #[cfg(test)]
@@ -270,6 +332,51 @@ mod tests {
         assert!(text("wit/controller.wit").contains("package kubewasm:controller@0.3.0;"), "the WIT is pinned");
         assert!(!files.iter().any(|(_, t, _)| t.contains("{{")), "every placeholder filled");
         assert_eq!(PluginConfig::from_yaml(&text("hello-ns.yaml")).unwrap().check_settings(), Ok(()));
+    }
+
+    #[test]
+    fn the_python_source_project_is_its_source_beside_a_config_naming_the_engine_and_nothing_to_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = new(Language::Python, "hello-ns", Some(&dir.path().join("p")), None, Form::Source).unwrap();
+        let mut names: Vec<_> =
+            walk(&project).into_iter().map(|p| p.strip_prefix(&project).unwrap().to_owned()).collect();
+        names.sort();
+        let expected = [
+            ".gitignore",
+            "hello-ns.py",
+            "hello-ns.yaml",
+            "tests/expected.yaml",
+            "tests/fixtures.yaml",
+            "tests/test_offline.py",
+        ];
+        assert_eq!(names, expected.map(PathBuf::from), "no build script, no SDK, no WIT");
+        let text = |f: &str| std::fs::read_to_string(project.join(f)).unwrap();
+        let config = PluginConfig::from_yaml(&text("hello-ns.yaml")).unwrap();
+        assert_eq!(config.engine.as_ref().map(ToString::to_string).as_deref(), Some(PYTHON_ENGINE));
+        assert_eq!(config.check_settings(), Ok(()));
+        assert!(text("hello-ns.yaml").starts_with("# The config of plugin hello-ns (hello-ns.py, beside it)"));
+        assert!(text("hello-ns.py").contains("@reconciler("));
+        let test = text("tests/test_offline.py");
+        assert!(
+            test.contains(r#"DIR / "hello-ns.py""#) && !test.contains("build.sh") && !test.contains("{{"),
+            "{test}"
+        );
+        let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk/python");
+        let err = new(Language::Python, "p", Some(&dir.path().join("q")), Some(&sdk), Form::Source).unwrap_err();
+        assert!(matches!(err, Error::SdkOfSource), "{err}");
+    }
+
+    /// Every file under `dir`.
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut dirs = vec![dir.to_owned()];
+        let mut files = Vec::new();
+        while let Some(d) = dirs.pop() {
+            for entry in std::fs::read_dir(&d).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() { dirs.push(path) } else { files.push(path) }
+            }
+        }
+        files
     }
 
     #[test]
@@ -332,20 +439,12 @@ mod tests {
         let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().display().to_string();
         for language in [Language::Rust, Language::Python, Language::Js] {
             let dir = tempfile::tempdir().unwrap();
-            let project = new(language, "p", Some(&dir.path().join("p")), None).unwrap();
-            let mut dirs = vec![project.clone()];
+            let project = new(language, "p", Some(&dir.path().join("p")), None, Form::Component).unwrap();
             let mut vendored = 0;
-            while let Some(d) = dirs.pop() {
-                for entry in std::fs::read_dir(&d).unwrap() {
-                    let path = entry.unwrap().path();
-                    if path.is_dir() {
-                        dirs.push(path);
-                        continue;
-                    }
-                    vendored += usize::from(path.starts_with(project.join(vendor::DIR)));
-                    let text = std::fs::read_to_string(&path).unwrap();
-                    assert!(!text.contains(&checkout), "{language:?}: {} names the checkout", path.display());
-                }
+            for path in walk(&project) {
+                vendored += usize::from(path.starts_with(project.join(vendor::DIR)));
+                let text = std::fs::read_to_string(&path).unwrap();
+                assert!(!text.contains(&checkout), "{language:?}: {} names the checkout", path.display());
             }
             assert!(vendored >= 3, "{language:?}: the SDK is in vendor/");
         }
@@ -355,7 +454,7 @@ mod tests {
     fn a_project_is_not_written_over_a_directory_that_has_files() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("keep"), "").unwrap();
-        let err = new(Language::Rust, "p", Some(dir.path()), None).unwrap_err();
+        let err = new(Language::Rust, "p", Some(dir.path()), None, Form::Component).unwrap_err();
         assert!(matches!(err, Error::NotEmpty(_)), "{err}");
     }
 }

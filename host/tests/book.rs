@@ -145,9 +145,10 @@ fn the_service_account_guide_deploys_the_host_from_the_installed_binary_outside_
 }
 
 #[test]
-fn the_python_getting_started_commands_scaffold_build_and_pass_the_offline_test() {
+fn the_python_getting_started_commands_test_the_source_and_build_the_component_and_pass_the_offline_tests() {
     project::python_toolchain();
-    run_page("getting-started/python.md", &["kubewasm new python", "./build.sh", "kubewasm test"], |_, _| {});
+    let must = ["kubewasm new python hello-py", "kubewasm test hello-py.py", "--component", "./build.sh"];
+    run_page("getting-started/python.md", &must, |_, _| {});
 }
 
 #[test]

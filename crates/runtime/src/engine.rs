@@ -2,7 +2,7 @@
 //! interruption, and wasmtime's on-disk compile cache.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
@@ -128,13 +128,23 @@ pub(crate) struct EngineFile {
 
 /// Where a host finds engines when not told: the nearest `engines` directory in its binary's
 /// directory or up to two above it (`target/engines`, where `make engines` puts them, for
-/// `target/debug/kubewasm` and for the test binaries in `target/debug/deps`); else `engines`
-/// beside the binary. `None` when the binary's path is unknown.
+/// `target/debug/kubewasm` and for the test binaries in `target/debug/deps`), else
+/// `lib/kubewasm/engines` beside the binary's directory (`make install` puts them in
+/// `~/.cargo/lib/kubewasm/engines` for `~/.cargo/bin/kubewasm`; the image in
+/// `/usr/local/lib/kubewasm/engines`); else `engines` beside the binary. `None` when the binary's
+/// path is unknown.
 pub fn default_engine_dir() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    let mut dirs = exe.ancestors().skip(1).take(3).map(|dir| dir.join("engines"));
-    let beside = dirs.next()?;
-    Some(std::iter::once(beside.clone()).chain(dirs).find(|dir| dir.is_dir()).unwrap_or(beside))
+    engine_dir_of(&exe)
+}
+
+/// [`default_engine_dir`] for the binary `exe`.
+fn engine_dir_of(exe: &Path) -> Option<PathBuf> {
+    let dir = exe.parent()?;
+    let beside = dir.join("engines");
+    let nearest = exe.ancestors().skip(1).take(3).map(|dir| dir.join("engines"));
+    let installed = dir.parent().map(|prefix| prefix.join("lib/kubewasm/engines"));
+    Some(nearest.chain(installed).find(|dir| dir.is_dir()).unwrap_or(beside))
 }
 
 /// Engine settings.
@@ -527,6 +537,20 @@ mod tests {
     use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 
     use super::*;
+
+    #[test]
+    fn engines_are_found_in_the_build_tree_then_where_make_install_puts_them_else_beside_the_binary() {
+        let root = tempfile::tempdir().unwrap();
+        let exe = root.path().join("prefix/bin/kubewasm");
+        std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+        assert_eq!(engine_dir_of(&exe), Some(root.path().join("prefix/bin/engines")), "none: beside the binary");
+        let installed = root.path().join("prefix/lib/kubewasm/engines");
+        std::fs::create_dir_all(&installed).unwrap();
+        assert_eq!(engine_dir_of(&exe), Some(installed));
+        let built = root.path().join("prefix/engines");
+        std::fs::create_dir_all(&built).unwrap();
+        assert_eq!(engine_dir_of(&exe), Some(built), "the nearest `engines` first");
+    }
 
     /// The hash wasmtime keys its compile cache and precompiled artefacts by.
     fn compatibility_hash(compiler: Compiler) -> u64 {

@@ -4,20 +4,25 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::scaffold::{self, Language};
+use crate::scaffold::{self, Form, Language};
 
 /// `kubewasm new`.
 #[derive(Debug, Args)]
 pub struct NewArgs {
     /// The project's language.
     pub language: Language,
-    /// The plugin's name (a DNS label): it names the crate, module or package, `<name>.wasm` and
-    /// `<name>.yaml`.
+    /// The plugin's name (a DNS label): it names the crate, module or package, `<name>.py` or
+    /// `<name>.wasm`, and `<name>.yaml`.
     pub name: String,
+    /// Python: a project that builds a self-contained component (`build.sh`, the SDK vendored or
+    /// `--sdk`), instead of the plugin's source, which the host runs on its Python engine with
+    /// nothing to build. Rust and JavaScript projects always build one.
+    #[arg(long)]
+    pub component: bool,
     /// Where to create the project (must be absent or empty); default `./<name>`.
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// The SDK the project builds with; default: a copy of the one this binary carries, written
+    /// The SDK a `--component` project builds with (a source plugin runs on its engine's); default: a copy of the one this binary carries, written
     /// into the project's `vendor/kubewasm-sdk/` (no path outside the project). Rust: the
     /// crate's directory (a path dependency). Python: the
     /// SDK's directory, or the wheel or sdist `make sdk-packages` builds (build.sh installs it
@@ -30,12 +35,24 @@ pub struct NewArgs {
 impl NewArgs {
     /// Writes the project and says how to build and test it.
     pub fn execute(self) -> anyhow::Result<()> {
-        let dir = scaffold::new(self.language, &self.name, self.dir.as_deref(), self.sdk.as_deref())?;
-        println!(
-            "created {}: build with {0}/build.sh, test with `kubewasm test {0}/{1}.wasm --objects {0}/tests/fixtures.yaml --expect {0}/tests/expected.yaml`",
-            dir.display(),
-            self.name
-        );
+        let form = match self.component || self.language != Language::Python {
+            true => Form::Component,
+            false => Form::Source,
+        };
+        let dir = scaffold::new(self.language, &self.name, self.dir.as_deref(), self.sdk.as_deref(), form)?;
+        let (d, name) = (dir.display(), &self.name);
+        let test = |plugin: &str| {
+            format!("`kubewasm test {d}/{plugin} --objects {d}/tests/fixtures.yaml --expect {d}/tests/expected.yaml`")
+        };
+        match form {
+            Form::Source => println!(
+                "created {d}: nothing to build; test with {}, serve with `kubewasm dev --plugins {d}`",
+                test(&format!("{name}.py"))
+            ),
+            Form::Component => {
+                println!("created {d}: build with {d}/build.sh, test with {}", test(&format!("{name}.wasm")));
+            }
+        }
         Ok(())
     }
 }

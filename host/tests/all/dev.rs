@@ -1,6 +1,7 @@
 //! `kubewasm dev`: a local control plane and the host on a plugin directory, stopped by Ctrl-C
 //! (SIGINT) or SIGTERM; with `--with-gc`, owned objects are garbage-collected; on an author's
-//! project, an edit rebuilt with its `build.sh` reaches the API server with no restart.
+//! project, an edit rebuilt with its `build.sh`, or saved in a source plugin, reaches the API
+//! server with no restart.
 
 use crate::common;
 use crate::common::project::{self, Installed};
@@ -17,14 +18,59 @@ use serde_json::json;
 /// Start-up of etcd + kube-apiserver (the harness allows 60 s) plus loading the plugin.
 const START: Duration = Duration::from_secs(180);
 
-/// Where each language's scaffold ends the greeting it writes: the source file (`NAME`: the
-/// project's name, `MODULE`: the same with `_` for `-`) and the text that ends the greeting,
-/// its closing quote last.
-const GREETING_ENDS: [(&str, &str, &str); 3] = [
-    ("rust", "src/lib.rs", r#", {name}""#),
-    ("python", "src/MODULE.py", r#", {name}""#),
-    ("js", "src/NAME.js", ", ${ns.metadata.name}`"),
+/// Each kind of project `kubewasm new` makes: its language and flags, the source file that ends
+/// the greeting it writes (`NAME`: the project's name, `MODULE`: the same with `_` for `-`), the
+/// text that ends the greeting (its closing quote last), and whether it is built.
+const PROJECTS: [Project; 4] = [
+    Project { label: "rust", language: "rust", flags: &[], file: "src/lib.rs", end: r#", {name}""#, built: true },
+    Project { label: "python", language: "python", flags: &[], file: "NAME.py", end: r#", {name}""#, built: false },
+    Project {
+        label: "python --component",
+        language: "python",
+        flags: &["--component"],
+        file: "src/MODULE.py",
+        end: r#", {name}""#,
+        built: true,
+    },
+    Project {
+        label: "js",
+        language: "js",
+        flags: &[],
+        file: "src/NAME.js",
+        end: ", ${ns.metadata.name}`",
+        built: true,
+    },
 ];
+
+/// One kind of project (see [`PROJECTS`]).
+struct Project {
+    label: &'static str,
+    language: &'static str,
+    flags: &'static [&'static str],
+    file: &'static str,
+    end: &'static str,
+    built: bool,
+}
+
+impl Project {
+    fn of(label: &str) -> &'static Self {
+        PROJECTS.iter().find(|p| p.label == label).unwrap()
+    }
+
+    /// Scaffolds project `name` and builds it if it is built.
+    fn make(&self, kubewasm: &Installed, name: &str) -> (tempfile::TempDir, PathBuf) {
+        let (clone, project) = project::scaffold(kubewasm, self.language, name, self.flags);
+        self.build(kubewasm, &project, name);
+        (clone, project)
+    }
+
+    /// What the author runs after an edit: `build.sh`, or nothing for a source plugin.
+    fn build(&self, kubewasm: &Installed, project: &Path, name: &str) {
+        if self.built {
+            project::build(kubewasm, project, name);
+        }
+    }
+}
 
 /// The source file of a project that writes the greeting, as the scaffold made it.
 struct Greeting {
@@ -34,13 +80,13 @@ struct Greeting {
 }
 
 impl Greeting {
-    /// The greeting of the `language` project `name` at `project`.
-    fn of(project: &Path, language: &str, name: &str) -> Self {
-        let (_, file, end) = GREETING_ENDS.iter().find(|(l, ..)| *l == language).unwrap();
-        let file = file.replace("NAME", name).replace("MODULE", &name.replace('-', "_"));
+    /// The greeting of the project `name` of kind `kind` at `project`.
+    fn of(project: &Path, kind: &Project, name: &str) -> Self {
+        let file = kind.file.replace("NAME", name).replace("MODULE", &name.replace('-', "_"));
         let path = project.join(&file);
         let pristine = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(pristine.matches(end).count(), 1, "{file}: the scaffold's greeting changed; update GREETING_ENDS");
+        let end = kind.end;
+        assert_eq!(pristine.matches(end).count(), 1, "{file}: the scaffold's greeting changed; update PROJECTS");
         Self { path, pristine, end }
     }
 
@@ -230,9 +276,20 @@ async fn dev_with_gc_deletes_the_dependents_of_a_deleted_owner_and_sigterm_stops
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_serves_an_edit_rebuilt_with_the_projects_build_script_without_a_restart() {
+    serves_an_edit(Project::of("rust"), "edit-ns").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_serves_an_edit_of_a_python_source_once_saved_with_no_build_and_no_restart() {
+    serves_an_edit(Project::of("python"), "edit-py").await;
+}
+
+/// `kubewasm dev` on a new project of kind `kind` serves its greeting, then the author edits the
+/// string the plugin writes (and rebuilds it, if it is built); `kubewasm dev` keeps running and
+/// the edited greeting reaches the API server.
+async fn serves_an_edit(kind: &Project, name: &str) {
     let kubewasm = Installed::new();
-    let (_clone, project) = project::scaffold(&kubewasm, "rust", "edit-ns");
-    project::build(&kubewasm, &project, "edit-ns");
+    let (_clone, project) = kind.make(&kubewasm, name);
     let mut dev = Dev::start_on(&project, &[]);
     let client = dev.client().await;
     create_namespace(&client, "edit-demo").await;
@@ -243,11 +300,10 @@ async fn dev_serves_an_edit_rebuilt_with_the_projects_build_script_without_a_res
     })
     .await;
 
-    // The author edits the string the plugin writes and rebuilds; `kubewasm dev` keeps running.
-    let greeting_source = Greeting::of(&project, "rust", "edit-ns");
+    let greeting_source = Greeting::of(&project, kind, name);
     let edit = Instant::now();
     greeting_source.write_with(", edited");
-    project::build(&kubewasm, &project, "edit-ns");
+    kind.build(&kubewasm, &project, name);
     let built = edit.elapsed();
     // The swap queues every Namespace again, so the existing ConfigMap gets the new string.
     let second = common::eventually("the edited version's greeting", START, || async {
@@ -255,7 +311,7 @@ async fn dev_serves_an_edit_rebuilt_with_the_projects_build_script_without_a_res
     })
     .await;
     assert_eq!(second, "hello, edit-demo, edited");
-    eprintln!("edit → effect: {:?} (build.sh {built:?}, then swap and reconcile)", edit.elapsed());
+    eprintln!("{}: edit → effect: {:?} (build {built:?}, then swap and reconcile)", kind.label, edit.elapsed());
     assert!(dev.child.try_wait().unwrap().is_none(), "kubewasm dev was not restarted: {}", dev.logs());
     dev.stop_with("-INT", client).await;
 }
@@ -272,26 +328,26 @@ async fn edit_to_effect_per_language_under_kubewasm_dev() {
     const ROUNDS: usize = 3;
     let kubewasm = Installed::new();
     let mut projects = Vec::new();
-    for (language, ..) in GREETING_ENDS {
-        let name = format!("edit-{language}");
-        let (clone, project) = project::scaffold(&kubewasm, language, &name);
-        project::build(&kubewasm, &project, &name);
+    for (i, kind) in PROJECTS.iter().enumerate() {
+        let name = format!("edit-{}-{i}", kind.language);
+        let (clone, project) = kind.make(&kubewasm, &name);
         let mut dev = Dev::start_on(&project, &[]);
         let client = dev.client().await;
         create_namespace(&client, "edit-demo").await;
-        let greeting = Greeting::of(&project, language, &name);
-        projects.push((language, name, clone, project, dev, client, greeting));
+        let greeting = Greeting::of(&project, kind, &name);
+        projects.push((kind, name, clone, project, dev, client, greeting));
     }
     let mut runs: Vec<(&str, Duration, Duration)> = Vec::new();
     for round in 0..=ROUNDS {
-        for (language, name, _, project, dev, client, greeting) in &mut projects {
+        for (kind, name, _, project, dev, client, greeting) in &mut projects {
+            let language = kind.label;
             let welcome: Api<ConfigMap> = Api::namespaced(client.clone(), "edit-demo");
             let expected =
                 if round == 0 { "hello, edit-demo".to_owned() } else { format!("hello, edit-demo, edit {round}") };
             let edit = Instant::now();
             if round > 0 {
                 greeting.write_with(&format!(", edit {round}"));
-                project::build(&kubewasm, project, name);
+                kind.build(&kubewasm, project, name);
             }
             let built = edit.elapsed();
             common::eventually(&format!("{language}: {expected}"), START, || async {
@@ -310,7 +366,7 @@ async fn edit_to_effect_per_language_under_kubewasm_dev() {
     let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
     eprintln!("\nedit → effect, {profile} kubewasm dev, {ROUNDS} rounds, medians:");
     eprintln!("| language | edit → effect | build.sh | swap + reconcile |");
-    for (language, ..) in GREETING_ENDS {
+    for language in PROJECTS.map(|p| p.label) {
         let median = |pick: fn(&(&str, Duration, Duration)) -> Duration| {
             let mut times: Vec<Duration> = runs.iter().filter(|r| r.0 == language).map(pick).collect();
             times.sort();

@@ -1,7 +1,7 @@
 //! `kubewasm new rust|python|js`, as an author who ran `make install` has it: the installed
 //! binary on `$PATH` (no `$KUBEWASM`), every command run from outside the checkout. The project
 //! is made in a temporary directory, names no path to the checkout, and is built from a copy
-//! elsewhere with its own build script; it passes its offline test (`kubewasm test`, pytest,
+//! elsewhere with its own build script (a Python project given as source builds nothing); it passes its offline test (`kubewasm test`, pytest,
 //! node --test, each finding `kubewasm` on the PATH) and reconciles on a real kube-apiserver +
 //! etcd when its directory is served by the host.
 //!
@@ -31,7 +31,7 @@ const CONVERGE: Duration = Duration::from_secs(120);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_rust_project_builds_passes_its_offline_test_and_reconciles_on_the_apiserver() {
     let kubewasm = Installed::new();
-    let (_clone, project) = project::scaffold(&kubewasm, "rust", "hello-ns");
+    let (_clone, project) = project::scaffold(&kubewasm, "rust", "hello-ns", &[]);
     project::build(&kubewasm, &project, "hello-ns");
     // Its tests/offline.rs runs the installed `kubewasm test` on what build.sh built.
     let mut cargo = kubewasm.command("cargo", &project);
@@ -42,13 +42,13 @@ async fn a_new_rust_project_builds_passes_its_offline_test_and_reconciles_on_the
     serves_and_reconciles(&project, "hello-ns", Some(&cache)).await;
 }
 
-/// Serves `project` (a plugin directory: `<name>.wasm` beside `<name>.yaml`) from a host on the
+/// Serves `project` (a plugin directory: `<name>.wasm` or `<name>.py` beside `<name>.yaml`) from a host on the
 /// shared control plane, and waits for the scaffolded reconciler's owned ConfigMap.
 async fn serves_and_reconciles(project: &Path, name: &str, compile_cache: Option<&Path>) {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     let ns = cp.namespace("new").await;
-    // The project directory is a plugin directory: hello-ns.wasm beside hello-ns.yaml.
+    // The project directory is a plugin directory: the plugin beside its config.
     let app = App::new(client.clone(), compile_cache, None).unwrap();
     let mut source = app.directory_source(project);
     source.sync().await.unwrap();
@@ -82,12 +82,29 @@ fn offline_test(mut runner: Command, project: &Path) -> (String, PathBuf) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_python_project_builds_passes_its_pytest_and_reconciles_on_the_apiserver() {
+async fn a_new_python_project_is_its_source_passes_its_pytest_and_reconciles_on_the_apiserver_unbuilt() {
+    let venv = project::python_toolchain();
+    let kubewasm = Installed::new();
+    let (_clone, project) = project::scaffold(&kubewasm, "python", "hello-src", &[]);
+    assert!(!project.join("build.sh").exists() && project.join("hello-src.py").is_file(), "nothing to build");
+    let mut pytest = kubewasm.command(venv.join("bin/pytest"), &project);
+    pytest.args(["-q", "-p", "no:cacheprovider"]);
+    let (out, cache) = offline_test(pytest, &project);
+    assert!(out.contains("1 passed"), "{out}");
+    assert!(
+        !project::files_under(&project).iter().any(|f| f.extension().is_some_and(|e| e == "wasm")),
+        "built nothing"
+    );
+    serves_and_reconciles(&project, "hello-src", Some(&cache)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_python_component_project_builds_passes_its_pytest_and_reconciles_on_the_apiserver() {
     let venv = project::python_toolchain();
     let sdk = project::checkout().join("plugins/sdk/python");
     let before = project::files_under(&sdk);
     let kubewasm = Installed::new();
-    let (_clone, project) = project::scaffold(&kubewasm, "python", "hello-py");
+    let (_clone, project) = project::scaffold(&kubewasm, "python", "hello-py", &["--component"]);
     project::build(&kubewasm, &project, "hello-py");
     assert_eq!(project::files_under(&sdk), before, "the build wrote nothing into the SDK's sources");
     let mut pytest = kubewasm.command(venv.join("bin/pytest"), &project);
@@ -101,7 +118,7 @@ async fn a_new_python_project_builds_passes_its_pytest_and_reconciles_on_the_api
 async fn a_new_js_project_builds_passes_its_node_test_and_reconciles_on_the_apiserver() {
     project::js_toolchain();
     let kubewasm = Installed::new();
-    let (_clone, project) = project::scaffold(&kubewasm, "js", "hello-js");
+    let (_clone, project) = project::scaffold(&kubewasm, "js", "hello-js", &[]);
     project::build(&kubewasm, &project, "hello-js");
     let mut node = kubewasm.command("node", &project);
     node.arg("--test");

@@ -8,29 +8,43 @@ use std::process::Command;
 use super::run_ok;
 
 /// `kubewasm` as an author has it after `make install`: this build's binary copied into a `bin/`
-/// outside the checkout, first on `$PATH`. Commands get no `$KUBEWASM` and no variable naming
+/// outside the checkout, first on `$PATH`, and the engines `make engines` built into
+/// `lib/kubewasm/engines` beside it. Commands get no `$KUBEWASM` and no variable naming
 /// the checkout (cargo gives this test `CARGO_MANIFEST_DIR` and the like), so a project's test
 /// runner finds the binary on the PATH or not at all, and a build cannot reach the checkout.
 pub struct Installed {
-    bin: tempfile::TempDir,
+    _root: tempfile::TempDir,
+    bin: PathBuf,
     path: OsString,
 }
 
 impl Installed {
     pub fn new() -> Self {
-        let bin = tempfile::tempdir().unwrap();
-        outside_the_checkout(bin.path());
-        std::fs::copy(env!("CARGO_BIN_EXE_kubewasm"), bin.path().join("kubewasm")).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        outside_the_checkout(root.path());
+        let bin = root.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        place(Path::new(env!("CARGO_BIN_EXE_kubewasm")), &bin.join("kubewasm"));
+        let built = std::env::var_os("KUBEWASM_ENGINE_DIR").map_or_else(
+            || Path::new(env!("CARGO_BIN_EXE_kubewasm")).parent().unwrap().join("../engines"),
+            PathBuf::from,
+        );
+        let engines = root.path().join("lib/kubewasm/engines");
+        std::fs::create_dir_all(&engines).unwrap();
+        let copied = std::fs::read_dir(&built).into_iter().flatten().flatten().map(|entry| entry.path());
+        let copied = copied.filter(|p| p.extension().is_some_and(|e| e == "wasm"));
+        let copied: Vec<_> = copied.map(|p| std::fs::copy(&p, engines.join(p.file_name().unwrap())).unwrap()).collect();
+        assert!(!copied.is_empty(), "no engine in {}: run `make engines`", built.display());
         let rest = std::env::var_os("PATH").unwrap_or_default();
         let outside = std::env::split_paths(&rest).filter(|dir| !dir.starts_with(checkout()));
-        let dirs = std::iter::once(bin.path().to_owned()).chain(outside);
-        Self { path: std::env::join_paths(dirs).unwrap(), bin }
+        let dirs = std::iter::once(bin.clone()).chain(outside);
+        Self { path: std::env::join_paths(dirs).unwrap(), bin, _root: root }
     }
 
     /// Puts a copy of another `program` beside `kubewasm` on this PATH (a tool the author
     /// installed too, e.g. `kubewasm-go-component`).
     pub fn add(&self, program: &Path) {
-        std::fs::copy(program, self.bin.path().join(program.file_name().unwrap())).unwrap();
+        place(program, &self.bin.join(program.file_name().unwrap()));
     }
 
     /// `program` as the author runs it: from `cwd`, with this `kubewasm` on the PATH (a bare
@@ -46,6 +60,15 @@ impl Installed {
             }
         }
         command
+    }
+}
+
+/// Puts program `from` at `to`: a hard link, else a copy. A copy is written through a file
+/// descriptor that a child forked meanwhile by another test's thread holds until it execs, and
+/// running the copy then fails with "Text file busy"; a link writes nothing.
+fn place(from: &Path, to: &Path) {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).unwrap();
     }
 }
 
@@ -66,20 +89,20 @@ pub fn rust_target_dir() -> PathBuf {
 }
 
 /// A `language` project named `name`, as an author has it: made by the installed `kubewasm new`
-/// in one temporary directory, then copied into another (as a clone elsewhere would be) and the
+/// (with `flags`, e.g. `--component`) in one temporary directory, then copied into another (as a clone elsewhere would be) and the
 /// original removed, so nothing in it can lean on where it was made. Returns the copy (kept
 /// alive by the guard).
-pub fn scaffold(kubewasm: &Installed, language: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
+pub fn scaffold(kubewasm: &Installed, language: &str, name: &str, flags: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let made = tempfile::tempdir().unwrap();
     let project = made.path().join(name);
     let dir = project.display().to_string();
     let new = || {
         let mut new = kubewasm.command("kubewasm", made.path());
-        new.args(["new", language, name, "--dir", &dir]);
+        new.args(["new", language, name, "--dir", &dir]).args(flags);
         new
     };
     let created = run_ok(new());
-    assert!(created.contains("build.sh"), "{created}");
+    assert!(created.contains("test with `kubewasm test"), "{created}");
     names_no_checkout(&project);
     assert!(!new().output().unwrap().status.success(), "a project is never written over");
     let clone = tempfile::tempdir().unwrap();
@@ -103,14 +126,16 @@ pub fn build(kubewasm: &Installed, project: &Path, name: &str) {
 }
 
 /// Asserts that no file of the freshly made `project` names the checkout: it builds from the
-/// SDK copy in its `vendor/`, so it can be committed and built anywhere.
+/// SDK copy in its `vendor/` (a project given as source builds nothing and carries no SDK), so
+/// it can be committed and built anywhere.
 pub fn names_no_checkout(project: &Path) {
     let checkout = checkout().display().to_string();
     for file in files_under(project) {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         assert!(!text.contains(&checkout), "{} names the checkout {checkout}", file.display());
     }
-    assert!(project.join("vendor/kubewasm-sdk").is_dir(), "the SDK is vendored");
+    let built = project.join("build.sh").is_file();
+    assert_eq!(project.join("vendor/kubewasm-sdk").is_dir(), built, "the SDK is vendored where it is built");
 }
 
 /// Every file under `dir`, recursively, sorted.
