@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# kubewasm: the host binary (static, musl) and the three example plugins, on an empty base.
+# kubewasm: the host binary (static, musl), its language engines and the three example plugins,
+# on an empty base.
 #   docker build --build-arg REVISION="$(git rev-parse HEAD)" -t kubewasm:0.1.0 .
 # `make image` builds the same image without a Docker engine (deploy/image/build.sh): it runs
 # the same deploy/image/rootfs.sh and reads the final stage's config (USER, WORKDIR, ENV, EXPOSE,
@@ -7,7 +8,7 @@
 # host/tests/image_e2e.rs checks the built image against this final stage.
 FROM docker.io/library/rust:1.95.0-bookworm AS builder
 RUN apt-get update \
- && apt-get install -y --no-install-recommends musl-tools binutils ca-certificates \
+ && apt-get install -y --no-install-recommends musl-tools binutils ca-certificates python3-venv nodejs npm \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -21,8 +22,9 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && env "CC_$(echo "$musl" | tr - _)=musl-gcc" cargo build --profile image --locked --target "$musl" -p kubewasm \
  && cargo build --locked --profile plugin --target wasm32-wasip2 \
       -p namespace-defaults -p config-reloader -p configmap-sync \
+ && make engines KUBEWASM_ENGINE_DIR=/engines \
  && deploy/image/rootfs.sh /image "target/$musl/image/kubewasm" target/wasm32-wasip2/plugin \
-      /etc/ssl/certs/ca-certificates.crt
+      /etc/ssl/certs/ca-certificates.crt /engines
 
 # Runtime: nothing but deploy/image/rootfs.sh's files; user 65532 (nonroot, as in distroless).
 FROM scratch

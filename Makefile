@@ -234,11 +234,11 @@ image-tools: toolchain
 	@rustup target list --installed | grep -qx $(MUSL_TARGET) || rustup target add $(MUSL_TARGET)
 
 ## The host's container image without a Docker engine or base-image pull: a static (musl)
-## release binary and the example plugins, as the Dockerfile's final stage lays them out
+## release binary, the language engines and the example plugins, as the Dockerfile's final stage lays them out
 ## (deploy/image/build.sh). Prints the image's name; the book's "Deploying with kustomize" says how to push it.
-image: image-tools rust-plugins image-binary
+image: image-tools rust-plugins engines image-binary
 	bash deploy/image/build.sh $(KUBEWASM_IMAGE_DIR) $(IMAGE_TARGET_DIR)/$(MUSL_TARGET)/image/kubewasm \
-		$(TARGET_DIR)/wasm32-wasip2/plugin
+		$(TARGET_DIR)/wasm32-wasip2/plugin $(KUBEWASM_ENGINE_DIR)
 
 ## A release archive of the image's static binary, stripped (`kubewasm manifests` prints what a
 ## cluster needs): dist/kubewasm-VERSION-TARGET.tar.gz, and its line tables apart in

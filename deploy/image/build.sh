@@ -4,7 +4,7 @@
 # builder stage runs); each COPY of the final stage becomes part of one layer, made with GNU tar
 # with the COPY's owner; USER, WORKDIR, ENV, EXPOSE, LABEL and ENTRYPOINT become the config
 # (umoci); skopeo writes the oci-archive.
-#   build.sh OUT KUBEWASM_BINARY PLUGIN_DIR
+#   build.sh OUT KUBEWASM_BINARY PLUGIN_DIR ENGINE_DIR
 # Writes OUT/oci (an OCI layout, tag VERSION) and OUT/kubewasm-VERSION.oci.tar (an oci-archive
 # whose image is named kubewasm:VERSION), then prints the name; OUT/kubewasm and
 # OUT/kubewasm.debug are the image's binary and its line tables, for `make release`.
@@ -13,7 +13,7 @@
 # same image digest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=$1 binary=$2 plugins=$3
+out=$1 binary=$2 plugins=$3 engines=$4
 version=${VERSION:-$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)}
 revision=${REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
@@ -22,7 +22,7 @@ name=kubewasm:$version
 layout=$out/oci archive=$out/kubewasm-$version.oci.tar
 
 mkdir -p "$out"
-deploy/image/rootfs.sh "$out/rootfs" "$binary" "$plugins" /etc/ssl/certs/ca-certificates.crt
+deploy/image/rootfs.sh "$out/rootfs" "$binary" "$plugins" /etc/ssl/certs/ca-certificates.crt "$engines"
 
 # The final stage, one instruction a line (no continuations there), ARGs given by this script.
 declare -A arg=([VERSION]=$version [REVISION]=$revision)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The image's files, the one list both builds use: `make image` (deploy/image/build.sh) and the
 # Dockerfile's builder stage run this script, so they ship the same files.
-#   rootfs.sh OUT KUBEWASM_BINARY PLUGIN_DIR CA_BUNDLE
-# PLUGIN_DIR holds the example components as cargo names them (namespace_defaults.wasm, …).
+#   rootfs.sh OUT KUBEWASM_BINARY PLUGIN_DIR CA_BUNDLE ENGINE_DIR
+# PLUGIN_DIR holds the example components as cargo names them (namespace_defaults.wasm, …);
+# ENGINE_DIR the language engines `make engines` builds (python-0.3.0.wasm, …).
 # OUT/root is the tree owned by root in the image; OUT/kubewasm.debug the binary's line tables. OUT/nonroot holds the directories owned by
 # the image's user 65532; the Dockerfile's `COPY --chown=65532:65532` lines name each one, and
 # build.sh reads the owners from those lines.
 set -euo pipefail
-out=$1 binary=$2 plugins=$3 ca=$4
+out=$1 binary=$2 plugins=$3 ca=$4 engines=$5
 EXAMPLES=(namespace-defaults config-reloader configmap-sync)
 
 rm -rf "$out"
@@ -24,6 +25,14 @@ strip --strip-debug "$root/usr/local/bin/kubewasm"
 # their configs are not baked in: the overlay mounts them beside the components.
 for name in "${EXAMPLES[@]}"; do
   install -D -m 0644 "$plugins/${name//-/_}.wasm" "$root/opt/kubewasm/plugins/$name.wasm"
+done
+# The language engines plugins given as source run on, where the binary looks for them
+# (/usr/local/lib/kubewasm/engines beside /usr/local/bin).
+shopt -s nullglob
+built=("$engines"/*.wasm)
+[[ ${#built[@]} -gt 0 ]] || { echo "rootfs.sh: no engine in $engines (make engines)" >&2; exit 1; }
+for engine in "${built[@]}"; do
+  install -D -m 0644 "$engine" "$root/usr/local/lib/kubewasm/engines/${engine##*/}"
 done
 # For TLS to endpoints signed by a public CA (the API server's own CA comes from the
 # kubeconfig or the service-account mount).

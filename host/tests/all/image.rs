@@ -100,6 +100,22 @@ fn the_image_has_the_dockerfiles_final_stage_config_and_files_and_no_shell() {
     assert_eq!((cache.uid(), cache.gid()), (65532, 65532), "the compile cache belongs to the image's user");
     let plugin = std::fs::read(rootfs.join("opt/kubewasm/plugins/namespace-defaults.wasm")).unwrap();
     assert_eq!(plugin, std::fs::read(plugin_dir().join("namespace_defaults.wasm")).unwrap(), "the built plugin");
+    // The engines, where the image's binary finds them unasked: it loads a plugin given as source.
+    let engines = rootfs.join("usr/local/lib/kubewasm/engines");
+    for built in std::fs::read_dir(common::project::engine_dir()).unwrap().flatten().map(|e| e.path()) {
+        if built.extension().is_some_and(|e| e == "wasm") {
+            let shipped = std::fs::read(engines.join(built.file_name().unwrap())).unwrap_or_default();
+            assert!(shipped == std::fs::read(&built).unwrap(), "{} in the image", built.display());
+        }
+    }
+    let work = tempfile::tempdir().unwrap();
+    let text = common::plugin_source("python/namespace-defaults/namespace_defaults.py");
+    let source = common::install_source(work.path(), "defaults", "namespace_defaults_py.wasm", &text, "");
+    let mut check = Command::new(rootfs.join("usr/local/bin/kubewasm"));
+    check.arg("check").arg(&source).env_remove("KUBEWASM_ENGINE_DIR");
+    check.env("KUBEWASM_COMPILE_CACHE", work.path().join("compile-cache"));
+    let checked = run_ok(check);
+    assert!(checked.contains("reconciles:     v1 Namespace"), "{checked}");
 
     // The binary ships stripped of its line tables, with its symbols; the line tables are kept
     // apart beside the image's files (what `make release` archives).

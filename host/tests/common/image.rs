@@ -240,11 +240,11 @@ pub fn expected_tree(stage: &FinalStage, built: &Path) -> BTreeMap<String, Entry
 }
 
 /// Runs deploy/image/rootfs.sh into `out` with the image's own binary, the built example
-/// plugins and this machine's CA bundle: the builder stage's `/image`.
+/// plugins, the built engines and this machine's CA bundle: the builder stage's `/image`.
 pub fn rootfs_sh(out: &Path, binary: &Path) {
     let mut script = Command::new("bash");
     script.arg(repo_dir().join("deploy/image/rootfs.sh")).arg(out).arg(binary).arg(plugin_dir());
-    script.arg("/etc/ssl/certs/ca-certificates.crt");
+    script.arg("/etc/ssl/certs/ca-certificates.crt").arg(super::project::engine_dir());
     run_ok(script);
 }
 

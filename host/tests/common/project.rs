@@ -25,10 +25,7 @@ impl Installed {
         let bin = root.path().join("bin");
         std::fs::create_dir(&bin).unwrap();
         place(Path::new(env!("CARGO_BIN_EXE_kubewasm")), &bin.join("kubewasm"));
-        let built = std::env::var_os("KUBEWASM_ENGINE_DIR").map_or_else(
-            || Path::new(env!("CARGO_BIN_EXE_kubewasm")).parent().unwrap().join("../engines"),
-            PathBuf::from,
-        );
+        let built = engine_dir();
         let engines = root.path().join("lib/kubewasm/engines");
         std::fs::create_dir_all(&engines).unwrap();
         let copied = std::fs::read_dir(&built).into_iter().flatten().flatten().map(|entry| entry.path());
@@ -70,6 +67,12 @@ fn place(from: &Path, to: &Path) {
     if std::fs::hard_link(from, to).is_err() {
         std::fs::copy(from, to).unwrap();
     }
+}
+
+/// The engines `make engines` built: `$KUBEWASM_ENGINE_DIR`, else `engines` in the target dir.
+pub fn engine_dir() -> PathBuf {
+    std::env::var_os("KUBEWASM_ENGINE_DIR")
+        .map_or_else(|| Path::new(env!("CARGO_BIN_EXE_kubewasm")).parent().unwrap().join("../engines"), PathBuf::from)
 }
 
 /// The checkout this test binary was built from.
