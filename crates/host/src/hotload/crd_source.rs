@@ -366,15 +366,29 @@ impl WasmPluginSource {
         {
             return Ok(None);
         }
-        self.module_bytes(module, modules).await.map(Some)
+        self.module_bytes(module, plugin.spec.engine.is_some(), modules).await.map(Some)
     }
 
     /// The bytes of `module`, from its ConfigMap, URL or registry (a canary's: not remembered
-    /// for the status).
-    async fn module_bytes(&self, module: &ModuleSource, modules: &Informer) -> Result<Module, NotServing> {
+    /// for the status); of a plugin given as `source` (its spec names an engine), the bundle of
+    /// its ConfigMap's files.
+    async fn module_bytes(
+        &self,
+        module: &ModuleSource,
+        source: bool,
+        modules: &Informer,
+    ) -> Result<Module, NotServing> {
+        if source && module.config_map.is_none() {
+            return Err(NotServing {
+                reason: "InvalidSpec",
+                message: "a plugin given as source (spec.engine) comes from a ConfigMap: set spec.module.configMap"
+                    .into(),
+                retry: false,
+            });
+        }
         match (&module.config_map, &module.url, &module.oci) {
             (None, None, Some(oci)) => self.oci_bytes(oci).await,
-            (Some(source), None, None) => self.config_map_module(source, modules).await,
+            (Some(config_map), None, None) => self.config_map_module(config_map, source, modules).await,
             (None, Some(url), None) => {
                 match super::fetch::fetch(&url.url, &url.sha256, FETCH_TIMEOUT).await {
                     // Checked against the pin: the pin is its hash.
@@ -397,35 +411,56 @@ impl WasmPluginSource {
         }
     }
 
-    async fn config_map_module(&self, source: &ConfigMapModule, modules: &Informer) -> Result<Module, NotServing> {
+    /// The component in `module`'s ConfigMap, or (`source`) the bundle of the source files there.
+    async fn config_map_module(
+        &self,
+        module: &ConfigMapModule,
+        source: bool,
+        modules: &Informer,
+    ) -> Result<Module, NotServing> {
         let missing = |what: String| NotServing { reason: "ModuleNotFound", message: what, retry: true };
+        let named = format!("ConfigMap {}/{}", self.module_namespace, module.name);
         let obj = modules
             .store()
-            .get(Some(&self.module_namespace), &source.name)
-            .ok_or_else(|| missing(format!("ConfigMap {}/{} not found", self.module_namespace, source.name)))?;
+            .get(Some(&self.module_namespace), &module.name)
+            .ok_or_else(|| missing(format!("{named} not found")))?;
         let config_map: ConfigMap = serde_json::from_slice(obj.json()).map_err(|e| missing(e.to_string()))?;
-        let bytes = config_map.binary_data.and_then(|mut d| d.remove(&source.key)).ok_or_else(|| {
-            missing(format!(
-                "ConfigMap {}/{} has no binaryData key `{}`",
-                self.module_namespace, source.name, source.key
-            ))
-        })?;
-        let module = Module::hash(bytes.0).await;
-        if let Some(pinned) = &source.sha256 {
-            let got = module.sha256();
+        let (bytes, what) = match (source, &module.key) {
+            (false, None) => {
+                return Err(NotServing {
+                    reason: "InvalidSpec",
+                    message: "a component is one key of its ConfigMap's binaryData: set spec.module.configMap.key"
+                        .into(),
+                    retry: false,
+                });
+            }
+            (false, Some(key)) => {
+                let bytes = config_map.binary_data.and_then(|mut d| d.remove(key));
+                let bytes = bytes.ok_or_else(|| missing(format!("{named} has no binaryData key `{key}`")))?;
+                (bytes.0, format!("{named} key `{key}`"))
+            }
+            (true, key) => {
+                let files = source_files(config_map, key.as_deref());
+                if files.is_empty() {
+                    let keys = key.as_ref().map_or("a key".to_owned(), |k| format!("key `{k}`"));
+                    return Err(missing(format!("{named} has no {keys} in data or binaryData: the plugin's source")));
+                }
+                (crate::plugin::source::bundle(&files), format!("{named}'s source"))
+            }
+        };
+        let module_hash = Module::hash(bytes).await;
+        if let Some(pinned) = &module.sha256 {
+            let got = module_hash.sha256();
             if got != pinned.to_ascii_lowercase() {
                 // Not retried: a change to the ConfigMap or the WasmPlugin queues it again.
                 return Err(NotServing {
                     reason: "DigestMismatch",
-                    message: format!(
-                        "ConfigMap {}/{} key `{}` has sha256 {got}, but the WasmPlugin pins {pinned}",
-                        self.module_namespace, source.name, source.key
-                    ),
+                    message: format!("{what} has sha256 {got}, but the WasmPlugin pins {pinned}"),
                     retry: false,
                 });
             }
         }
-        Ok(module)
+        Ok(module_hash)
     }
 
     /// Writes the status for `result`; says what to do next.
@@ -583,6 +618,15 @@ impl CrdNotice {
     }
 }
 
+/// The source files in `config_map`: the one of `key`, else every key of `data` and
+/// `binaryData`, each a file named by its key.
+fn source_files(config_map: ConfigMap, key: Option<&str>) -> Vec<crate::plugin::source::SourceFile> {
+    let text = config_map.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes()));
+    let binary = config_map.binary_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0));
+    let files = text.chain(binary).filter(|(k, _)| key.is_none_or(|key| key == k));
+    files.map(|(path, contents)| crate::plugin::source::SourceFile { path, contents }).collect()
+}
+
 fn crd_absent(err: &crate::informer::Error) -> bool {
     let crate::informer::Error::KindNotFound { source, .. } = err else { return false };
     match source.as_ref() {
@@ -619,6 +663,21 @@ fn condition(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_is_every_key_of_its_config_map_or_the_one_named() {
+        let config_map: ConfigMap = serde_json::from_value(serde_json::json!({
+            "data": {"plugin.py": "import helpers\n", "helpers.py": "X = 1\n"},
+            "binaryData": {"data.bin": "AAE="},
+        }))
+        .unwrap();
+        let paths =
+            |files: Vec<crate::plugin::source::SourceFile>| files.into_iter().map(|f| f.path).collect::<Vec<_>>();
+        assert_eq!(paths(source_files(config_map.clone(), None)), ["helpers.py", "plugin.py", "data.bin"]);
+        let one = source_files(config_map.clone(), Some("plugin.py"));
+        assert_eq!((one[0].path.as_str(), one[0].contents.as_slice()), ("plugin.py", b"import helpers\n".as_slice()));
+        assert!(source_files(config_map, Some("absent.py")).is_empty());
+    }
 
     #[test]
     fn a_missing_crd_is_logged_once_and_again_only_when_the_reason_changes() {

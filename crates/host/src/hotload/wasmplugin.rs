@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::plugin::PluginConfig;
 use crate::plugin::grants::GrantConfig;
 use crate::plugin::limits::Limits;
+use crate::plugin::source::EngineRef;
 
 /// A reconcile plugin the host loads, swaps and unloads as this object changes.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -30,9 +31,30 @@ use crate::plugin::limits::Limits;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.engine) || has(self.module.configMap) && (!has(self.canary) || !has(self.canary.module) || has(self.canary.module.configMap))",
+        "message": "a plugin given as source (engine) comes from a ConfigMap (module.configMap)"
+    },
+    {
+        "rule": "has(self.engine) || (!has(self.module.configMap) || has(self.module.configMap.key)) && (!has(self.canary) || !has(self.canary.module) || !has(self.canary.module.configMap) || has(self.canary.module.configMap.key))",
+        "message": "a component in a ConfigMap is one key of its binaryData: set module.configMap.key"
+    }
+]))]
 pub struct WasmPluginSpec {
-    /// Where the component comes from.
+    /// Where the component comes from; for a plugin given as source (`engine` set), the
+    /// ConfigMap of its source files.
     pub module: ModuleSource,
+    /// The language engine the plugin's source runs on, `<language>@<major>.<minor>` of its SDK
+    /// (`python@0.3`); the host refuses a version whose engine it does not carry. Unset: the
+    /// module is a component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "engine_schema")]
+    pub engine: Option<EngineRef>,
+    /// The module a source plugin's engine imports; unset: its only file's (a source of several
+    /// files names it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
     /// What the operator approves the plugin to read and write, kind by kind (`Kind.group`
     /// names, e.g. `Deployment.apps`).
     #[serde(default)]
@@ -74,6 +96,10 @@ pub struct CanarySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_json")]
     pub settings: Option<Value>,
+}
+
+fn engine_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "string", "pattern": "^[a-z0-9]+@[0-9]+\\.[0-9]+$" })
 }
 
 fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -159,16 +185,20 @@ pub struct UrlModule {
     pub sha256: String,
 }
 
-/// A component in a ConfigMap.
+/// A component in a ConfigMap, or a plugin's source files.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConfigMapModule {
     /// ConfigMap name (in the host's namespace).
     pub name: String,
-    /// Key in its `binaryData`.
-    pub key: String,
-    /// Lowercase hex sha256 the component must have (recommended): a ConfigMap whose bytes
-    /// differ is refused and the version serving before keeps serving.
+    /// A component: the key of its `binaryData` (required). A source: one file, the key of its
+    /// `data`; unset: every key of `data` is a file of the source, named by its key
+    /// (`kubectl create configmap NAME --from-file=plugin.py`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Lowercase hex sha256 the component must have (recommended), or a source its version
+    /// (`status.loadedSha256`): a ConfigMap whose bytes differ is refused and the version
+    /// serving before keeps serving.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
     pub sha256: Option<String>,
@@ -308,9 +338,8 @@ impl WasmPluginSpec {
             canary: None,
             // Not in the CRD yet: WasmPlugins follow the host's --elide-unchanged-writes.
             elide_unchanged_writes: None,
-            // Not in the CRD yet: a WasmPlugin is a component.
-            engine: None,
-            entry: None,
+            engine: self.engine.clone(),
+            entry: self.entry.clone(),
         }
     }
 }
@@ -382,12 +411,27 @@ mod tests {
     }
 
     #[test]
+    fn a_source_spec_names_its_engine_and_its_config_map_without_a_key() {
+        let spec: WasmPluginSpec =
+            serde_yaml::from_str("engine: python@0.3\nmodule: {configMap: {name: hello-py}}\n").unwrap();
+        let config = spec.plugin_config();
+        assert_eq!(config.engine, Some("python@0.3".parse().unwrap()), "the engine reaches the runtime");
+        assert_eq!(spec.module.config_map.unwrap().key, None);
+        let err = serde_yaml::from_str::<WasmPluginSpec>("engine: python\nmodule: {configMap: {name: m}}\n");
+        assert!(err.unwrap_err().to_string().contains("python@0.3"), "an engine without its version is refused");
+        let yaml = crd_yaml();
+        for rule in ["a plugin given as source (engine) comes from a ConfigMap", "set module.configMap.key"] {
+            assert!(yaml.contains(rule), "the API server refuses what the host would: {rule}");
+        }
+    }
+
+    #[test]
     fn a_spec_parses_from_yaml_with_defaults_and_rejects_unknown_fields() {
         let spec: WasmPluginSpec = serde_yaml::from_str(
             "module:\n  configMap: {name: m, key: plugin.wasm}\ngrants:\n  write: [Deployment.apps]\nsettings: {a: 1}\n",
         )
         .unwrap();
-        assert_eq!(spec.module.config_map.as_ref().unwrap().key, "plugin.wasm");
+        assert_eq!(spec.module.config_map.as_ref().unwrap().key.as_deref(), Some("plugin.wasm"));
         assert_eq!(spec.module.config_map.as_ref().unwrap().sha256, None, "pinning is optional");
         assert_eq!(spec.plugin_config().grants.write.len(), 1);
         assert_eq!(spec.plugin_config().limits, Limits::default());

@@ -35,7 +35,7 @@ impl WasmPluginSource {
         {
             return None;
         }
-        let wasm = match self.module_bytes(module, modules).await {
+        let wasm = match self.module_bytes(module, plugin.spec.engine.is_some(), modules).await {
             Ok(wasm) => wasm,
             Err(problem) => return Some(format!("{}: {}", problem.reason, problem.message)),
         };
