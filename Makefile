@@ -17,6 +17,7 @@ PY_PLUGINS := namespace-defaults sample-controller cronjob
 # KUBEWASM_ENGINE_DIR (`kubewasm run --engine-dir`).
 export KUBEWASM_ENGINE_DIR ?= $(TARGET_DIR)/engines
 PY_SDK_VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' plugins/sdk/python/pyproject.toml)
+JS_SDK_VERSION := $(shell sed -n 's/^  "version": "\(.*\)",$$/\1/p' plugins/sdk/js/package.json)
 WIT_ENGINE := wit/engine@0.1.0
 JS_PLUGINS := namespace-defaults sample-controller cronjob
 GO_PLUGINS := namespace-defaults contract-calls sample-controller cronjob
@@ -90,7 +91,7 @@ rust-plugins: toolchain
 	$(CARGO) build --profile plugin --target wasm32-wasip2 $(addprefix -p ,$(RUST_PLUGINS) $(FIXTURES))
 
 py-plugins: $(foreach p,$(PY_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_py.wasm)
-engines: $(KUBEWASM_ENGINE_DIR)/python-$(PY_SDK_VERSION).wasm
+engines: $(KUBEWASM_ENGINE_DIR)/python-$(PY_SDK_VERSION).wasm $(KUBEWASM_ENGINE_DIR)/js-$(JS_SDK_VERSION).wasm
 js-plugins: $(foreach p,$(JS_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_js.wasm)
 go-plugins: $(foreach p,$(GO_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_go.wasm)
 
@@ -141,6 +142,21 @@ $(KUBEWASM_ENGINE_DIR)/python-%.wasm: $(PY_TOOL)/.installed $(WIT_ENGINE)/engine
 	$(PY_TOOL)/bin/componentize-py -d $(WIT_ENGINE) -w engine componentize \
 		-p $@.src/sdk -p $@.src/engine kubewasm_engine -o $@.tmp
 	rm -rf $@.src
+	mv $@.tmp $@
+# The JavaScript engine: plugins/engine/js/*.js with the SDK and acorn (the pinned tools'), bundled
+# from a copy laid out as the repository is, then pre-initialized by componentize-js.
+$(KUBEWASM_ENGINE_DIR)/js-%.wasm: $(JS_TOOL)/.installed $(WIT_ENGINE)/engine.wit $(WIT_03)/controller.wit \
+		$(wildcard plugins/sdk/js/*.js) $(wildcard plugins/engine/js/*.js)
+	@mkdir -p $(@D)/js-engine
+	rm -rf $@.src && mkdir -p $@.src/plugins/engine $@.src/plugins/sdk
+	cp -r plugins/sdk/js $@.src/plugins/sdk/ && cp -r plugins/engine/js $@.src/plugins/engine/
+	rm -rf $@.src/plugins/engine/js/node_modules && ln -s $(JS_TOOL)/node_modules $@.src/plugins/engine/js/node_modules
+	$(JS_TOOL)/node_modules/.bin/rolldown $@.src/plugins/engine/js/engine.js --format esm \
+		$(foreach i,types cache client events log config,--external kubewasm:controller/$(i)@0.3.0) \
+		--file $(@D)/js-engine/engine.js
+	rm -rf $@.src
+	cd $(@D)/js-engine && $(JS_TOOL)/node_modules/.bin/componentize-js engine.js --wit $(CURDIR)/$(WIT_ENGINE) \
+		-n engine --disable http fetch-event -o $@.tmp
 	mv $@.tmp $@
 $(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT_03)/controller.wit \
 		$(wildcard plugins/sdk/js/*.js) \
