@@ -1,6 +1,6 @@
 //! The plugin directory as a source: each `<name>.wasm`, configured by `<name>.yaml` (`.yml`,
-//! `.json`) beside it, each `<name>.py`, a plugin given as source whose config names its
-//! engine, and each `<name>.yaml` without either that names an OCI module
+//! `.json`) beside it, each `<name>.py` or `<name>.js`, a plugin given as source whose config
+//! names its engine, and each `<name>.yaml` without either that names an OCI module
 //! (`module: {oci: …}`, see [`oci`]). Watched with notify; bursts of events (a file being copied in) are
 //! debounced, then the whole directory is compared with what serves (level-triggered, so a
 //! missed or merged event cannot leave a stale version).
@@ -23,9 +23,9 @@ pub mod oci;
 /// A plugin file found in the plugin directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginFile {
-    /// Plugin name: the file name without `.wasm` (or `.py`).
+    /// Plugin name: the file name without `.wasm` (or `.py`, `.js`).
     pub name: String,
-    /// The component, or the plugin's source file (`<name>.py`); `None` for a config file
+    /// The component, or the plugin's source file (`<name>.py`, `.js`); `None` for a config file
     /// naming an OCI module instead.
     pub wasm: Option<PathBuf>,
     /// Its config file, if there is one (`<name>.yaml`, `.yml` or `.json`).
@@ -35,8 +35,8 @@ pub struct PluginFile {
 /// The extensions of a config file, in the order one is preferred when several are there.
 const CONFIG_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
-/// Every `*.wasm` in `dir` with its config file, every `*.py` that has one (a `.wasm` wins over
-/// a `.py` of the same name), and every config file without either that names a `module`, sorted by name.
+/// Every `*.wasm` in `dir` with its config file, every `*.py` and `*.js` that has one (a `.wasm`
+/// wins over a source of the same name), and every config file without either that names a `module`, sorted by name.
 /// Hidden files (`.x.wasm`, editors' and `kubectl cp`'s temporaries) are skipped; so are other
 /// config files without a plugin, as before.
 pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
@@ -49,11 +49,11 @@ pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
             continue;
         }
         let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-        if path.extension().is_some_and(|e| e == "wasm" || e == SOURCE_EXTENSION) {
+        if path.extension().is_some_and(|e| e == "wasm") || is_source_path(&path) {
             let config = config_beside(&path);
-            // A Python file is a plugin only with its config beside it (which names its engine):
+            // A source file is a plugin only with its config beside it (which names its engine):
             // a helper module or a build script in the directory is not one.
-            if config.is_none() && path.extension().is_some_and(|e| e == SOURCE_EXTENSION) {
+            if config.is_none() && is_source_path(&path) {
                 continue;
             }
             found.push(PluginFile { name, wasm: Some(path), config });
@@ -68,24 +68,29 @@ pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
             found.push(PluginFile { name, wasm: None, config: Some(path) });
         }
     }
-    // By name, the component first: the source of the same name is dropped.
-    found.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| is_source(a).cmp(&is_source(b))));
+    // By name, the component first: the source of the same name is dropped (of two sources, the
+    // one whose file name sorts first stays).
+    found.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| is_source(a).cmp(&is_source(b))).then(a.wasm.cmp(&b.wasm)));
     found.dedup_by(|later, first| later.name == first.name);
     Ok(found)
 }
 
-/// The extension of a plugin given as source (Python, for now).
-const SOURCE_EXTENSION: &str = "py";
+/// The extensions of a plugin given as source: Python and JavaScript.
+const SOURCE_EXTENSIONS: [&str; 2] = ["py", "js"];
+
+fn is_source_path(path: &Path) -> bool {
+    path.extension().is_some_and(|e| SOURCE_EXTENSIONS.iter().any(|s| e == *s))
+}
 
 fn is_source(file: &PluginFile) -> bool {
-    file.wasm.as_ref().is_some_and(|p| p.extension().is_some_and(|e| e == SOURCE_EXTENSION))
+    file.wasm.as_deref().is_some_and(is_source_path)
 }
 
 /// A plugin file's bytes as the runtime takes them: a component's as they are, a source file's
 /// as a bundle of that one file (see `kubewasm_runtime::source`).
 pub fn read_plugin(path: &Path) -> std::io::Result<Vec<u8>> {
     let contents = std::fs::read(path)?;
-    if path.extension().is_none_or(|e| e != SOURCE_EXTENSION) {
+    if !is_source_path(path) {
         return Ok(contents);
     }
     let file_name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
@@ -498,6 +503,24 @@ mod tests {
         let found: Vec<_> =
             files.iter().map(|f| (f.name.as_str(), f.wasm.as_ref().unwrap().extension().unwrap().to_owned())).collect();
         assert_eq!(found, [("both", "wasm".into()), ("defaults", "py".into())], "helpers.py has no config");
+    }
+
+    #[test]
+    fn a_javascript_file_is_a_plugin_only_with_its_config_and_a_component_of_its_name_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("defaults.js"), "export const x = 1;\n").unwrap();
+        std::fs::write(dir.path().join("defaults.yaml"), "engine: js@0.3\n").unwrap();
+        std::fs::write(dir.path().join("helpers.js"), "export const y = 2;\n").unwrap();
+        std::fs::write(dir.path().join("both.js"), "export const z = 3;\n").unwrap();
+        std::fs::write(dir.path().join("both.wasm"), b"wasm").unwrap();
+        std::fs::write(dir.path().join("both.yaml"), "limits: {deadlineMs: 5000}\n").unwrap();
+        let files = plugin_files(dir.path()).unwrap();
+        let found: Vec<_> =
+            files.iter().map(|f| (f.name.as_str(), f.wasm.as_ref().unwrap().extension().unwrap().to_owned())).collect();
+        assert_eq!(found, [("both", "wasm".into()), ("defaults", "js".into())], "helpers.js has no config");
+        let bundle = read_plugin(&dir.path().join("defaults.js")).unwrap();
+        let files = crate::plugin::source::unbundle(&bundle).unwrap();
+        assert_eq!(files[0].path, "defaults.js", "the source goes to its engine under its own file name");
     }
 
     #[tokio::test(flavor = "current_thread")]
