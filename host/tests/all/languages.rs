@@ -1,6 +1,6 @@
 //! The same reconciler in every plugin language, against a real kube-apiserver + etcd: each
-//! build of namespace-defaults (Rust, Python, JavaScript, Go, and the Python source on the shared
-//! engine) must leave the same cluster state.
+//! build of namespace-defaults (Rust, Python, JavaScript, Go, and the Python and JavaScript
+//! sources on their shared engines) must leave the same cluster state.
 //!
 //! Every language test runs one scenario (defaults applied with the operator's settings, a
 //! DefaultsApplied event, a deleted child repaired, opt-out removes the defaults) and compares
@@ -121,7 +121,7 @@ fn normalize_event(event: &Event, ns: &str, ns_uid: &str) -> Value {
     serde_json::from_str(&v.to_string().replace(ns_uid, "NS-UID").replace(&format!("\"{ns}\""), "\"NS\"")).unwrap()
 }
 
-/// Runs the scenario with the build `file` of namespace-defaults (or its source, a `.py` file
+/// Runs the scenario with the build `file` of namespace-defaults (or its source, a `.py` or `.js` file
 /// relative to `plugins/`); returns nothing, panics with a diff-friendly message when the state
 /// differs from [`expected`].
 async fn namespace_defaults_leaves_the_expected_state(language: &str, file: &str) {
@@ -129,13 +129,14 @@ async fn namespace_defaults_leaves_the_expected_state(language: &str, file: &str
     let _turn = TURN.lock().await;
     let client = cp.admin_client().await;
     let dir = tempfile::tempdir().unwrap();
-    let wasm = match file.strip_suffix(".py") {
-        // A plugin given as source: the repository's file, on the host's Python engine.
-        Some(_) => {
+    let wasm = match file.rsplit_once('.') {
+        // A plugin given as source: the repository's file, on the host's engine of its language.
+        Some((_, ext @ ("py" | "js"))) => {
             let source = common::plugin_source(file);
-            common::install_source(dir.path(), "namespace-defaults", "namespace_defaults_py.wasm", &source, CONFIG)
+            let installed = format!("namespace-defaults.{ext}");
+            common::install_source_file(dir.path(), &installed, "namespace_defaults_py.wasm", &source, CONFIG)
         }
-        None => common::install_plugin(dir.path(), "namespace-defaults", file, CONFIG),
+        _ => common::install_plugin(dir.path(), "namespace-defaults", file, CONFIG),
     };
     let plugin = PluginFile {
         name: "namespace-defaults".into(),
@@ -216,6 +217,12 @@ async fn the_python_source_on_the_shared_engine_leaves_the_same_state_as_the_rus
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_javascript_build_leaves_the_same_state_as_the_rust_build() {
     namespace_defaults_leaves_the_expected_state("js", "namespace_defaults_js.wasm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_javascript_source_on_the_shared_engine_leaves_the_same_state_as_the_rust_build() {
+    let source = "js/namespace-defaults/namespace-defaults.js";
+    namespace_defaults_leaves_the_expected_state("js-source", source).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,6 +38,7 @@ mod informer;
 mod isolation;
 mod isolation_attacks;
 mod isolation_depth;
+mod js_sources;
 mod languages;
 mod leader;
 mod new;

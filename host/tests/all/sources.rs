@@ -23,12 +23,12 @@ use common::{eventually, install_source, metric_value, plugin_source};
 const CONVERGE: Duration = Duration::from_secs(90);
 
 /// The source of namespace-defaults.
-fn namespace_defaults() -> String {
+pub(crate) fn namespace_defaults() -> String {
     plugin_source("python/namespace-defaults/namespace_defaults.py")
 }
 
 /// Installs namespace-defaults' source as plugin `name` in `dir`, confined to namespace `ns`.
-fn install(dir: &std::path::Path, name: &str, source: &str, ns: &str) {
+pub(crate) fn install(dir: &std::path::Path, name: &str, source: &str, ns: &str) {
     let config =
         format!("limits: {{deadlineMs: 5000, memoryBytes: 134217728}}\ngrants: {{namespaces: {{names: [{ns}]}}}}\n");
     install_source(dir, name, "namespace_defaults_py.wasm", source, &config);
@@ -36,14 +36,14 @@ fn install(dir: &std::path::Path, name: &str, source: &str, ns: &str) {
 
 /// Creates Namespace `ns`; before the plugins confined to it load, so that the host makes their
 /// RBAC in it.
-async fn create_namespace(client: &kube::Client, ns: &str) {
+pub(crate) async fn create_namespace(client: &kube::Client, ns: &str) {
     let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
 }
 
 /// Waits for the default quota namespace-defaults makes in `ns`, other than the one of uid
 /// `not`: a plugin serves there.
-async fn defaults_made(client: &kube::Client, ns: &str, not: Option<&str>) -> ResourceQuota {
+pub(crate) async fn defaults_made(client: &kube::Client, ns: &str, not: Option<&str>) -> ResourceQuota {
     let quotas = Api::<ResourceQuota>::namespaced(client.clone(), ns);
     eventually(&format!("the default quota in {ns}"), CONVERGE, || async {
         quotas.get_opt("default-quota").await.unwrap().filter(|q| q.metadata.uid.as_deref() != not)
@@ -52,7 +52,7 @@ async fn defaults_made(client: &kube::Client, ns: &str, not: Option<&str>) -> Re
 }
 
 /// The App tests run plugins in: the shared compile cache, so the engine compiles once per run.
-fn app(client: &kube::Client) -> App {
+pub(crate) fn app(client: &kube::Client) -> App {
     App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap()
 }
 

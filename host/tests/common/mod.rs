@@ -33,11 +33,22 @@ pub fn plugin_source(path: &str) -> String {
 /// approval of what plugin `asks_as` (a built plugin's file name, see [`install_plugin`]) asks
 /// for, into `dir`: a plugin given as source, as its operator would install it.
 pub fn install_source(dir: &std::path::Path, name: &str, asks_as: &str, source: &str, config: &str) -> PathBuf {
-    let file = dir.join(format!("{name}.py"));
-    std::fs::write(&file, source).unwrap();
-    let config = approving(&format!("engine: python@0.3\n{config}"), asked_by(asks_as));
+    install_source_file(dir, &format!("{name}.py"), asks_as, source, config)
+}
+
+/// [`install_source`] of a source file `file` in any language: `<name>.py` runs on
+/// `python@0.3`, `<name>.js` on `js@0.3`.
+pub fn install_source_file(dir: &std::path::Path, file: &str, asks_as: &str, source: &str, config: &str) -> PathBuf {
+    let (name, engine) = match file.rsplit_once('.') {
+        Some((name, "py")) => (name, "python@0.3"),
+        Some((name, "js")) => (name, "js@0.3"),
+        _ => panic!("{file} is not a .py or .js source file"),
+    };
+    let path = dir.join(file);
+    std::fs::write(&path, source).unwrap();
+    let config = approving(&format!("engine: {engine}\n{config}"), asked_by(asks_as));
     std::fs::write(dir.join(format!("{name}.yaml")), config).unwrap();
-    file
+    path
 }
 
 /// A compile cache shared by the tests of this workspace, so each component compiles once.
