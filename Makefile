@@ -191,15 +191,18 @@ $(KUBEWASM_PLUGIN_DIR)/%_go.wasm: $(GO_COMPONENT) $(JS_TOOL)/.installed $(WIT_03
 	$(GO_COMPONENT) $(@D)/go-build/$*.core.wasm --wit $(WIT_03) --adapter $(REACTOR_ADAPTER) -o $@.tmp
 	mv $@.tmp $@
 
-## Unit tests of the Python and JavaScript SDKs' pure helpers (conditions, finalizers, errors),
-## without a component or a cluster: pytest over the bindings componentize-py generates (their
-## host functions replaced by fakes), node --test with the host imports resolved to fakes.
-sdk-test: $(PY_TOOL)/.pytest-installed
+## Unit tests of the Python and JavaScript SDKs' pure helpers (conditions, finalizers, errors)
+## and of the JavaScript engine's `source` export (plugins/engine/js/test), without a component or
+## a cluster: pytest over the bindings componentize-py generates (their host functions replaced by
+## fakes), node --test with the host imports resolved to fakes and acorn to the pinned tools'.
+sdk-test: $(PY_TOOL)/.pytest-installed $(JS_TOOL)/.installed
 	rm -rf $(TARGET_DIR)/py-bindings && $(PY_TOOL)/bin/componentize-py -d $(WIT_03) -w controller \
 		bindings $(TARGET_DIR)/py-bindings
 	cd plugins/sdk/python && PYTHONDONTWRITEBYTECODE=1 KUBEWASM_PY_BINDINGS=$(TARGET_DIR)/py-bindings $(PY_TOOL)/bin/python -m pytest \
 		-q -p no:cacheprovider tests
 	cd plugins/sdk/js && node --import ./test/register.mjs --test test/*.test.mjs
+	cd plugins/engine/js && KUBEWASM_ACORN=$(JS_TOOL)/node_modules/acorn/dist/acorn.mjs \
+		node --import ./test/register.mjs --test test/*.test.mjs
 
 ## The SDKs as packages, for plugin projects outside this repository (`kubewasm new python|js
 ## --sdk FILE`): the Python SDK's wheel (flit_core, without writing into plugins/sdk/python) and

@@ -54,11 +54,12 @@ class ImportError extends Error {
 const head = (esm) => (esm ? '(function (__kubewasm) {"use strict";' : '(function (require, module, exports) {');
 const wrap = (text, path, esm) => (0, eval)(`${head(esm)}${text}\n})\n//# sourceURL=${PREFIX}${path}`);
 
-/** `{ file, line, column }` of the innermost plugin frame in `stack`, if there is one. */
+/** `{ file, line, column }` of the innermost plugin frame in `stack`, if there is one: SpiderMonkey's
+ * `fn@<plugin>/file.js:3:7` frames (and V8's `    at fn (<plugin>/file.js:3:7)`, for the tests). */
 function innermostPluginFrame(stack, esmOf) {
   for (const frame of String(stack ?? '').split('\n')) {
-    const at = frame.indexOf(`@${PREFIX}`);
-    const m = at < 0 ? null : /^(.*):(\d+):(\d+)$/.exec(frame.slice(at + 1 + PREFIX.length));
+    const at = frame.indexOf(PREFIX);
+    const m = at < 0 ? null : /^(.*):(\d+):(\d+)\)?$/.exec(frame.slice(at + PREFIX.length));
     if (m) return place(m[1], Number(m[2]), Number(m[3]), esmOf(m[1]));
   }
   return undefined;
@@ -120,7 +121,7 @@ class Modules {
     this.esm.set(path, esm);
     const module = { exports: {} };
     this.cache.set(path, module);
-    const fn = wrap(text, path, esm);
+    const fn = wrapped(text, path, esm);
     const require = (name) => this.require(String(name), path);
     if (!esm) {
       fn.call(module.exports, require, module, module.exports);
@@ -162,10 +163,11 @@ function loadError(e, modules) {
   return sourceError('import', e, location && { ...location, column: 0 });
 }
 
-/** The syntax error of `text`, evaluated in the wrapper, if SpiderMonkey finds one acorn did not. */
-function checkSyntax(text, path, esm) {
+/** `text` evaluated in the wrapper: the module's function, or the syntax error SpiderMonkey finds
+ * (one acorn let through, e.g. a top-level `await`) at its place in the file. */
+function wrapped(text, path, esm) {
   try {
-    wrap(text, path, esm);
+    return wrap(text, path, esm);
   } catch (e) {
     if (!(e instanceof SyntaxError)) throw e;
     // An error in eval'd code names the caller's file: the place is the wrapped text's.
@@ -182,7 +184,7 @@ export const source = {
     for (const file of files) {
       try {
         const { text, esm } = toCommonJS(decoder.decode(file.contents), file.path);
-        checkSyntax(text, file.path, esm);
+        wrapped(text, file.path, esm);
         out.push({ path: file.path, contents: encoder.encode(text) });
       } catch (e) {
         if (e instanceof PlacedSyntaxError) throw sourceError('syntax', e, { file: e.file, line: e.line, column: e.column });
