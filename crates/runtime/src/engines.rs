@@ -2,10 +2,10 @@
 //! and compiled once per host, however many plugins run on them.
 //!
 //! An engine is a file `<language>-<major>.<minor>.<patch>.wasm` (`make engines` builds
-//! `python-0.3.0.wasm`); a plugin's `engine: python@0.3` takes the newest patch there. The
-//! directory is read at each load, so an engine added while the host runs is found; a compiled
-//! engine is kept while a loaded plugin runs on it, keyed by its file's path, size and
-//! modification time.
+//! `python-0.3.0.wasm` and `js-0.3.0.wasm`); a plugin's `engine: python@0.3` takes the newest
+//! patch there. The directory is read at each load, so an engine added while the host runs is
+//! found; a compiled engine is kept while a loaded plugin runs on it, keyed by its file's path,
+//! size and modification time.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

@@ -92,7 +92,7 @@ pub fn unbundle(bytes: &[u8]) -> Result<Vec<SourceFile>, InvalidSource> {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct EngineRef {
-    /// `python` (later `js`).
+    /// `python` or `js`.
     pub language: String,
     /// The SDK's major version.
     pub major: u32,
