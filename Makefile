@@ -147,16 +147,17 @@ $(KUBEWASM_ENGINE_DIR)/python-%.wasm: $(PY_TOOL)/.installed $(WIT_ENGINE)/engine
 # from a copy laid out as the repository is, then pre-initialized by componentize-js.
 $(KUBEWASM_ENGINE_DIR)/js-%.wasm: $(JS_TOOL)/.installed $(WIT_ENGINE)/engine.wit $(WIT_03)/controller.wit \
 		$(wildcard plugins/sdk/js/*.js) $(wildcard plugins/engine/js/*.js)
-	@mkdir -p $(@D)/js-engine
-	rm -rf $@.src && mkdir -p $@.src/plugins/engine $@.src/plugins/sdk
+	rm -rf $@.src && mkdir -p $@.src/plugins/engine $@.src/plugins/sdk $@.src/bundle
 	cp -r plugins/sdk/js $@.src/plugins/sdk/ && cp -r plugins/engine/js $@.src/plugins/engine/
-	rm -rf $@.src/plugins/engine/js/node_modules && ln -s $(JS_TOOL)/node_modules $@.src/plugins/engine/js/node_modules
+	rm -rf $@.src/plugins/engine/js/node_modules $@.src/plugins/engine/js/test
+	ln -s $(JS_TOOL)/node_modules $@.src/plugins/engine/js/node_modules
 	$(JS_TOOL)/node_modules/.bin/rolldown $@.src/plugins/engine/js/engine.js --format esm \
 		$(foreach i,types cache client events log config,--external kubewasm:controller/$(i)@0.3.0) \
-		--file $(@D)/js-engine/engine.js
-	rm -rf $@.src
-	cd $(@D)/js-engine && $(JS_TOOL)/node_modules/.bin/componentize-js engine.js --wit $(CURDIR)/$(WIT_ENGINE) \
+		--file $@.src/bundle/engine.js
+	@# componentize-js resolves the source relative to the working directory.
+	cd $@.src/bundle && $(JS_TOOL)/node_modules/.bin/componentize-js engine.js --wit $(CURDIR)/$(WIT_ENGINE) \
 		-n engine --disable http fetch-event -o $@.tmp
+	rm -rf $@.src
 	mv $@.tmp $@
 $(KUBEWASM_PLUGIN_DIR)/%_js.wasm: $(JS_TOOL)/.installed $(WIT_03)/controller.wit \
 		$(wildcard plugins/sdk/js/*.js) \
