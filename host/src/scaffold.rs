@@ -13,7 +13,9 @@ pub enum Language {
     /// Python, with the kubewasm Python SDK: source the host runs on its Python engine, or
     /// (`--component`) a component built by componentize-py.
     Python,
-    /// JavaScript, with the kubewasm JavaScript SDK, bundled by rolldown and built by componentize-js.
+    /// JavaScript, with the kubewasm JavaScript SDK: an ES module the host runs on its
+    /// JavaScript engine, or (`--component`) a component bundled by rolldown and built by
+    /// componentize-js.
     Js,
 }
 
@@ -41,7 +43,7 @@ const JS_TOOLCHAIN: [&str; 2] =
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Form {
     /// The plugin's source and config: the host runs it on its language engine, nothing to
-    /// build (Python).
+    /// build (Python, JavaScript).
     Source,
     /// A build script that makes a self-contained component (`<name>.wasm`).
     Component,
@@ -99,7 +101,7 @@ type File = (String, String, bool);
 fn fill(template: &str, name: &str, sdk: &Path) -> String {
     template
         .replace("{{plugin}}", &format!("{name}.wasm"))
-        .replace("{{build_first}}", "Run ``./build.sh`` first; ")
+        .replace("{{build_first}}", "Run ./build.sh first; ")
         .replace("{{build_hint}}", ": run ./build.sh first")
         .replace("{{name}}", name)
         .replace("{{crate}}", &name.replace('-', "_"))
@@ -153,32 +155,59 @@ fn python_files(name: &str, sdk: &Path) -> Vec<File> {
     files
 }
 
-/// The engine a Python plugin given as source runs on (its config's `engine:`).
-const PYTHON_ENGINE: &str = "python@0.3";
+/// The engine a plugin given as source in `language` runs on (its config's `engine:`); `None`:
+/// the language is only built into components.
+fn engine_of(language: Language) -> Option<&'static str> {
+    match language {
+        Language::Rust => None,
+        Language::Python => Some("python@0.3"),
+        Language::Js => Some("js@0.3"),
+    }
+}
 
-/// The files of a Python plugin project named `name` given as source: `<name>.py` beside its
-/// config, which names the engine the host runs it on; nothing to build, no SDK to install (the
-/// engine carries it).
-fn python_source_files(name: &str) -> Vec<File> {
-    let plugin = format!("{name}.py");
+/// The files of a `language` plugin project named `name` given as source: `<name>.py` or
+/// `<name>.js` beside its config, which names the engine the host runs it on, and its offline
+/// test; nothing to build, no SDK to install (the engine carries it).
+fn source_files(language: Language, name: &str, engine: &str) -> Vec<File> {
+    let (plugin, source, ignored, test) = match language {
+        Language::Js => (
+            format!("{name}.js"),
+            include_str!("scaffold/js/plugin.js.tmpl"),
+            "/.kubewasm/\n",
+            ("tests/offline.test.mjs", include_str!("scaffold/js/offline.test.mjs.tmpl")),
+        ),
+        _ => (
+            format!("{name}.py"),
+            include_str!("scaffold/python/plugin.py.tmpl"),
+            "/.kubewasm/\n__pycache__/\n.pytest_cache/\n",
+            ("tests/test_offline.py", include_str!("scaffold/python/test_offline.py.tmpl")),
+        ),
+    };
     let fill = |template: &str| {
-        fill(
-            &template.replace("{{plugin}}", &plugin).replace("{{build_first}}", "").replace("{{build_hint}}", ""),
-            name,
-            Path::new(""),
-        )
+        let unbuilt =
+            template.replace("{{plugin}}", &plugin).replace("{{build_first}}", "").replace("{{build_hint}}", "");
+        fill(&unbuilt, name, Path::new(""))
     };
     let mut files = vec![
-        (plugin.clone(), fill(include_str!("scaffold/python/plugin.py.tmpl")), false),
-        (".gitignore".into(), "/.kubewasm/\n__pycache__/\n.pytest_cache/\n".into(), false),
-        ("tests/test_offline.py".into(), fill(include_str!("scaffold/python/test_offline.py.tmpl")), false),
+        (plugin.clone(), fill(source), false),
+        (".gitignore".into(), ignored.to_owned(), false),
+        (test.0.into(), fill(test.1), false),
     ];
+    if language == Language::Js {
+        // `npm test` runs the offline test; nothing to install.
+        let package = serde_json::json!({
+            "name": name, "version": "0.1.0", "private": true, "type": "module",
+            "description": format!("kubewasm plugin {name}, run from source on the host's {engine} engine"),
+            "scripts": { "test": "node --test" },
+        });
+        files.push(("package.json".into(), format!("{package:#}\n"), false));
+    }
     for (path, text, executable) in common_files(name) {
         let text = match path == format!("{name}.yaml") {
             // The engine first: what the source runs on.
             true => text.replacen(&format!("{name}.wasm"), &plugin, 1).replacen(
                 '\n',
-                &format!("\nengine: {PYTHON_ENGINE}                # the engine the host runs its source on\n"),
+                &format!("\nengine: {engine:<24} # the engine the host runs its source on\n"),
                 1,
             ),
             false => text,
@@ -240,9 +269,9 @@ pub fn new(language: Language, name: &str, dir: Option<&Path>, sdk: Option<&Path
     if dir.read_dir().is_ok_and(|mut entries| entries.next().is_some()) {
         return Err(Error::NotEmpty(dir));
     }
-    let files = match (language, form, sdk) {
-        (Language::Python, Form::Source, None) => python_source_files(name),
-        (Language::Python, Form::Source, Some(_)) => return Err(Error::SdkOfSource),
+    let files = match (engine_of(language), form, sdk) {
+        (Some(engine), Form::Source, None) => source_files(language, name, engine),
+        (Some(_), Form::Source, Some(_)) => return Err(Error::SdkOfSource),
         (_, _, sdk) => component_files(language, name, sdk)?,
     };
     let io = |path: &Path| {
@@ -335,35 +364,35 @@ mod tests {
     }
 
     #[test]
-    fn the_python_source_project_is_its_source_beside_a_config_naming_the_engine_and_nothing_to_build() {
+    fn a_source_project_is_its_source_beside_a_config_naming_the_engine_and_nothing_to_build() {
         let dir = tempfile::tempdir().unwrap();
-        let project = new(Language::Python, "hello-ns", Some(&dir.path().join("p")), None, Form::Source).unwrap();
-        let mut names: Vec<_> =
-            walk(&project).into_iter().map(|p| p.strip_prefix(&project).unwrap().to_owned()).collect();
-        names.sort();
-        let expected = [
-            ".gitignore",
-            "hello-ns.py",
-            "hello-ns.yaml",
-            "tests/expected.yaml",
-            "tests/fixtures.yaml",
-            "tests/test_offline.py",
-        ];
-        assert_eq!(names, expected.map(PathBuf::from), "no build script, no SDK, no WIT");
-        let text = |f: &str| std::fs::read_to_string(project.join(f)).unwrap();
-        let config = PluginConfig::from_yaml(&text("hello-ns.yaml")).unwrap();
-        assert_eq!(config.engine.as_ref().map(ToString::to_string).as_deref(), Some(PYTHON_ENGINE));
-        assert_eq!(config.check_settings(), Ok(()));
-        assert!(text("hello-ns.yaml").starts_with("# The config of plugin hello-ns (hello-ns.py, beside it)"));
-        assert!(text("hello-ns.py").contains("@reconciler("));
-        let test = text("tests/test_offline.py");
-        assert!(
-            test.contains(r#"DIR / "hello-ns.py""#) && !test.contains("build.sh") && !test.contains("{{"),
-            "{test}"
-        );
-        let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk/python");
-        let err = new(Language::Python, "p", Some(&dir.path().join("q")), Some(&sdk), Form::Source).unwrap_err();
-        assert!(matches!(err, Error::SdkOfSource), "{err}");
+        for (language, plugin, test, extra, engine, marker) in [
+            (Language::Python, "hello-ns.py", "tests/test_offline.py", None, "python@0.3", "@reconciler("),
+            (Language::Js, "hello-ns.js", "tests/offline.test.mjs", Some("package.json"), "js@0.3", "reconciler("),
+        ] {
+            let project = new(language, "hello-ns", Some(&dir.path().join(plugin)), None, Form::Source).unwrap();
+            let mut names: Vec<_> =
+                walk(&project).into_iter().map(|p| p.strip_prefix(&project).unwrap().to_owned()).collect();
+            names.sort();
+            let mut expected =
+                vec![".gitignore", plugin, "hello-ns.yaml", "tests/expected.yaml", "tests/fixtures.yaml", test];
+            expected.extend(extra);
+            expected.sort();
+            assert_eq!(names, expected.into_iter().map(PathBuf::from).collect::<Vec<_>>(), "no build, SDK or WIT");
+            let text = |f: &str| std::fs::read_to_string(project.join(f)).unwrap();
+            let config = PluginConfig::from_yaml(&text("hello-ns.yaml")).unwrap();
+            assert_eq!(config.engine.as_ref().map(ToString::to_string).as_deref(), Some(engine));
+            assert_eq!(config.check_settings(), Ok(()));
+            assert!(
+                text("hello-ns.yaml").starts_with(&format!("# The config of plugin hello-ns ({plugin}, beside it)"))
+            );
+            assert!(text(plugin).contains(marker));
+            let test = text(test);
+            assert!(test.contains(plugin) && !test.contains("build.sh") && !test.contains("{{"), "{test}");
+            let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk/python");
+            let err = new(language, "p", Some(&dir.path().join("q")), Some(&sdk), Form::Source).unwrap_err();
+            assert!(matches!(err, Error::SdkOfSource), "{err}");
+        }
     }
 
     /// Every file under `dir`.

@@ -152,9 +152,10 @@ fn the_python_getting_started_commands_test_the_source_and_build_the_component_a
 }
 
 #[test]
-fn the_javascript_getting_started_commands_scaffold_build_and_pass_the_offline_test() {
+fn the_javascript_getting_started_commands_test_the_source_and_build_the_component_and_pass_the_offline_tests() {
     project::js_toolchain();
-    run_page("getting-started/javascript.md", &["kubewasm new js", "./build.sh", "kubewasm test"], |_, _| {});
+    let must = ["kubewasm new js hello-js", "kubewasm test hello-js.js", "--component", "./build.sh"];
+    run_page("getting-started/javascript.md", &must, |_, _| {});
 }
 
 #[test]

@@ -14,9 +14,9 @@ pub struct NewArgs {
     /// The plugin's name (a DNS label): it names the crate, module or package, `<name>.py` or
     /// `<name>.wasm`, and `<name>.yaml`.
     pub name: String,
-    /// Python: a project that builds a self-contained component (`build.sh`, the SDK vendored or
-    /// `--sdk`), instead of the plugin's source, which the host runs on its Python engine with
-    /// nothing to build. Rust and JavaScript projects always build one.
+    /// Python and JavaScript: a project that builds a self-contained component (`build.sh`, the
+    /// SDK vendored or `--sdk`), instead of the plugin's source, which the host runs on its
+    /// language engine with nothing to build. A Rust project always builds one.
     #[arg(long)]
     pub component: bool,
     /// Where to create the project (must be absent or empty); default `./<name>`.
@@ -35,7 +35,7 @@ pub struct NewArgs {
 impl NewArgs {
     /// Writes the project and says how to build and test it.
     pub fn execute(self) -> anyhow::Result<()> {
-        let form = match self.component || self.language != Language::Python {
+        let form = match self.component || self.language == Language::Rust {
             true => Form::Component,
             false => Form::Source,
         };
@@ -44,11 +44,17 @@ impl NewArgs {
         let test = |plugin: &str| {
             format!("`kubewasm test {d}/{plugin} --objects {d}/tests/fixtures.yaml --expect {d}/tests/expected.yaml`")
         };
+        let source = match self.language {
+            Language::Js => format!("{name}.js"),
+            _ => format!("{name}.py"),
+        };
         match form {
-            Form::Source => println!(
-                "created {d}: nothing to build; test with {}, serve with `kubewasm dev --plugins {d}`",
-                test(&format!("{name}.py"))
-            ),
+            Form::Source => {
+                println!(
+                    "created {d}: nothing to build; test with {}, serve with `kubewasm dev --plugins {d}`",
+                    test(&source)
+                );
+            }
             Form::Component => {
                 println!("created {d}: build with {d}/build.sh, test with {}", test(&format!("{name}.wasm")));
             }

@@ -21,7 +21,7 @@ const START: Duration = Duration::from_secs(180);
 /// Each kind of project `kubewasm new` makes: its language and flags, the source file that ends
 /// the greeting it writes (`NAME`: the project's name, `MODULE`: the same with `_` for `-`), the
 /// text that ends the greeting (its closing quote last), and whether it is built.
-const PROJECTS: [Project; 4] = [
+const PROJECTS: [Project; 5] = [
     Project { label: "rust", language: "rust", flags: &[], file: "src/lib.rs", end: r#", {name}""#, built: true },
     Project { label: "python", language: "python", flags: &[], file: "NAME.py", end: r#", {name}""#, built: false },
     Project {
@@ -32,10 +32,11 @@ const PROJECTS: [Project; 4] = [
         end: r#", {name}""#,
         built: true,
     },
+    Project { label: "js", language: "js", flags: &[], file: "NAME.js", end: ", ${ns.metadata.name}`", built: false },
     Project {
-        label: "js",
+        label: "js --component",
         language: "js",
-        flags: &[],
+        flags: &["--component"],
         file: "src/NAME.js",
         end: ", ${ns.metadata.name}`",
         built: true,
@@ -282,6 +283,11 @@ async fn dev_serves_an_edit_rebuilt_with_the_projects_build_script_without_a_res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_serves_an_edit_of_a_python_source_once_saved_with_no_build_and_no_restart() {
     serves_an_edit(Project::of("python"), "edit-py").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_serves_an_edit_of_a_javascript_source_once_saved_with_no_build_and_no_restart() {
+    serves_an_edit(Project::of("js"), "edit-js").await;
 }
 
 /// `kubewasm dev` on a new project of kind `kind` serves its greeting, then the author edits the

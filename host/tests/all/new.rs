@@ -115,10 +115,27 @@ async fn a_new_python_component_project_builds_passes_its_pytest_and_reconciles_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_js_project_builds_passes_its_node_test_and_reconciles_on_the_apiserver() {
+async fn a_new_js_project_is_its_source_passes_its_node_test_and_reconciles_on_the_apiserver_unbuilt() {
+    let kubewasm = Installed::new();
+    let (_clone, project) = project::scaffold(&kubewasm, "js", "hello-jsrc", &[]);
+    assert!(!project.join("build.sh").exists() && project.join("hello-jsrc.js").is_file(), "nothing to build");
+    let mut npm = kubewasm.command("npm", &project);
+    npm.args(["test", "--silent"]);
+    let (out, cache) = offline_test(npm, &project);
+    assert!(out.contains("# pass 1") && out.contains("# fail 0"), "{out}");
+    assert!(
+        !project::files_under(&project).iter().any(|f| f.extension().is_some_and(|e| e == "wasm")),
+        "built nothing"
+    );
+    assert!(!project.join("node_modules").exists(), "installed nothing");
+    serves_and_reconciles(&project, "hello-jsrc", Some(&cache)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_js_component_project_builds_passes_its_node_test_and_reconciles_on_the_apiserver() {
     project::js_toolchain();
     let kubewasm = Installed::new();
-    let (_clone, project) = project::scaffold(&kubewasm, "js", "hello-js", &[]);
+    let (_clone, project) = project::scaffold(&kubewasm, "js", "hello-js", &["--component"]);
     project::build(&kubewasm, &project, "hello-js");
     let mut node = kubewasm.command("node", &project);
     node.arg("--test");
