@@ -1,4 +1,4 @@
-//! `kubewasm push`: a component pushed to an OCI registry as the standard wasm artifact, optionally signed as cosign signs.
+//! `kubewasm push`: a component (or a plugin's source) pushed to an OCI registry as an artifact, optionally signed as cosign signs.
 
 use std::path::PathBuf;
 
@@ -12,7 +12,9 @@ use kubewasm_host::hotload::oci::{Options, Puller};
 /// `kubewasm push`.
 #[derive(Debug, Args)]
 pub struct PushArgs {
-    /// The component to push.
+    /// The component to push (the standard wasm artifact), or a plugin's source (`<name>.py`,
+    /// `<name>.js`: kubewasm's source artifact, served by a WasmPlugin or plugin file that names
+    /// its `engine`).
     pub plugin: PathBuf,
     /// Where: `registry/repository:tag`.
     pub reference: String,
@@ -46,10 +48,11 @@ impl PushArgs {
     }
 }
 
-/// Pushes the component as the wasm OCI artifact; returns the reference pinned by its digest.
+/// Pushes the component as the wasm OCI artifact, or a plugin given as source as kubewasm's
+/// source artifact; returns the reference pinned by its digest.
 async fn push(args: &PushArgs) -> anyhow::Result<String> {
     use anyhow::Context as _;
-    let wasm = std::fs::read(&args.plugin).with_context(|| format!("reading {}", args.plugin.display()))?;
+    let plugin = crate::offline::plugin_bytes(&args.plugin)?;
     let ca_pem = args.ca_file.as_ref().map(std::fs::read).transpose().context("reading --ca-file")?;
     let parsed = kubewasm_host::hotload::oci::parse(&args.reference)?;
     let registry = parsed.resolve_registry().to_owned();
@@ -68,7 +71,7 @@ async fn push(args: &PushArgs) -> anyhow::Result<String> {
         }
         None => None,
     };
-    let digest = puller.push(&args.reference, &Artifact::wasm(&wasm), &auth).await?;
+    let digest = puller.push(&args.reference, &Artifact::of_plugin(&plugin), &auth).await?;
     if let Some(key) = &key {
         puller.push_signature(&args.reference, &digest, key, &auth).await?;
     }

@@ -8,6 +8,7 @@ use crate::common;
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::api::{Api, Patch, PatchParams};
 use kubewasm_host::app::App;
 use kubewasm_host::hotload::WasmPlugin;
@@ -623,4 +624,76 @@ async fn signature_verification_costs_per_new_digest() {
     println!(
         "signature verification, median of {RUNS}: online {verify:.2?} (tag resolution {resolve:.2?}), offline re-check from the cache {offline:.2?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_source_pushed_and_signed_by_kubewasm_push_is_served_from_the_registry() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let Some(registry) = Registry::start_or_skip().await else { return };
+    let client = cp.admin_client().await;
+    common::examples::install_wasm_plugin_crd(&client).await;
+    let ns = cp.namespace("oci-src").await;
+    let modules = cp.namespace("oci-src-modules").await;
+    let repo = format!("{}/plugins/source", registry.host());
+    pull_secret(&client, &modules, "pull", &registry.host(), REGISTRY_PASSWORD).await;
+    let keys = tempfile::tempdir().unwrap();
+    let kubewasm = || std::process::Command::new(env!("CARGO_BIN_EXE_kubewasm"));
+    let out = kubewasm().arg("generate-key").arg("--output-prefix").arg(keys.path().join("author")).output().unwrap();
+    assert!(out.status.success(), "kubewasm generate-key: {}", String::from_utf8_lossy(&out.stderr));
+    let public_pem = std::fs::read_to_string(keys.path().join("author.pub")).unwrap();
+
+    // The author pushes the plugin's source as it is, signed.
+    let text = common::plugin_source("python/namespace-defaults/namespace_defaults.py");
+    let source = common::install_source(keys.path(), "namespace_defaults", "namespace_defaults_py.wasm", &text, "");
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca.path(), registry.ca_pem()).unwrap();
+    let out = kubewasm()
+        .arg("push")
+        .arg(&source)
+        .arg(format!("{repo}:v1"))
+        .arg("--ca-file")
+        .arg(ca.path())
+        .arg("--sign-key")
+        .arg(keys.path().join("author.key"))
+        .env("KUBEWASM_REGISTRY_USER", REGISTRY_USER)
+        .env("KUBEWASM_REGISTRY_PASSWORD", REGISTRY_PASSWORD)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "kubewasm push of a source: {}", String::from_utf8_lossy(&out.stderr));
+    let bundle = kubewasm_host::hotload::directory::read_plugin(&source).unwrap();
+    assert!(bundle.len() < 100_000, "the artifact is the source, not an interpreter: {} bytes", bundle.len());
+
+    let cache = tempfile::tempdir().unwrap();
+    let host = host_with(&client, &modules, &ns, &registry, cache.path(), true);
+    let name = format!("src-{ns}");
+    let plugins: Api<WasmPlugin> = Api::all(client.clone());
+    let body = json!({
+        "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+        "metadata": {"name": name, "labels": {"test": ns}},
+        "spec": {
+            "engine": "python@0.3",
+            "module": {"oci": {"ref": format!("{repo}:v1"), "pullSecret": "pull", "signature": {"publicKey": public_pem}}},
+            "grants": common::approved("namespace_defaults_py.wasm", json!({"namespaces": {"names": [ns]}})),
+            "limits": {"deadlineMs": 5000, "memoryBytes": 134217728},
+        },
+    });
+    plugins.patch(&name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&body)).await.unwrap();
+    let sha = kubewasm_host::plugin::sha256_hex(&bundle);
+    let served = wait_until(
+        &plugins,
+        &name,
+        "the signed source served".into(),
+        Box::new(move |wp: &WasmPlugin| {
+            ready(wp) && wp.status.as_ref().is_some_and(|s| s.loaded_sha256.as_deref() == Some(sha.as_str()))
+        }),
+    )
+    .await;
+    assert!(degraded(&served).is_none(), "{:?}", served.status);
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+    eventually("the default quota the source makes", CONVERGE, || async {
+        quotas.get_opt("default-quota").await.unwrap()
+    })
+    .await;
+    plugins.delete(&name, &Default::default()).await.unwrap();
+    host.shut_down().await;
 }

@@ -32,6 +32,11 @@ pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+jso
 pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 /// The media type of the one layer: the component's bytes.
 pub const LAYER_MEDIA_TYPE: &str = "application/wasm";
+/// The config media type of a plugin given as source (kubewasm's own: it is no component).
+pub const SOURCE_CONFIG_MEDIA_TYPE: &str = "application/vnd.kubewasm.plugin.source.config.v1+json";
+/// The media type of a source artifact's one layer: the plugin's files as a source bundle
+/// (`kubewasm_runtime::source`), which its config's `engine` runs.
+pub const SOURCE_LAYER_MEDIA_TYPE: &str = "application/vnd.kubewasm.plugin.source.v1";
 /// Largest layer pulled: the URL source's cap (Python and JS components are tens of MiB).
 pub const MAX_LAYER_BYTES: u64 = super::fetch::MAX_MODULE_BYTES as u64;
 /// Largest manifest read: the OCI distribution spec's 4 MiB, which registries enforce on push.
@@ -410,17 +415,24 @@ pub fn parse(reference: &str) -> Result<Reference> {
     })
 }
 
-/// The one `application/wasm` layer of a wasm artifact's manifest, within the size cap.
+/// The one layer of a wasm artifact's manifest (`application/wasm`) or of a source artifact's
+/// (the source bundle), within the size cap.
 fn wasm_layer<'a>(reference: &str, manifest: &'a OciImageManifest, cap: u64) -> Result<&'a OciDescriptor> {
     let media = |message: String| Error::MediaType { reference: reference.to_owned(), message };
-    if manifest.config.media_type != CONFIG_MEDIA_TYPE {
-        return Err(media(format!("config media type `{}`, not `{CONFIG_MEDIA_TYPE}`", manifest.config.media_type)));
-    }
+    let layer_type = match manifest.config.media_type.as_str() {
+        CONFIG_MEDIA_TYPE => LAYER_MEDIA_TYPE,
+        SOURCE_CONFIG_MEDIA_TYPE => SOURCE_LAYER_MEDIA_TYPE,
+        other => {
+            return Err(media(format!(
+                "config media type `{other}`, not `{CONFIG_MEDIA_TYPE}` (a component) or `{SOURCE_CONFIG_MEDIA_TYPE}` (a source)"
+            )));
+        }
+    };
     let [layer] = manifest.layers.as_slice() else {
         return Err(media(format!("{} layers, not one", manifest.layers.len())));
     };
-    if layer.media_type != LAYER_MEDIA_TYPE {
-        return Err(media(format!("layer media type `{}`, not `{LAYER_MEDIA_TYPE}`", layer.media_type)));
+    if layer.media_type != layer_type {
+        return Err(media(format!("layer media type `{}`, not `{layer_type}`", layer.media_type)));
     }
     if u64::try_from(layer.size).unwrap_or(u64::MAX) > cap {
         let size = u64::try_from(layer.size).unwrap_or(u64::MAX);
@@ -470,6 +482,10 @@ mod tests {
     #[test]
     fn a_wasm_artifact_has_the_wasm_config_and_one_wasm_layer_within_the_cap() {
         assert!(wasm_layer("r", &manifest(CONFIG_MEDIA_TYPE, &[(LAYER_MEDIA_TYPE, 10)]), MAX_LAYER_BYTES).is_ok());
+        let source = manifest(SOURCE_CONFIG_MEDIA_TYPE, &[(SOURCE_LAYER_MEDIA_TYPE, 10)]);
+        assert!(wasm_layer("r", &source, MAX_LAYER_BYTES).is_ok(), "a plugin given as source");
+        let mixed = manifest(SOURCE_CONFIG_MEDIA_TYPE, &[(LAYER_MEDIA_TYPE, 10)]);
+        assert_eq!(wasm_layer("r", &mixed, MAX_LAYER_BYTES).unwrap_err().reason(), "WrongMediaType");
         let image = manifest("application/vnd.oci.image.config.v1+json", &[(LAYER_MEDIA_TYPE, 10)]);
         assert_eq!(wasm_layer("r", &image, MAX_LAYER_BYTES).unwrap_err().reason(), "WrongMediaType");
         let tar = manifest(CONFIG_MEDIA_TYPE, &[("application/vnd.oci.image.layer.v1.tar", 10)]);

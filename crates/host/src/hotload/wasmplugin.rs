@@ -33,8 +33,8 @@ use crate::plugin::source::EngineRef;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "!has(self.engine) || has(self.module.configMap) && (!has(self.canary) || !has(self.canary.module) || has(self.canary.module.configMap))",
-        "message": "a plugin given as source (engine) comes from a ConfigMap (module.configMap)"
+        "rule": "!has(self.engine) || !has(self.module.url) && (!has(self.canary) || !has(self.canary.module) || !has(self.canary.module.url))",
+        "message": "a plugin given as source (engine) comes from a ConfigMap or a registry (module.configMap, module.oci), not a URL"
     },
     {
         "rule": "has(self.engine) || (!has(self.module.configMap) || has(self.module.configMap.key)) && (!has(self.canary) || !has(self.canary.module) || !has(self.canary.module.configMap) || has(self.canary.module.configMap.key))",
@@ -43,7 +43,7 @@ use crate::plugin::source::EngineRef;
 ]))]
 pub struct WasmPluginSpec {
     /// Where the component comes from; for a plugin given as source (`engine` set), the
-    /// ConfigMap of its source files.
+    /// ConfigMap of its source files or the source artifact `kubewasm push` made of them.
     pub module: ModuleSource,
     /// The language engine the plugin's source runs on, `<language>@<major>.<minor>` of its SDK
     /// (`python@0.3`); the host refuses a version whose engine it does not carry. Unset: the
@@ -420,7 +420,9 @@ mod tests {
         let err = serde_yaml::from_str::<WasmPluginSpec>("engine: python\nmodule: {configMap: {name: m}}\n");
         assert!(err.unwrap_err().to_string().contains("python@0.3"), "an engine without its version is refused");
         let yaml = crd_yaml();
-        for rule in ["a plugin given as source (engine) comes from a ConfigMap", "set module.configMap.key"] {
+        for rule in
+            ["a plugin given as source (engine) comes from a ConfigMap or a registry", "set module.configMap.key"]
+        {
             assert!(yaml.contains(rule), "the API server refuses what the host would: {rule}");
         }
     }

@@ -1,5 +1,6 @@
 //! Pushing a component as the standard wasm OCI artifact: an OCI image manifest whose config is
-//! `application/vnd.wasm.config.v0+json` and whose one layer is the component (`application/wasm`).
+//! `application/vnd.wasm.config.v0+json` and whose one layer is the component (`application/wasm`);
+//! a plugin given as source the same way, with kubewasm's media types and its source bundle.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,10 @@ use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use serde_json::json;
 
-use super::{CONFIG_MEDIA_TYPE, Error, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, Puller, Result, parse};
+use super::{
+    CONFIG_MEDIA_TYPE, Error, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, Puller, Result, SOURCE_CONFIG_MEDIA_TYPE,
+    SOURCE_LAYER_MEDIA_TYPE, parse,
+};
 
 /// An artifact to push: its config and one layer, each with its media type.
 #[derive(Clone, Debug)]
@@ -42,6 +46,24 @@ impl Artifact {
             layer_media_type: LAYER_MEDIA_TYPE.to_owned(),
             layer_annotations: BTreeMap::new(),
         }
+    }
+
+    /// The source artifact of a plugin given as source: `bundle`, its files as the plugin
+    /// directory reads them (`kubewasm_runtime::source::bundle`). Stable as [`wasm`](Self::wasm).
+    pub fn source(bundle: &[u8]) -> Self {
+        let config = json!({ "layerDigests": [digest(bundle)] });
+        Self {
+            config: serde_json::to_vec(&config).expect("JSON serializes"),
+            config_media_type: SOURCE_CONFIG_MEDIA_TYPE.to_owned(),
+            layer: bundle.to_vec(),
+            layer_media_type: SOURCE_LAYER_MEDIA_TYPE.to_owned(),
+            layer_annotations: BTreeMap::new(),
+        }
+    }
+
+    /// The artifact of a plugin file's bytes: a source bundle's, else a component's.
+    pub fn of_plugin(bytes: &[u8]) -> Self {
+        if crate::plugin::source::is_bundle(bytes) { Self::source(bytes) } else { Self::wasm(bytes) }
     }
 
     /// The manifest's bytes, as pushed.
