@@ -134,7 +134,7 @@ pub async fn load_file(plugins: &LoadedPlugins, file: &PluginFile) -> anyhow::Re
     let dir = path.parent().unwrap_or(Path::new("."));
     let canary_wasm = match canary_path(dir, file.config.as_ref().map(std::fs::read).transpose()?.as_deref()) {
         Some(path) => {
-            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            let bytes = read_plugin(&path).with_context(|| format!("reading {}", path.display()))?;
             Some(Some(Module::hash(bytes).await))
         }
         None => None,
@@ -236,7 +236,7 @@ async fn read_version(file: PluginFile) -> Option<Read> {
             None => None,
         };
         let dir = file.wasm.as_ref().or(file.config.as_ref())?.parent().unwrap_or(Path::new("."));
-        let canary_wasm = canary_path(dir, config.as_deref()).map(|p| std::fs::read(p).ok().map(Module::hash_blocking));
+        let canary_wasm = canary_path(dir, config.as_deref()).map(|p| read_plugin(&p).ok().map(Module::hash_blocking));
         let canary_sha256 = canary_wasm.as_ref().map(|w| w.as_ref().map(|m| m.sha256().to_owned()).unwrap_or_default());
         let fingerprint = Fingerprint { wasm_sha256: wasm.sha256().to_owned(), config, canary_sha256 };
         Some(Read { wasm, canary_wasm, fingerprint })
@@ -548,5 +548,18 @@ mod tests {
         assert_eq!(read.wasm.sha256(), read.fingerprint.wasm_sha256, "the load takes the fingerprint's hash");
         assert!(read.canary_wasm.is_none(), "no config names a canary");
         assert!(during > 0, "the only runtime thread ran nothing else while 64 MiB were read and hashed");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_source_plugins_canary_file_is_read_as_a_source_too() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("defaults.py"), "x = 1\n").unwrap();
+        std::fs::write(dir.path().join("next.py"), "x = 2\n").unwrap();
+        std::fs::write(dir.path().join("defaults.yaml"), "engine: python@0.3\ncanary: {wasm: next.py}\n").unwrap();
+        let [file] = plugin_files(dir.path()).unwrap().try_into().unwrap();
+        let read = read_version(file).await.expect("the files are there");
+        let canary = read.canary_wasm.flatten().expect("the canary file is read");
+        let files = crate::plugin::source::unbundle(canary.bytes()).expect("a bundle, as the plugin's own file");
+        assert_eq!((files[0].path.as_str(), files[0].contents.as_slice()), ("next.py", b"x = 2\n".as_slice()));
     }
 }
