@@ -10,7 +10,8 @@
 //! over `NEIGHBOUR_ROUNDS` interleaved rounds (default 4); `NEIGHBOUR_GREEDY_QPS=0,200` runs the
 //! greedy plugin under each of these write caps (`limits.writeQps`; default 0: no cap, the host's
 //! defaults, where only the fair write scheduler stands between the two plugins).
-//! `NEIGHBOUR_DEBUG=1` prints, per round, the greedy plugin's pace and the slowest Namespaces.
+//! `NEIGHBOUR_DEBUG=1` prints, per round, the greedy plugin's pace and the slowest Namespaces;
+//! `NEIGHBOUR_DESIRED=1` runs namespace-defaults in desired-state mode (issue 46).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -99,7 +100,11 @@ async fn measure(client: &kube::Client, greedy_qps: Option<u32>, count: usize, r
     if let Some(qps) = greedy_qps {
         add_greedy(&mut app, client, dir.path(), qps, round).await;
     }
-    let defaults = common::fixture_file("namespace-defaults", "namespace_defaults.wasm", "");
+    // `NEIGHBOUR_DESIRED=1`: namespace-defaults returns its children as its desired state
+    // (contract 0.3), and the host sends both at once through the same fair scheduler.
+    let desired = std::env::var_os("NEIGHBOUR_DESIRED").is_some_and(|v| v == "1");
+    let config = if desired { "settings:\n  desiredState: true\n" } else { "" };
+    let defaults = common::fixture_file("namespace-defaults", "namespace_defaults.wasm", config);
     app.add_plugin(&defaults).await.unwrap();
     common::eventually("readiness", Duration::from_secs(60), || async { app.readiness().is_ready().then_some(()) })
         .await;
