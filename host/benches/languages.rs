@@ -9,7 +9,8 @@
 //! that load, and again with the engine compiled (a new version of a plugin on a running host;
 //! the median of ten loads).
 //!
-//! Run: `make plugins && cargo bench -p kubewasm --bench languages` (`KUBEWASM_BENCH_LANGS=rust,js`
+//! Run: `make plugins && cargo bench -p kubewasm --bench languages` (default: Rust, Python and
+//! JavaScript packaged and as source; `KUBEWASM_BENCH_LANGS=rust,js,go`
 //! picks languages).
 
 #[path = "../tests/common/mod.rs"]
@@ -115,7 +116,8 @@ async fn memory_needed(runtime: &Runtime, file: &str, key: &ObjectKey) -> u64 {
 }
 
 fn main() {
-    let wanted = std::env::var("KUBEWASM_BENCH_LANGS").unwrap_or_else(|_| "rust,python,js".into());
+    let wanted =
+        std::env::var("KUBEWASM_BENCH_LANGS").unwrap_or_else(|_| "rust,python,python-source,js,js-source".into());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let key = ObjectKey::new(None, "bench");
