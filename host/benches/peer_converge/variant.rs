@@ -20,6 +20,10 @@ pub enum Variant {
     /// As `kubewasm-cold`, compiling inside the host (`--compile-in-child=false`): what a cold
     /// start cost before the compile moved to a child process.
     KubewasmColdInProcess,
+    /// namespace-defaults' Python source (`plugins/python/namespace-defaults`), each copy a
+    /// different source (its own first line), on the host's Python engine, started with an empty
+    /// compile cache as `kubewasm-cold` (issue 45: one engine compile for every plugin).
+    KubewasmPythonSourceCold,
     /// As `kubewasm`, with the plugin write limit off (`--plugin-write-qps 0`), like the peer's
     /// client, which has no client-side limit.
     KubewasmUnlimited,
@@ -67,6 +71,11 @@ impl Variant {
         self == Self::KubewasmDesired
     }
 
+    /// Whether its plugins are Python source rather than the Rust component.
+    pub fn python_source(self) -> bool {
+        self == Self::KubewasmPythonSourceCold
+    }
+
     /// Whether this is controller-runtime (a peer) rather than kubewasm.
     pub fn is_peer(self) -> bool {
         !matches!(
@@ -75,6 +84,7 @@ impl Variant {
                 | Self::KubewasmDesired
                 | Self::KubewasmCold
                 | Self::KubewasmColdInProcess
+                | Self::KubewasmPythonSourceCold
                 | Self::KubewasmUnlimited
                 | Self::KubewasmImpersonated
                 | Self::KubewasmUnelided
@@ -111,10 +121,12 @@ const APPROVED: &str = "grants:\n  read: [Namespace, ResourceQuota, NetworkPolic
 /// Writes `plugins` copies of namespace-defaults into `dir`, each under its own name with its
 /// own child names (settings `quotaName`, `networkPolicyName`), one reconcile at a time, with
 /// what it asks for approved unless `approved` is false, returning its desired state with
-/// `desired`.
-pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool, desired: bool) {
+/// `desired`; as Python source on the host's engine with `python`, each copy's source its own.
+pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool, desired: bool, python: bool) {
     std::fs::create_dir_all(dir).unwrap();
     let built = setup.plugin_dir.join("namespace_defaults.wasm");
+    let source =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/python/namespace-defaults/namespace_defaults.py");
     for i in 0..plugins {
         let (name, settings) = match names(plugins, i) {
             Some((name, quota, policy)) => {
@@ -122,15 +134,23 @@ pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool, des
             }
             None => ("namespace-defaults".to_owned(), String::new()),
         };
-        std::fs::copy(&built, dir.join(format!("{name}.wasm")))
-            .unwrap_or_else(|e| panic!("{}: {e}; run `make plugins`", built.display()));
+        let engine = if python {
+            let text = std::fs::read_to_string(&source).unwrap();
+            std::fs::write(dir.join(format!("{name}.py")), format!("# copy {i}\n{text}")).unwrap();
+            "engine: python@0.3\n"
+        } else {
+            std::fs::copy(&built, dir.join(format!("{name}.wasm")))
+                .unwrap_or_else(|e| panic!("{}: {e}; run `make plugins`", built.display()));
+            ""
+        };
         let grants = if approved { APPROVED } else { "" };
         let settings = match (desired, settings.is_empty()) {
             (false, _) => settings,
             (true, true) => "settings:\n  desiredState: true\n".to_owned(),
             (true, false) => format!("{settings}  desiredState: true\n"),
         };
-        std::fs::write(dir.join(format!("{name}.yaml")), format!("maxConcurrent: 1\n{grants}{settings}")).unwrap();
+        std::fs::write(dir.join(format!("{name}.yaml")), format!("{engine}maxConcurrent: 1\n{grants}{settings}"))
+            .unwrap();
     }
 }
 
@@ -196,7 +216,9 @@ pub fn commands(
         Variant::Kubewasm | Variant::KubewasmDesired => {
             vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache))]
         }
-        Variant::KubewasmCold => vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)))],
+        Variant::KubewasmCold | Variant::KubewasmPythonSourceCold => {
+            vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)))]
+        }
         Variant::KubewasmColdInProcess => {
             let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)));
             command.arg("--compile-in-child=false");
