@@ -92,7 +92,7 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
         spec.plugins,
         variant.approved(setup),
         variant.desired_state(),
-        variant.python_source(),
+        (variant.python_source(), variant.reused()),
     );
     let commands = variant::commands(variant, setup, cp.kubeconfig_path(), &plugins_dir, spec.plugins);
     let since = Timestamp::try_from(SystemTime::now()).unwrap();

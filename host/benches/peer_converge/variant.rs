@@ -24,6 +24,9 @@ pub enum Variant {
     /// different source (its own first line), on the host's Python engine, started with an empty
     /// compile cache as `kubewasm-cold` (issue 45: one engine compile for every plugin).
     KubewasmPythonSourceCold,
+    /// As `kubewasm-python-source-cold`, each instance serving up to 100 reconciles
+    /// (`limits.reuseInstances: 100`).
+    KubewasmPythonSourceColdReused,
     /// As `kubewasm`, with the plugin write limit off (`--plugin-write-qps 0`), like the peer's
     /// client, which has no client-side limit.
     KubewasmUnlimited,
@@ -73,7 +76,12 @@ impl Variant {
 
     /// Whether its plugins are Python source rather than the Rust component.
     pub fn python_source(self) -> bool {
-        self == Self::KubewasmPythonSourceCold
+        matches!(self, Self::KubewasmPythonSourceCold | Self::KubewasmPythonSourceColdReused)
+    }
+
+    /// Whether its instances serve up to 100 reconciles each.
+    pub fn reused(self) -> bool {
+        self == Self::KubewasmPythonSourceColdReused
     }
 
     /// Whether this is controller-runtime (a peer) rather than kubewasm.
@@ -85,6 +93,7 @@ impl Variant {
                 | Self::KubewasmCold
                 | Self::KubewasmColdInProcess
                 | Self::KubewasmPythonSourceCold
+                | Self::KubewasmPythonSourceColdReused
                 | Self::KubewasmUnlimited
                 | Self::KubewasmImpersonated
                 | Self::KubewasmUnelided
@@ -121,8 +130,10 @@ const APPROVED: &str = "grants:\n  read: [Namespace, ResourceQuota, NetworkPolic
 /// Writes `plugins` copies of namespace-defaults into `dir`, each under its own name with its
 /// own child names (settings `quotaName`, `networkPolicyName`), one reconcile at a time, with
 /// what it asks for approved unless `approved` is false, returning its desired state with
-/// `desired`; as Python source on the host's engine with `python`, each copy's source its own.
-pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool, desired: bool, python: bool) {
+/// `desired`; as Python source on the host's engine with `python`, each copy's source its own,
+/// its instances reused for up to 100 reconciles with `reused`.
+pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool, desired: bool, python: (bool, bool)) {
+    let (python, reused) = python;
     std::fs::create_dir_all(dir).unwrap();
     let built = setup.plugin_dir.join("namespace_defaults.wasm");
     let source =
@@ -144,13 +155,17 @@ pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool, des
             ""
         };
         let grants = if approved { APPROVED } else { "" };
+        let limits = if reused { "limits:\n  reuseInstances: 100\n" } else { "" };
         let settings = match (desired, settings.is_empty()) {
             (false, _) => settings,
             (true, true) => "settings:\n  desiredState: true\n".to_owned(),
             (true, false) => format!("{settings}  desiredState: true\n"),
         };
-        std::fs::write(dir.join(format!("{name}.yaml")), format!("{engine}maxConcurrent: 1\n{grants}{settings}"))
-            .unwrap();
+        std::fs::write(
+            dir.join(format!("{name}.yaml")),
+            format!("{engine}maxConcurrent: 1\n{limits}{grants}{settings}"),
+        )
+        .unwrap();
     }
 }
 
@@ -216,7 +231,7 @@ pub fn commands(
         Variant::Kubewasm | Variant::KubewasmDesired => {
             vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&setup.compile_cache))]
         }
-        Variant::KubewasmCold | Variant::KubewasmPythonSourceCold => {
+        Variant::KubewasmCold | Variant::KubewasmPythonSourceCold | Variant::KubewasmPythonSourceColdReused => {
             vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)))]
         }
         Variant::KubewasmColdInProcess => {
