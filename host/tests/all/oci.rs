@@ -675,6 +675,9 @@ async fn a_python_source_pushed_and_signed_by_kubewasm_push_is_served_from_the_r
             "module": {"oci": {"ref": format!("{repo}:v1"), "pullSecret": "pull", "signature": {"publicKey": public_pem}}},
             "grants": common::approved("namespace_defaults_py.wasm", json!({"namespaces": {"names": [ns]}})),
             "limits": {"deadlineMs": 5000, "memoryBytes": 134217728},
+            // Children of its own names: the other tests' namespace-defaults serve every
+            // Namespace, this one's included, and make `default-quota` there.
+            "settings": {"quotaName": "source-quota", "networkPolicyName": "source-deny"},
         },
     });
     plugins.patch(&name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&body)).await.unwrap();
@@ -690,10 +693,8 @@ async fn a_python_source_pushed_and_signed_by_kubewasm_push_is_served_from_the_r
     .await;
     assert!(degraded(&served).is_none(), "{:?}", served.status);
     let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
-    eventually("the default quota the source makes", CONVERGE, || async {
-        quotas.get_opt("default-quota").await.unwrap()
-    })
-    .await;
+    eventually("the quota the source makes", CONVERGE, || async { quotas.get_opt("source-quota").await.unwrap() })
+        .await;
     plugins.delete(&name, &Default::default()).await.unwrap();
     host.shut_down().await;
 }
