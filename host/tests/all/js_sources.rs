@@ -9,17 +9,17 @@
 //! of its test's own.
 
 use crate::common;
-use crate::sources::{app, create_namespace, defaults_made};
+use crate::sources::{
+    Broken, a_broken_version_is_rejected_and_the_one_before_serves, app, create_namespace, defaults_made,
+};
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ResourceQuota;
-use kube::api::Api;
 use kubewasm_host::hotload::directory::Change;
 use kubewasm_testenv::ControlPlane;
 use rstest::rstest;
 
-use common::{install_source_file, metric_value, plugin_source};
+use common::{install_source_file, plugin_source};
 
 /// The source of namespace-defaults in JavaScript.
 fn namespace_defaults() -> String {
@@ -53,41 +53,11 @@ async fn a_broken_javascript_source_is_a_load_error_at_its_line_and_the_version_
     #[case] kind: &str,
     #[case] message: &str,
 ) {
-    let Some(cp) = ControlPlane::shared() else { return };
-    let client = cp.admin_client().await;
     // One namespace per case: the broken lines' lengths differ.
     let ns = format!("js-broken-{}-{}", broken_line.len(), std::process::id());
-    create_namespace(&client, &ns).await;
-    let dir = tempfile::tempdir().unwrap();
-    install(dir.path(), "defaults", &namespace_defaults(), &ns);
-    let app = app(&client);
-    let mut source = app.directory_source(dir.path());
-    source.sync().await.unwrap();
-    assert_eq!(app.plugins().serving("defaults").await.map(|s| s.revision), Some(1), "the good source serves");
-    let quota = defaults_made(&client, &ns, None).await;
-
-    // A new version whose last line is broken.
-    let broken = format!("{}\n{broken_line}\n", namespace_defaults().trim_end());
-    let line = broken.lines().count();
-    std::fs::write(dir.path().join("defaults.js"), &broken).unwrap();
-    let changes = source.sync().await.unwrap();
-    let err = match changes.as_slice() {
-        [(name, Change::Rejected(err))] if name == "defaults" => format!("{err:#}"),
-        other => panic!("the broken version was not rejected: {other:?}"),
-    };
-    for said in [format!("defaults.js:{line}:"), kind.to_owned(), message.to_owned()] {
-        assert!(err.contains(&said), "the load error does not say {said:?}: {err}");
-    }
-    let metrics = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
-    let labels = [("plugin", "defaults"), ("reason", "source")];
-    assert_eq!(metric_value(&metrics, "kubewasm_plugin_load_errors_total", &labels), Some(1.0), "{metrics}");
-
-    // The version before still serves: it makes again the quota deleted after the rejection.
-    assert_eq!(app.plugins().serving("defaults").await.map(|s| s.revision), Some(1), "the old version serves");
-    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
-    quotas.delete("default-quota", &Default::default()).await.unwrap();
-    defaults_made(&client, &ns, quota.metadata.uid.as_deref()).await;
-    assert!(app.shut_down(Duration::from_secs(10)).await);
+    let broken = Broken { line: broken_line, kind, message, at_end: ":" };
+    a_broken_version_is_rejected_and_the_one_before_serves("defaults.js", install, &namespace_defaults(), &ns, broken)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -70,28 +70,52 @@ async fn a_broken_source_is_a_load_error_at_its_line_and_the_version_before_keep
     #[case] kind: &str,
     #[case] message: &str,
 ) {
+    let ns = format!("src-broken-{}-{}", kind.split(' ').next().unwrap(), std::process::id());
+    let broken = Broken { line: broken_line, kind, message, at_end: "" };
+    a_broken_version_is_rejected_and_the_one_before_serves("defaults.py", install, &namespace_defaults(), &ns, broken)
+        .await;
+}
+
+/// A new version of a plugin given as source, `source` with one broken line appended, and what
+/// its load error must say: `kind`, `message`, and `<file>:<line><at_end>`.
+pub(crate) struct Broken<'a> {
+    pub line: &'a str,
+    pub kind: &'a str,
+    pub message: &'a str,
+    pub at_end: &'a str,
+}
+
+/// Serves namespace-defaults' `source` as plugin file `file` (installed by `install`, confined
+/// to `ns`), then a `broken` version of it: the load error names the file and line, the kind
+/// and the message, and is counted; the version before keeps serving.
+pub(crate) async fn a_broken_version_is_rejected_and_the_one_before_serves(
+    file: &str,
+    install: fn(&std::path::Path, &str, &str, &str),
+    source: &str,
+    ns: &str,
+    broken: Broken<'_>,
+) {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
-    let ns = format!("src-broken-{}-{}", kind.split(' ').next().unwrap(), std::process::id());
-    create_namespace(&client, &ns).await;
+    create_namespace(&client, ns).await;
     let dir = tempfile::tempdir().unwrap();
-    install(dir.path(), "defaults", &namespace_defaults(), &ns);
+    install(dir.path(), "defaults", source, ns);
     let app = app(&client);
-    let mut source = app.directory_source(dir.path());
-    source.sync().await.unwrap();
+    let mut directory = app.directory_source(dir.path());
+    directory.sync().await.unwrap();
     assert_eq!(app.plugins().serving("defaults").await.map(|s| s.revision), Some(1), "the good source serves");
-    let quota = defaults_made(&client, &ns, None).await;
+    let quota = defaults_made(&client, ns, None).await;
 
     // A new version whose last line is broken.
-    let broken = format!("{}\n{broken_line}\n", namespace_defaults().trim_end());
-    let line = broken.lines().count();
-    std::fs::write(dir.path().join("defaults.py"), &broken).unwrap();
-    let changes = source.sync().await.unwrap();
+    let text = format!("{}\n{}\n", source.trim_end(), broken.line);
+    let line = text.lines().count();
+    std::fs::write(dir.path().join(file), &text).unwrap();
+    let changes = directory.sync().await.unwrap();
     let err = match changes.as_slice() {
         [(name, Change::Rejected(err))] if name == "defaults" => format!("{err:#}"),
         other => panic!("the broken version was not rejected: {other:?}"),
     };
-    for said in [format!("defaults.py:{line}"), kind.to_owned(), message.to_owned()] {
+    for said in [format!("{file}:{line}{}", broken.at_end), broken.kind.to_owned(), broken.message.to_owned()] {
         assert!(err.contains(&said), "the load error does not say {said:?}: {err}");
     }
     let metrics = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
@@ -100,9 +124,9 @@ async fn a_broken_source_is_a_load_error_at_its_line_and_the_version_before_keep
 
     // The version before still serves: it makes again the quota deleted after the rejection.
     assert_eq!(app.plugins().serving("defaults").await.map(|s| s.revision), Some(1), "the old version serves");
-    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), ns);
     quotas.delete("default-quota", &Default::default()).await.unwrap();
-    defaults_made(&client, &ns, quota.metadata.uid.as_deref()).await;
+    defaults_made(&client, ns, quota.metadata.uid.as_deref()).await;
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }
 
