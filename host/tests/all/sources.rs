@@ -1,6 +1,7 @@
 //! Plugins given as source on the host's shared Python engine, against a real kube-apiserver +
 //! etcd: a broken source is a load error with its file and line while the version before keeps
-//! serving, and many source plugins cost one engine compile. (That a source plugin leaves the
+//! serving, many source plugins cost one engine compile, and every reconcile runs in an instance
+//! no call ran in before, whether the host made it for the call or ahead of it (a spare). (That a source plugin leaves the
 //! same state as its component builds is `languages::the_python_source_…`.)
 //!
 //! Every plugin here is namespace-defaults (`plugins/python/namespace-defaults`) confined to
@@ -12,7 +13,7 @@ use crate::common;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubewasm_host::app::App;
 use kubewasm_host::hotload::directory::Change;
 use kubewasm_testenv::ControlPlane;
@@ -171,5 +172,44 @@ async fn a_source_that_loops_at_import_is_stopped_at_its_deadline_and_rejected()
     };
     assert!(err.contains("deadline"), "the load error does not name the deadline: {err}");
     assert!(app.plugins().serving("looper").await.is_none(), "nothing serves");
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_reconcile_of_a_source_plugin_runs_in_an_instance_no_call_ran_in_before() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = format!("src-fresh-{}", std::process::id());
+    create_namespace(&client, &ns).await;
+    // namespace-defaults, counting its reconciles in a module-level list, with the count and the
+    // Namespace's `round` label on the quota it makes.
+    let source = namespace_defaults();
+    let counting = source
+        .replace("def reconcile(request):\n", "def reconcile(request):\n    CALLS.append(1)\n")
+        .replace(
+            "\"labels\": {\"app.kubernetes.io/managed-by\": \"kubewasm-namespace-defaults\"}}",
+            "\"labels\": {\"app.kubernetes.io/managed-by\": \"kubewasm-namespace-defaults\", \"calls\": \
+             str(len(CALLS)), \"round\": (ns[\"metadata\"].get(\"labels\") or {}).get(\"round\", \"0\")}}",
+        )
+        .replace("NAMESPACE, QUOTA =", "CALLS = []\nNAMESPACE, QUOTA =");
+    assert_eq!(counting.matches("CALLS").count(), 3, "the source changed: {source}");
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), "counting", &counting, &ns);
+    let app = app(&client);
+    app.directory_source(dir.path()).sync().await.unwrap();
+
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
+    for round in 1..=5 {
+        let label = serde_json::json!({"metadata": {"labels": {"round": round.to_string()}}});
+        namespaces.patch(&ns, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+        let labels = eventually(&format!("the quota of round {round}"), CONVERGE, || async {
+            let quota = quotas.get_opt("default-quota").await.unwrap()?;
+            let labels = quota.metadata.labels.unwrap_or_default();
+            (labels.get("round") == Some(&round.to_string())).then_some(labels)
+        })
+        .await;
+        assert_eq!(labels.get("calls").map(String::as_str), Some("1"), "round {round}: an instance served twice");
+    }
     assert!(app.shut_down(Duration::from_secs(10)).await);
 }
