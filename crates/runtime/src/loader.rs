@@ -292,7 +292,8 @@ impl Runtime {
         share.grow_to(plugin.max_concurrent + maps)?;
         plugin.registration = registration;
         plugin.shared = shared(grants);
-        if matches!(*plugin.pre, PluginPre::Source(_)) && plugin.shared.limits.reuse_instances <= 1 {
+        let source = matches!(*plugin.pre, PluginPre::Source(_));
+        if source && self.spare_instances && plugin.shared.limits.reuse_instances <= 1 {
             let (engine, pre, shared) = (self.engine.clone(), plugin.pre.clone(), plugin.shared.clone());
             let spare = Arc::new(instances::spare(engine, pre, shared, plugin.share.clone()));
             // Ready for the first call: the informers' initial list follows the load.
