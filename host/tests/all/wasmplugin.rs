@@ -540,3 +540,50 @@ async fn a_wasm_plugin_given_as_source_in_a_config_map_serves_and_a_broken_edit_
     stop.cancel();
     source.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasm_plugin_given_as_source_of_several_files_imports_its_entry_and_the_other_files_as_modules() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    common::examples::install_wasm_plugin_crd(&client).await;
+    let ns = cp.namespace("wp-files").await;
+    let modules = cp.namespace("wp-files-modules").await;
+    // namespace-defaults with its children's label value in a module of its own.
+    let text = common::plugin_source("python/namespace-defaults/namespace_defaults.py");
+    let main = text
+        .replace("\"kubewasm-namespace-defaults\"}", "MANAGED_BY}")
+        .replace("\nNAMESPACE, QUOTA =", "\nfrom labels import MANAGED_BY\nNAMESPACE, QUOTA =");
+    assert_eq!(main.matches("MANAGED_BY").count(), 2, "the source changed: {text}");
+    let labels = "MANAGED_BY = 'namespace-defaults-of-two-files'\n";
+    put_source(&client, &modules, "defaults-files", &[("namespace_defaults.py", &main), ("labels.py", labels)]).await;
+
+    let app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
+    let stop = CancellationToken::new();
+    let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
+    let name = format!("defaults-{ns}");
+    let plugins: Api<WasmPlugin> = Api::all(client.clone());
+    let grants = common::approved("namespace_defaults_py.wasm", json!({ "namespaces": { "names": [ns] } }));
+    let body = json!({
+        "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+        "metadata": { "name": name, "labels": { "test": ns } },
+        "spec": {
+            "engine": "python@0.3",
+            "entry": "namespace_defaults",
+            "module": { "configMap": { "name": "defaults-files" } },
+            "grants": grants,
+            "limits": { "deadlineMs": 5000, "memoryBytes": 134217728 },
+        },
+    });
+    plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap();
+    let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(client.clone(), &ns);
+    let quota = eventually("the default quota namespace-defaults makes", CONVERGE, || async {
+        quotas.get_opt("default-quota").await.unwrap()
+    })
+    .await;
+    let managed_by = quota.metadata.labels.unwrap_or_default().remove("app.kubernetes.io/managed-by");
+    assert_eq!(managed_by.as_deref(), Some("namespace-defaults-of-two-files"), "the second file's value");
+
+    plugins.delete(&name, &DeleteParams::default()).await.unwrap();
+    stop.cancel();
+    source.await.unwrap();
+}
