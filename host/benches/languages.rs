@@ -12,7 +12,7 @@
 //!
 //! Run: `make plugins && cargo bench -p kubewasm --bench languages` (default: Rust, Python and
 //! JavaScript packaged and as source; `KUBEWASM_BENCH_LANGS=rust,js,go`
-//! picks languages).
+//! picks languages; `KUBEWASM_BENCH_KEEP_RESIDENT=<bytes>` sets the host's `--keep-resident`).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -135,6 +135,17 @@ async fn memory_needed(runtime: &Runtime, file: &str, key: &ObjectKey) -> u64 {
     high
 }
 
+/// The host's defaults, or `KUBEWASM_BENCH_KEEP_RESIDENT` bytes of each freed slot kept
+/// resident (`kubewasm run --keep-resident`).
+fn runtime_config() -> RuntimeConfig {
+    match std::env::var("KUBEWASM_BENCH_KEEP_RESIDENT") {
+        Ok(bytes) => {
+            RuntimeConfig::default().keep_resident(bytes.parse().expect("KUBEWASM_BENCH_KEEP_RESIDENT: bytes"))
+        }
+        Err(_) => RuntimeConfig::default(),
+    }
+}
+
 fn main() {
     let wanted =
         std::env::var("KUBEWASM_BENCH_LANGS").unwrap_or_else(|_| "rust,python,python-source,js,js-source".into());
@@ -144,7 +155,7 @@ fn main() {
         let key = ObjectKey::new(None, "bench");
         let kind = GroupVersionKind::gvk("", "v1", "Namespace");
         let cache_dir = tempfile::tempdir().unwrap();
-        let cached = Runtime::new(RuntimeConfig::default().cache_dir(cache_dir.path())).unwrap();
+        let cached = Runtime::new(runtime_config().cache_dir(cache_dir.path())).unwrap();
         println!(
             "{:<7} {:>9} {:>11} {:>13} {:>13} {:>13} {:>8}",
             "lang", "size", "load", "instantiate", "reconcile p50", "reconcile p99", "memory"
@@ -152,7 +163,7 @@ fn main() {
         for (lang, file) in LANGUAGES.iter().filter(|(l, _)| wanted.split(',').any(|w| w == *l)) {
             let size = plugin_bytes(file).len();
             // A runtime without a compile cache: load = compile + instantiate + describe.
-            let fresh = Runtime::new(RuntimeConfig::default()).unwrap();
+            let fresh = Runtime::new(runtime_config()).unwrap();
             let limits = Limits::default().with_memory_bytes(256 << 20);
             let start = Instant::now();
             let plugin = load(&fresh, file, limits.clone()).await.unwrap_or_else(|e| panic!("{lang}: {e}"));

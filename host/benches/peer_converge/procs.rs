@@ -50,6 +50,22 @@ impl Procs {
         self.status_kib("VmRSS:") as f64 / 1024.0
     }
 
+    /// Proportional set size now (`Pss` of `smaps_rollup`), summed over the processes, in MiB:
+    /// a page mapped N times counts 1/N each time. RSS counts a page once per mapping, so a
+    /// file or memory image several wasm instances map is counted once per instance there; PSS
+    /// is what the pages cost, as the pod's memory cgroup is charged for them.
+    pub fn pss_mib(&self) -> f64 {
+        let pss = |pid: u32| {
+            let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+            rollup
+                .lines()
+                .find_map(|l| l.strip_prefix("Pss:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        self.children.iter().map(|c| pss(c.id())).sum::<u64>() as f64 / 1024.0
+    }
+
     /// Peak resident set size (`VmHWM`), summed over the processes, in MiB. For several
     /// processes this is an upper bound of their simultaneous peak.
     pub fn peak_mib(&self) -> f64 {

@@ -62,6 +62,7 @@ struct Medians {
     converge: f64,
     settle: f64,
     rss: f64,
+    pss: f64,
     peak: f64,
     cpu: f64,
     control_plane_cpu: f64,
@@ -75,6 +76,7 @@ fn medians(outcomes: &[&Outcome]) -> Medians {
         converge: of(|o| o.converge),
         settle: of(|o| o.settle),
         rss: of(|o| o.rss_converge),
+        pss: of(|o| o.pss_converge),
         peak: of(|o| o.peak),
         cpu: of(|o| o.cpu_settle),
         control_plane_cpu: of(|o| o.control_plane_cpu),
@@ -92,16 +94,17 @@ pub fn summary(results: &[(usize, Variant, Outcome)]) {
     let m: BTreeMap<Variant, Medians> = by_variant.iter().map(|(v, o)| (*v, medians(o))).collect();
     println!("medians of {} round(s):", by_variant.values().map(Vec::len).max().unwrap_or(0));
     println!(
-        "| variant | converge s | settle s | RSS at converge MiB | peak RSS MiB | CPU to settle s | apiserver + etcd CPU to converge s | machine busy to converge | applies answered by the API server s |"
+        "| variant | converge s | settle s | RSS at converge MiB | PSS at converge MiB | peak RSS MiB | CPU to settle s | apiserver + etcd CPU to converge s | machine busy to converge | applies answered by the API server s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (v, x) in &m {
         println!(
-            "| {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0}% | {:.2} |",
+            "| {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0}% | {:.2} |",
             v.name(),
             x.converge,
             x.settle,
             x.rss,
+            x.pss,
             x.peak,
             x.cpu,
             x.control_plane_cpu,
@@ -115,18 +118,19 @@ pub fn summary(results: &[(usize, Variant, Outcome)]) {
     }
     println!();
     println!("ratios kubewasm / controller-runtime (medians; below 1 is kubewasm ahead):");
-    println!("| kubewasm | vs | converge | settle | RSS at converge | peak RSS | CPU to settle |");
-    println!("|---|---|---:|---:|---:|---:|---:|");
+    println!("| kubewasm | vs | converge | settle | RSS at converge | PSS at converge | peak RSS | CPU to settle |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
     for (ours, x) in m.iter().filter(|(v, _)| !v.is_peer()) {
         for theirs in &peers {
             let y = &m[theirs];
             println!(
-                "| {} | {} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x |",
+                "| {} | {} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x |",
                 ours.name(),
                 theirs.name(),
                 x.converge / y.converge,
                 x.settle / y.settle,
                 x.rss / y.rss,
+                x.pss / y.pss,
                 x.peak / y.peak,
                 x.cpu / y.cpu
             );

@@ -49,6 +49,8 @@ pub struct Outcome {
     pub settle: f64,
     /// Resident set (summed over processes) when converged, MiB.
     pub rss_converge: f64,
+    /// Proportional set (summed over processes) when converged, MiB.
+    pub pss_converge: f64,
     /// Peak resident set (`VmHWM`, summed over processes), MiB.
     pub peak: f64,
     /// CPU seconds (user + system) used until converged.
@@ -119,7 +121,7 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
     let converge = started.elapsed().as_secs_f64();
     audit.poll();
     let apply_server = audit.apply_seconds;
-    let (rss_converge, cpu_converge) = (procs.rss_mib(), procs.cpu_seconds());
+    let (rss_converge, pss_converge, cpu_converge) = (procs.rss_mib(), procs.pss_mib(), procs.cpu_seconds());
     let control_plane_cpu = procs::cpu_seconds(cp.pids()) - control_plane_start;
     let machine = procs::machine_cpu_seconds();
     let machine_busy = (machine.0 - machine_start.0) / (machine.1 - machine_start.1);
@@ -140,6 +142,7 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
         converge,
         settle,
         rss_converge,
+        pss_converge,
         peak: procs.peak_mib(),
         cpu_converge,
         cpu_settle: procs.cpu_seconds(),

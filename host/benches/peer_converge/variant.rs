@@ -27,6 +27,9 @@ pub enum Variant {
     /// As `kubewasm-python-source-cold`, each instance serving up to 100 reconciles
     /// (`limits.reuseInstances: 100`).
     KubewasmPythonSourceColdReused,
+    /// As `kubewasm-python-source-cold`, without spare instances (`--spare-instances=false`):
+    /// each instance made and loaded for its call.
+    KubewasmPythonSourceColdNoSpare,
     /// As `kubewasm`, with the plugin write limit off (`--plugin-write-qps 0`), like the peer's
     /// client, which has no client-side limit.
     KubewasmUnlimited,
@@ -76,7 +79,12 @@ impl Variant {
 
     /// Whether its plugins are Python source rather than the Rust component.
     pub fn python_source(self) -> bool {
-        matches!(self, Self::KubewasmPythonSourceCold | Self::KubewasmPythonSourceColdReused)
+        matches!(
+            self,
+            Self::KubewasmPythonSourceCold
+                | Self::KubewasmPythonSourceColdReused
+                | Self::KubewasmPythonSourceColdNoSpare
+        )
     }
 
     /// Whether its instances serve up to 100 reconciles each.
@@ -94,6 +102,7 @@ impl Variant {
                 | Self::KubewasmColdInProcess
                 | Self::KubewasmPythonSourceCold
                 | Self::KubewasmPythonSourceColdReused
+                | Self::KubewasmPythonSourceColdNoSpare
                 | Self::KubewasmUnlimited
                 | Self::KubewasmImpersonated
                 | Self::KubewasmUnelided
@@ -233,6 +242,11 @@ pub fn commands(
         }
         Variant::KubewasmCold | Variant::KubewasmPythonSourceCold | Variant::KubewasmPythonSourceColdReused => {
             vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)))]
+        }
+        Variant::KubewasmPythonSourceColdNoSpare => {
+            let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)));
+            command.arg("--spare-instances=false");
+            vec![command]
         }
         Variant::KubewasmColdInProcess => {
             let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)));
