@@ -1,8 +1,8 @@
 //! namespace-defaults built in each plugin language, on the same host and in the same run:
 //! component size, load time (compile + describe, no compile cache), instantiate cost (a fresh
 //! instance + a call that does nothing), per-reconcile p50/p99 (fresh instance, settings, two
-//! cache reads, two applies) back to back and one every 10 ms (a source plugin's spare instance
-//! is made between two), the same with `limits.reuseInstances: 100`, and the smallest
+//! cache reads, two applies) back to back and one every 10 ms (as an event-driven controller's
+//! keys come below saturation), the same with `limits.reuseInstances: 100`, and the smallest
 //! `limits.memoryBytes` a reconcile succeeds with.
 //! Builds missing from `KUBEWASM_PLUGIN_DIR` fail the bench, naming the one missing.
 //! `python-source` and `js-source` are namespace-defaults' Python and JavaScript source on the
@@ -38,7 +38,7 @@ const LANGUAGES: [(&str, &str); 6] = [
 /// `limits.reuseInstances` for the second set of reconcile figures.
 const REUSE: u32 = 100;
 
-/// Between two reconciles of the spaced sample: time for a source plugin's spare to be made.
+/// Between two reconciles of the spaced sample.
 const SPACING: Duration = Duration::from_millis(10);
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -149,7 +149,7 @@ fn runtime_config() -> RuntimeConfig {
 fn main() {
     let wanted =
         std::env::var("KUBEWASM_BENCH_LANGS").unwrap_or_else(|_| "rust,python,python-source,js,js-source".into());
-    // Two workers, as the host has on this machine: a source plugin's spare is made beside the call.
+    // Two workers, as the host has on this machine.
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         let key = ObjectKey::new(None, "bench");

@@ -1,16 +1,15 @@
-//! Calls into a plugin: a fresh instance per call (a source plugin's spare, or with
-//! `limits.reuseInstances`, an idle instance that has served fewer calls and never failed),
-//! inside the plugin's limits.
+//! Calls into a plugin: a fresh instance per call (or, with `limits.reuseInstances`, an idle
+//! instance that has served fewer calls and never failed), inside the plugin's limits.
 
 use std::time::{Duration, Instant};
 
 use kubewasm_informer::{InvalidKey, ObjectKey};
-use wasmtime::{Store, Trap};
+use tokio::sync::OwnedSemaphorePermit;
+use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Plugin;
 use super::api::{ApiWriterExt, EventRecord, MAX_NOTE, ObjectRef};
 use super::bindings::{PluginInstance, engine_v0_1};
-use super::instances::{IdleInstance, Ready};
 use super::limits::LimitHit;
 use super::outcome::{Action, CallFailed, Desired};
 use super::registration::Registration;
@@ -19,6 +18,16 @@ use super::state::PluginCtx;
 
 /// Grace on top of the deadline before the host drops a call stuck in a host function.
 const HOST_CALL_GRACE: Duration = Duration::from_secs(1);
+
+/// An instance kept between calls (`limits.reuseInstances`), with the calls it has served and
+/// the permit of the plugin's pool share it holds. Fields drop in order: the store gives its
+/// pool slot back before the permit lets another call take one.
+pub(crate) struct IdleInstance {
+    store: Store<PluginCtx>,
+    instance: PluginInstance,
+    served: u32,
+    _permit: OwnedSemaphorePermit,
+}
 
 impl Plugin {
     /// Reconciles one key of the plugin's for kind in a fresh (or reusable) instance. The
@@ -62,9 +71,8 @@ impl Plugin {
     /// Runs `f` on an instance under the deadline, memory and host-call limits. Calls the
     /// grants refused are reported as one Warning event about `regarding`, an object of the for
     /// kind, and writes the API server rejected as invalid as another. The instance is fresh
-    /// (a source plugin's spare, made before the call, is fresh too) unless the plugin's
-    /// `reuseInstances` allows an idle one; it goes back to the idle list only if `f`
-    /// succeeded, `reuse` accepts the result and it has calls left.
+    /// unless the plugin's `reuseInstances` allows an idle one; it goes back to the idle list
+    /// only if `f` succeeded, `reuse` accepts the result and it has calls left.
     pub(crate) async fn call<R>(
         &self,
         regarding: Option<&ObjectKey>,
@@ -78,29 +86,22 @@ impl Plugin {
         let deadline = self.shared.limits.deadline();
         let started = Instant::now();
         let idle = if max_served > 1 { self.idle.lock().pop() } else { None };
-        // A spare is a fresh instance that has served no call: every call may take it.
-        let idle = idle.or_else(|| self.spare.as_ref().and_then(|spare| spare.take()));
         let mut idle = match idle {
-            Some(idle) => idle.begin(deadline, started),
+            Some(mut idle) => {
+                idle.store.data_mut().begin_call();
+                arm_deadline(&mut idle.store, deadline, started);
+                idle
+            }
             None => {
                 // At its share, a plugin waits for one of its own instances (within the
                 // deadline); it never takes a slot another plugin reserved.
-                let waited = match &self.spare {
-                    Some(spare) => tokio::time::timeout(deadline, spare.permit_or_spare()).await,
-                    None => tokio::time::timeout(deadline, self.share.acquire()).await.map(Ready::Permit),
-                };
-                match waited.map_err(|_| self.limit(LimitHit::Deadline(deadline)))? {
-                    Ready::Spare(spare) => spare.begin(deadline, started),
-                    Ready::Permit(permit) => {
-                        let (store, instance) = instantiate(self, started).await?;
-                        IdleInstance { store, instance, served: 0, _permit: permit }
-                    }
-                }
+                let permit = tokio::time::timeout(deadline, self.share.acquire())
+                    .await
+                    .map_err(|_| self.limit(LimitHit::Deadline(deadline)))?;
+                let (store, instance) = instantiate(self, started).await?;
+                IdleInstance { store, instance, served: 0, _permit: permit }
             }
         };
-        if let Some(spare) = &self.spare {
-            spare.refill();
-        }
         let left = deadline.saturating_sub(started.elapsed());
         let outcome = tokio::time::timeout(left + HOST_CALL_GRACE, f(&idle.instance, &mut idle.store)).await;
         let denied = std::mem::take(&mut idle.store.data_mut().denied);
@@ -177,16 +178,36 @@ pub(crate) enum Reuse<F> {
     If(F),
 }
 
+/// Arms the call's deadline on `store`, counted from `started`.
+fn arm_deadline(store: &mut Store<PluginCtx>, deadline: Duration, started: Instant) {
+    let until = started + deadline;
+    store.data_mut().until = tokio::time::Instant::now() + deadline.saturating_sub(started.elapsed());
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |mut ctx| {
+        if Instant::now() >= until {
+            let hit = LimitHit::Deadline(deadline);
+            ctx.data_mut().limiter.hit.get_or_insert(hit.clone());
+            return Err(wasmtime::Error::new(hit));
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
+}
+
 /// A fresh store and instance with the deadline of a call begun at `started` armed.
 pub(crate) async fn instantiate(
     plugin: &Plugin,
     started: Instant,
 ) -> Result<(Store<PluginCtx>, PluginInstance), CallFailed> {
-    let made = super::instances::instantiate(&plugin.runtime.engine, &plugin.shared, &plugin.pre, started).await;
-    made.map_err(|(err, hit)| match hit {
-        Some(hit) => plugin.limit(hit),
-        None => CallFailed::Instantiate(format!("{err:#}")),
-    })
+    let mut store = Store::new(&plugin.runtime.engine, PluginCtx::new(plugin.shared.clone()));
+    store.limiter(|ctx| &mut ctx.limiter);
+    arm_deadline(&mut store, plugin.shared.limits.deadline(), started);
+    match plugin.pre.instantiate_async(&mut store).await {
+        Ok(instance) => Ok((store, instance)),
+        Err(err) => match store.data().limiter.hit.clone() {
+            Some(hit) => Err(plugin.limit(hit)),
+            None => Err(CallFailed::Instantiate(format!("{err:#}"))),
+        },
+    }
 }
 
 /// Calls `describe` on a fresh instance.

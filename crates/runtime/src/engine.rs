@@ -167,7 +167,6 @@ pub struct RuntimeConfig {
     authorizer_off: bool,
     wall_clock: Option<SystemTime>,
     engine_dir: Option<PathBuf>,
-    spare_instances: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -189,7 +188,6 @@ impl Default for RuntimeConfig {
             authorizer_off: false,
             wall_clock: None,
             engine_dir: default_engine_dir(),
-            spare_instances: true,
         }
     }
 }
@@ -343,15 +341,6 @@ impl RuntimeConfig {
         self
     }
 
-    /// Whether each plugin given as source keeps a spare instance, made and loaded ahead of its
-    /// next call, so the import of its code is off the call's path (default); `false` makes
-    /// every instance for its call and holds none between calls.
-    #[must_use]
-    pub fn spare_instances(mut self, enable: bool) -> Self {
-        self.spare_instances = enable;
-        self
-    }
-
     /// Record plugin metrics here.
     #[must_use]
     pub fn metrics(mut self, metrics: PluginMetrics) -> Self {
@@ -376,8 +365,6 @@ pub struct Runtime {
     pub(crate) compiled_reused: Arc<AtomicUsize>,
     /// Where the language engines are.
     pub(crate) engine_dir: Option<PathBuf>,
-    /// [`RuntimeConfig::spare_instances`].
-    pub(crate) spare_instances: bool,
     /// Compiled language engines, while a loaded source plugin holds them.
     pub(crate) engines: Arc<parking_lot::Mutex<HashMap<EngineFile, Weak<PluginPre>>>>,
     /// Held while an engine compiles: plugins loading at once share one compile.
@@ -469,7 +456,6 @@ impl Runtime {
             compiled: Arc::default(),
             compiled_reused: Arc::default(),
             engine_dir: config.engine_dir,
-            spare_instances: config.spare_instances,
             engines: Arc::default(),
             engine_compile: Arc::default(),
             engines_compiled: Arc::default(),

@@ -26,7 +26,6 @@ pub mod engines;
 pub mod grants;
 pub mod guest_error;
 mod host;
-mod instances;
 #[cfg(test)]
 mod layering;
 pub mod limits;
@@ -74,12 +73,9 @@ pub struct Plugin {
     /// Retry backoff of its keys, from the operator's config.
     rate_limiter: kubewasm_queue::rate_limiter::LimiterConfig,
     /// Instances kept for reuse (`limits.reuseInstances`); at most one per concurrent call.
-    idle: parking_lot::Mutex<Vec<instances::IdleInstance>>,
-    /// A source plugin's spare instance (fresh instances only: with reused instances, the
-    /// import is paid once per instance already).
-    spare: Option<Arc<instances::Spare<instances::IdleInstance>>>,
+    idle: parking_lot::Mutex<Vec<dispatch::IdleInstance>>,
     /// This version's share of the instance pool; every instance holds one of its permits.
-    share: Arc<pool::Share>,
+    share: pool::Share,
 }
 
 impl Plugin {

@@ -13,7 +13,6 @@ use super::config::PluginConfig;
 use super::dispatch;
 use super::engine::Runtime;
 use super::grants::{Grants, NotGranted};
-use super::instances;
 use super::outcome::CallFailed;
 use super::pool::{self, Oversized, PoolFull};
 use super::registration::{InvalidRegistration, Registration};
@@ -266,9 +265,8 @@ impl Runtime {
             revision: 0,
             rate_limiter: config.rate_limiter.clone(),
             idle: Default::default(),
-            spare: None,
             // One instance for describe(); grown to the plugin's concurrency below.
-            share: Arc::new(self.pool.reserve(name, weight, 1)?),
+            share: self.pool.reserve(name, weight, 1)?,
         };
         let registration = match source {
             None => dispatch::describe(&plugin).await.map_err(LoadError::Describe)?,
@@ -288,18 +286,9 @@ impl Runtime {
         plugin.max_concurrent = self.clamp_max_concurrent(name, config.max_concurrent.or(registration.max_concurrent));
         // Every worker's reconcile, plus the mapper's one map call at a time.
         let maps = u32::from(!registration.watches.is_empty());
-        let share = Arc::get_mut(&mut plugin.share).expect("describe's instance has given its permit back");
-        share.grow_to(plugin.max_concurrent + maps)?;
+        plugin.share.grow_to(plugin.max_concurrent + maps)?;
         plugin.registration = registration;
         plugin.shared = shared(grants);
-        let source = matches!(*plugin.pre, PluginPre::Source(_));
-        if source && self.spare_instances && plugin.shared.limits.reuse_instances <= 1 {
-            let (engine, pre, shared) = (self.engine.clone(), plugin.pre.clone(), plugin.shared.clone());
-            let spare = Arc::new(instances::spare(engine, pre, shared, plugin.share.clone()));
-            // Ready for the first call: the informers' initial list follows the load.
-            spare.refill();
-            plugin.spare = Some(spare);
-        }
         tracing::info!(plugin = name, sha256 = %plugin.sha256, for_kind = %super::grants::KindRef::of(&plugin.registration.for_kind), "plugin loaded");
         Ok(plugin)
     }

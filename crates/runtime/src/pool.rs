@@ -159,12 +159,6 @@ impl Share {
     pub(crate) async fn acquire(&self) -> OwnedSemaphorePermit {
         self.semaphore.clone().acquire_owned().await.expect("the share's semaphore is never closed")
     }
-
-    /// Permits no instance holds.
-    #[cfg(test)]
-    pub(crate) fn available(&self) -> usize {
-        self.semaphore.available_permits()
-    }
 }
 
 impl Drop for Share {

@@ -27,9 +27,6 @@ pub enum Variant {
     /// As `kubewasm-python-source-cold`, each instance serving up to 100 reconciles
     /// (`limits.reuseInstances: 100`).
     KubewasmPythonSourceColdReused,
-    /// As `kubewasm-python-source-cold`, without spare instances (`--spare-instances=false`):
-    /// each instance made and loaded for its call.
-    KubewasmPythonSourceColdNoSpare,
     /// As `kubewasm`, with the plugin write limit off (`--plugin-write-qps 0`), like the peer's
     /// client, which has no client-side limit.
     KubewasmUnlimited,
@@ -79,12 +76,7 @@ impl Variant {
 
     /// Whether its plugins are Python source rather than the Rust component.
     pub fn python_source(self) -> bool {
-        matches!(
-            self,
-            Self::KubewasmPythonSourceCold
-                | Self::KubewasmPythonSourceColdReused
-                | Self::KubewasmPythonSourceColdNoSpare
-        )
+        matches!(self, Self::KubewasmPythonSourceCold | Self::KubewasmPythonSourceColdReused)
     }
 
     /// Whether its instances serve up to 100 reconciles each.
@@ -102,7 +94,6 @@ impl Variant {
                 | Self::KubewasmColdInProcess
                 | Self::KubewasmPythonSourceCold
                 | Self::KubewasmPythonSourceColdReused
-                | Self::KubewasmPythonSourceColdNoSpare
                 | Self::KubewasmUnlimited
                 | Self::KubewasmImpersonated
                 | Self::KubewasmUnelided
@@ -242,11 +233,6 @@ pub fn commands(
         }
         Variant::KubewasmCold | Variant::KubewasmPythonSourceCold | Variant::KubewasmPythonSourceColdReused => {
             vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)))]
-        }
-        Variant::KubewasmPythonSourceColdNoSpare => {
-            let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)));
-            command.arg("--spare-instances=false");
-            vec![command]
         }
         Variant::KubewasmColdInProcess => {
             let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)));

@@ -90,11 +90,6 @@ pub struct RunArgs {
     /// `winch` under `kubewasm dev`, where a saved plugin should be served in seconds.
     #[arg(long, env = "KUBEWASM_COMPILER")]
     pub compiler: Option<kubewasm_host::plugin::Compiler>,
-    /// Keep a spare instance of each plugin given as source, made and loaded after a call takes
-    /// one, so the next call does not wait for the import of its code; it has served no call,
-    /// and one no call took within 10 s is dropped. `false`: each instance is made for its call.
-    #[arg(long, env = "KUBEWASM_SPARE_INSTANCES", default_value_t = true, action = ArgAction::Set)]
-    pub spare_instances: bool,
     /// Seconds to let in-flight reconciles finish after SIGTERM/SIGINT.
     #[arg(long, env = "KUBEWASM_SHUTDOWN_GRACE_SECONDS", default_value_t = 30)]
     pub shutdown_grace_seconds: u64,

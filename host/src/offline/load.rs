@@ -55,10 +55,8 @@ pub fn config_with_settings(file: &PluginFile, settings: Option<&Path>) -> anyho
 
 /// The wasm runtime of an offline command: the host's defaults with `args`, and, given `now`, a
 /// wall clock that reads `now` at every call, so a run's writes do not depend on when it runs.
-/// No spare instances: a run calls one thing at a time, and a source plugin's import (and what
-/// it prints) stays with the call it was made for.
 pub fn runtime(args: &RuntimeArgs, now: Option<SystemTime>) -> anyhow::Result<Runtime> {
-    let mut config = RuntimeConfig::default().compiler(args.compiler).spare_instances(false);
+    let mut config = RuntimeConfig::default().compiler(args.compiler);
     if let Some(now) = now {
         config = config.fixed_wall_clock(now);
     }

@@ -1,7 +1,7 @@
 //! Plugins given as source on the host's shared Python engine, against a real kube-apiserver +
 //! etcd: a broken source is a load error with its file and line while the version before keeps
 //! serving, many source plugins cost one engine compile, and every reconcile runs in an instance
-//! no call ran in before, whether the host made it for the call or ahead of it (a spare). (That a source plugin leaves the
+//! no call ran in before. (That a source plugin leaves the
 //! same state as its component builds is `languages::the_python_source_…`.)
 //!
 //! Every plugin here is namespace-defaults (`plugins/python/namespace-defaults`) confined to

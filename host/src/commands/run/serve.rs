@@ -76,8 +76,7 @@ pub async fn serve(args: RunArgs, shutdown: CancellationToken) -> anyhow::Result
         .max_concurrent_cap(args.max_concurrent_cap)
         .write_rate(WriteRate { qps: args.plugin_write_qps, burst: args.plugin_write_burst })
         .write_timeout(Duration::from_secs(args.plugin_write_timeout_seconds))
-        .compiler(args.compiler.unwrap_or_default())
-        .spare_instances(args.spare_instances);
+        .compiler(args.compiler.unwrap_or_default());
     if let Some(dir) = &args.engine_dir {
         runtime = runtime.engine_dir(dir);
     }
