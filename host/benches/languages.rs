@@ -91,26 +91,14 @@ async fn load(runtime: &Runtime, file: &str, limits: Limits) -> Result<Plugin, S
     runtime.load("nd", plugin_bytes(file), config, cache(), writer).await.map_err(|e| e.to_string())
 }
 
-/// p50 and p99 of `n` runs of `f` after `n / 10` warm-up runs.
-async fn sample<F: AsyncFnMut()>(n: usize, mut f: F) -> (Duration, Duration) {
+/// p50 and p99 of `n` runs of `f` after `n / 10` warm-up runs, one every `gap` (a key at a
+/// time, as an event-driven controller gets them below saturation), or back to back if zero.
+async fn sample<F: AsyncFnMut()>(n: usize, gap: Duration, mut f: F) -> (Duration, Duration) {
     let mut samples = Vec::with_capacity(n);
     for i in 0..n + n / 10 {
-        let start = Instant::now();
-        f().await;
-        if i >= n / 10 {
-            samples.push(start.elapsed());
+        if !gap.is_zero() {
+            tokio::time::sleep(gap).await;
         }
-    }
-    samples.sort();
-    (percentile(&samples, 0.5), percentile(&samples, 0.99))
-}
-
-/// p50 and p99 of `n` runs of `f`, one every `gap` (a key at a time, as an event-driven
-/// controller gets them below saturation), after `n / 10` warm-up runs.
-async fn sample_spaced<F: AsyncFnMut()>(n: usize, gap: Duration, mut f: F) -> (Duration, Duration) {
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..n + n / 10 {
-        tokio::time::sleep(gap).await;
         let start = Instant::now();
         f().await;
         if i >= n / 10 {
@@ -181,21 +169,21 @@ fn main() {
             }
             assert_eq!(plugin.reconcile(&key, 0).await.unwrap(), Action::Done, "{lang} reconciles");
             let n = if *lang == "rust" { 5_000 } else { 500 };
-            let (inst, _) = sample(n, async || {
+            let (inst, _) = sample(n, Duration::ZERO, async || {
                 plugin.map(&kind, b"{}").await.unwrap();
             })
             .await;
-            let (p50, p99) = sample(n, async || {
+            let (p50, p99) = sample(n, Duration::ZERO, async || {
                 plugin.reconcile(&key, 0).await.unwrap();
             })
             .await;
-            let (spaced_p50, spaced_p99) = sample_spaced(250, SPACING, async || {
+            let (spaced_p50, spaced_p99) = sample(250, SPACING, async || {
                 plugin.reconcile(&key, 0).await.unwrap();
             })
             .await;
             let memory = memory_needed(&cached, file, &key).await;
             let reusing = load(&fresh, file, limits.clone().with_reuse_instances(REUSE)).await.unwrap();
-            let (reuse_p50, reuse_p99) = sample(n, async || {
+            let (reuse_p50, reuse_p99) = sample(n, Duration::ZERO, async || {
                 reusing.reconcile(&key, 0).await.unwrap();
             })
             .await;

@@ -457,6 +457,57 @@ async fn put_source(client: &kube::Client, ns: &str, name: &str, data: &[(&str, 
     api.patch(name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&body)).await.unwrap();
 }
 
+/// A host serving the WasmPlugins of ConfigMaps in `modules`, and WasmPlugin `defaults-<ns>`:
+/// namespace-defaults' Python source from ConfigMap `config_map` (importing `entry`, else its one
+/// file), confined to `ns` by its grants.
+struct ServedSource {
+    _app: App,
+    shutdown: CancellationToken,
+    source: tokio::task::JoinHandle<()>,
+    name: String,
+    plugins: Api<WasmPlugin>,
+}
+
+async fn serve_source(
+    client: &kube::Client,
+    ns: &str,
+    modules: &str,
+    config_map: &str,
+    entry: Option<&str>,
+) -> ServedSource {
+    let app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
+    let stop = CancellationToken::new();
+    let source = tokio::spawn(app.wasm_plugin_source(modules).selector(&format!("test={ns}")).run(stop.clone()));
+    let name = format!("defaults-{ns}");
+    let plugins: Api<WasmPlugin> = Api::all(client.clone());
+    let grants = common::approved("namespace_defaults_py.wasm", json!({ "namespaces": { "names": [ns] } }));
+    let mut spec = json!({
+        "engine": "python@0.3",
+        "module": { "configMap": { "name": config_map } },
+        "grants": grants,
+        "limits": { "deadlineMs": 5000, "memoryBytes": 134217728 },
+    });
+    if let Some(entry) = entry {
+        spec["entry"] = json!(entry);
+    }
+    let body = json!({
+        "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
+        "metadata": { "name": name, "labels": { "test": ns } },
+        "spec": spec,
+    });
+    plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap();
+    ServedSource { _app: app, shutdown: stop, source, name, plugins }
+}
+
+impl ServedSource {
+    /// Deletes the WasmPlugin and stops the source.
+    async fn stop(self) {
+        self.plugins.delete(&self.name, &DeleteParams::default()).await.unwrap();
+        self.shutdown.cancel();
+        self.source.await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wasm_plugin_given_as_source_in_a_config_map_serves_and_a_broken_edit_leaves_it_serving() {
     let Some(cp) = ControlPlane::shared() else { return };
@@ -468,23 +519,8 @@ async fn a_wasm_plugin_given_as_source_in_a_config_map_serves_and_a_broken_edit_
     let text = common::plugin_source("python/namespace-defaults/namespace_defaults.py");
     put_source(&client, &modules, "defaults-source", &[("namespace_defaults.py", &text)]).await;
 
-    let app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
-    let stop = CancellationToken::new();
-    let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
-    let name = format!("defaults-{ns}");
-    let plugins: Api<WasmPlugin> = Api::all(client.clone());
-    let grants = common::approved("namespace_defaults_py.wasm", json!({ "namespaces": { "names": [ns] } }));
-    let body = json!({
-        "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
-        "metadata": { "name": name, "labels": { "test": ns } },
-        "spec": {
-            "engine": "python@0.3",
-            "module": { "configMap": { "name": "defaults-source" } },
-            "grants": grants,
-            "limits": { "deadlineMs": 5000, "memoryBytes": 134217728 },
-        },
-    });
-    plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap();
+    let served = serve_source(&client, &ns, &modules, "defaults-source", None).await;
+    let (name, plugins) = (served.name.clone(), served.plugins.clone());
     let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(client.clone(), &ns);
     let made = |not: Option<String>| {
         let quotas = quotas.clone();
@@ -535,10 +571,7 @@ async fn a_wasm_plugin_given_as_source_in_a_config_map_serves_and_a_broken_edit_
         let err = raw.create(&PostParams { dry_run: true, ..Default::default() }, &refused).await.unwrap_err();
         assert!(err.to_string().contains(says), "{spec}: {err}");
     }
-
-    plugins.delete(&name, &DeleteParams::default()).await.unwrap();
-    stop.cancel();
-    source.await.unwrap();
+    served.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -557,24 +590,7 @@ async fn a_wasm_plugin_given_as_source_of_several_files_imports_its_entry_and_th
     let labels = "MANAGED_BY = 'namespace-defaults-of-two-files'\n";
     put_source(&client, &modules, "defaults-files", &[("namespace_defaults.py", &main), ("labels.py", labels)]).await;
 
-    let app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
-    let stop = CancellationToken::new();
-    let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
-    let name = format!("defaults-{ns}");
-    let plugins: Api<WasmPlugin> = Api::all(client.clone());
-    let grants = common::approved("namespace_defaults_py.wasm", json!({ "namespaces": { "names": [ns] } }));
-    let body = json!({
-        "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
-        "metadata": { "name": name, "labels": { "test": ns } },
-        "spec": {
-            "engine": "python@0.3",
-            "entry": "namespace_defaults",
-            "module": { "configMap": { "name": "defaults-files" } },
-            "grants": grants,
-            "limits": { "deadlineMs": 5000, "memoryBytes": 134217728 },
-        },
-    });
-    plugins.patch(&name, &PatchParams::apply("kubewasm-test"), &Patch::Apply(&body)).await.unwrap();
+    let served = serve_source(&client, &ns, &modules, "defaults-files", Some("namespace_defaults")).await;
     let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(client.clone(), &ns);
     let quota = eventually("the default quota namespace-defaults makes", CONVERGE, || async {
         quotas.get_opt("default-quota").await.unwrap()
@@ -582,8 +598,5 @@ async fn a_wasm_plugin_given_as_source_of_several_files_imports_its_entry_and_th
     .await;
     let managed_by = quota.metadata.labels.unwrap_or_default().remove("app.kubernetes.io/managed-by");
     assert_eq!(managed_by.as_deref(), Some("namespace-defaults-of-two-files"), "the second file's value");
-
-    plugins.delete(&name, &DeleteParams::default()).await.unwrap();
-    stop.cancel();
-    source.await.unwrap();
+    served.stop().await;
 }
