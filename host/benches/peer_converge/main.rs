@@ -104,7 +104,7 @@ fn warm_compile_cache(setup: &Setup, work: &Path, binary: &Path, approved: bool,
     let started = Instant::now();
     let cp = ControlPlane::builder().start().expect("a control plane (make control-plane)");
     let plugins = work.join(format!("warm-up-{approved}"));
-    variant::plugin_dir(setup, &plugins, 1, approved, false, (false, false));
+    variant::plugin_dir(setup, &plugins, 1, approved, variant::Form::default());
     let mut command = variant::run(binary, cp.kubeconfig_path(), &plugins, Some(cache));
     let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let cached = |dir: &std::path::Path| {

@@ -88,14 +88,7 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
     let children = rt.block_on(async { Children::watch(&cp.restricted_client().await).await });
 
     let plugins_dir = work.join("plugins");
-    variant::plugin_dir(
-        setup,
-        &plugins_dir,
-        spec.plugins,
-        variant.approved(setup),
-        variant.desired_state(),
-        (variant.python_source(), variant.reused()),
-    );
+    variant::plugin_dir(setup, &plugins_dir, spec.plugins, variant.approved(setup), variant.form());
     let commands = variant::commands(variant, setup, cp.kubeconfig_path(), &plugins_dir, spec.plugins);
     let since = Timestamp::try_from(SystemTime::now()).unwrap();
     let (control_plane_start, machine_start) = (procs::cpu_seconds(cp.pids()), procs::machine_cpu_seconds());

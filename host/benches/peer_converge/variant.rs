@@ -69,19 +69,13 @@ impl Variant {
         self != Self::BaselineImpersonated || setup.baseline.as_ref().is_some_and(|(_, approvals)| *approvals)
     }
 
-    /// Whether its namespace-defaults returns the desired state rather than writing.
-    pub fn desired_state(self) -> bool {
-        self == Self::KubewasmDesired
-    }
-
-    /// Whether its plugins are Python source rather than the Rust component.
-    pub fn python_source(self) -> bool {
-        matches!(self, Self::KubewasmPythonSourceCold | Self::KubewasmPythonSourceColdReused)
-    }
-
-    /// Whether its instances serve up to 100 reconciles each.
-    pub fn reused(self) -> bool {
-        self == Self::KubewasmPythonSourceColdReused
+    /// The form of its copies of namespace-defaults.
+    pub fn form(self) -> Form {
+        Form {
+            desired: self == Self::KubewasmDesired,
+            python: matches!(self, Self::KubewasmPythonSourceCold | Self::KubewasmPythonSourceColdReused),
+            reused: self == Self::KubewasmPythonSourceColdReused,
+        }
     }
 
     /// Whether this is controller-runtime (a peer) rather than kubewasm.
@@ -100,6 +94,18 @@ impl Variant {
                 | Self::BaselineImpersonated
         )
     }
+}
+
+/// The form of the copies of namespace-defaults a variant runs; the default, the Rust component
+/// writing imperatively with a fresh instance per reconcile.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Form {
+    /// Returning its children as its desired state (settings `desiredState: true`).
+    pub desired: bool,
+    /// Its Python source on the host's engine, each copy's source its own.
+    pub python: bool,
+    /// Each instance serving up to 100 reconciles (`limits.reuseInstances: 100`).
+    pub reused: bool,
 }
 
 /// What the commands need: the binaries, the plugin directory, the compile cache.
@@ -129,11 +135,9 @@ const APPROVED: &str = "grants:\n  read: [Namespace, ResourceQuota, NetworkPolic
 
 /// Writes `plugins` copies of namespace-defaults into `dir`, each under its own name with its
 /// own child names (settings `quotaName`, `networkPolicyName`), one reconcile at a time, with
-/// what it asks for approved unless `approved` is false, returning its desired state with
-/// `desired`; as Python source on the host's engine with `python`, each copy's source its own,
-/// its instances reused for up to 100 reconciles with `reused`.
-pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool, desired: bool, python: (bool, bool)) {
-    let (python, reused) = python;
+/// what it asks for approved unless `approved` is false, in the `form` given.
+pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool, form: Form) {
+    let Form { desired, python, reused } = form;
     std::fs::create_dir_all(dir).unwrap();
     let built = setup.plugin_dir.join("namespace_defaults.wasm");
     let source =
