@@ -278,12 +278,12 @@ lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p kubewasm-queue -p kubewasm-informer -p kubewasm-runtime -p kubewasm-host -p kubewasm -p kubewasm-testenv --no-deps
 
-## The image's static binary alone (what takes long in `make image`). Not niced: under `make
-## test` its LTO, one CPU for about 7 minutes at the end of its build, must start while the tests
-## build and run, not after them (CONTRIBUTING.md, "Build and test time").
+## The image's static binary alone (what takes long in `make image`). At nice 10 under `make
+## test`, so the tests come first: the machine is busy either way (CONTRIBUTING.md, "Build and
+## test time").
 image-binary: image-tools
 	$(NO_JOBSERVER) CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) CC_$(subst -,_,$(MUSL_TARGET))=musl-gcc \
-		$(CARGO) build --profile image --locked --target $(MUSL_TARGET) -p kubewasm
+		nice -n 10 $(CARGO) build --profile image --locked --target $(MUSL_TARGET) -p kubewasm
 
 ## The test binaries, built and not run.
 test-binaries: toolchain
