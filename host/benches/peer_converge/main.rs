@@ -27,7 +27,7 @@ use clap::Parser;
 use kubewasm_testenv::ControlPlane;
 
 use round::Spec;
-use variant::{Setup, Variant};
+use variant::{Form, Setup, Variant};
 
 /// Converge benchmark: kubewasm vs controller-runtime, side by side.
 #[derive(Debug, Parser)]
@@ -87,6 +87,10 @@ struct Args {
     /// The baseline predates approvals (issue 49): its plugin configs carry no `grants:`.
     #[arg(long)]
     baseline_unapproved: bool,
+    /// namespace-defaults built at the baseline's commit (`make rust-plugins` in its worktree),
+    /// for a baseline that cannot load today's component (one before contract 0.3).
+    #[arg(long)]
+    baseline_plugin: Option<PathBuf>,
     /// Set by `cargo bench`; without it (`cargo test --benches`) nothing runs.
     #[arg(long, hide = true)]
     bench: bool,
@@ -98,13 +102,13 @@ fn target_dir() -> PathBuf {
     exe.ancestors().nth(3).expect("the bench runs from <target>/<profile>/deps").to_owned()
 }
 
-/// Runs `binary` once with compile cache `cache` until the component is in it (`approved`: with
-/// the plugin config's approvals).
-fn warm_compile_cache(setup: &Setup, work: &Path, binary: &Path, approved: bool, cache: &Path) {
+/// Runs `binary` once with compile cache `cache` until the component `form` says is in it
+/// (`approved`: with the plugin config's approvals).
+fn warm_compile_cache(setup: &Setup, work: &Path, binary: &Path, approved: bool, form: Form, cache: &Path) {
     let started = Instant::now();
     let cp = ControlPlane::builder().start().expect("a control plane (make control-plane)");
-    let plugins = work.join(format!("warm-up-{approved}"));
-    variant::plugin_dir(setup, &plugins, 1, approved, variant::Form::default());
+    let plugins = work.join(format!("warm-up-{approved}-{}", form.baseline));
+    variant::plugin_dir(setup, &plugins, 1, approved, form);
     let mut command = variant::run(binary, cp.kubeconfig_path(), &plugins, Some(cache));
     let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let cached = |dir: &std::path::Path| {
@@ -159,7 +163,11 @@ fn main() {
         peer: args.peer.clone().unwrap_or_else(|| target_dir().join("bench-peer/controller-runtime")),
         plugin_dir: common::plugin_dir(),
         compile_cache: work.path().join("compile-cache"),
-        baseline: args.baseline.clone().map(|b| (b, !args.baseline_unapproved)),
+        baseline: args.baseline.clone().map(|binary| variant::Baseline {
+            binary,
+            approved: !args.baseline_unapproved,
+            component: args.baseline_plugin.clone(),
+        }),
     };
     assert!(setup.peer.exists(), "{}: build it with `make bench-peer`", setup.peer.display());
     report::machine();
@@ -183,12 +191,12 @@ fn main() {
         .iter()
         .any(|v| !v.is_peer() && !matches!(v, Variant::KubewasmCold | Variant::KubewasmColdInProcess))
     {
-        warm_compile_cache(&setup, work.path(), &setup.kubewasm, true, &setup.compile_cache);
+        warm_compile_cache(&setup, work.path(), &setup.kubewasm, true, Form::default(), &setup.compile_cache);
     }
-    if let (Some((baseline, approvals)), true) =
-        (&setup.baseline, args.variants.contains(&Variant::BaselineImpersonated))
-    {
-        warm_compile_cache(&setup, work.path(), baseline, *approvals, &variant::baseline_cache(&setup));
+    if let (Some(baseline), true) = (&setup.baseline, args.variants.contains(&Variant::BaselineImpersonated)) {
+        let form = Form { baseline: true, ..Default::default() };
+        let cache = variant::baseline_cache(&setup);
+        warm_compile_cache(&setup, work.path(), &baseline.binary, baseline.approved, form, &cache);
     }
     let runs: Vec<(usize, Variant)> = if marginal {
         args.marginal.iter().map(|&p| (p, Variant::Kubewasm)).collect()

@@ -66,7 +66,7 @@ impl Variant {
     /// Whether its plugin configs carry approvals (`grants:`): all but a baseline that predates
     /// them.
     pub fn approved(self, setup: &Setup) -> bool {
-        self != Self::BaselineImpersonated || setup.baseline.as_ref().is_some_and(|(_, approvals)| *approvals)
+        self != Self::BaselineImpersonated || setup.baseline.as_ref().is_some_and(|b| b.approved)
     }
 
     /// The form of its copies of namespace-defaults.
@@ -75,6 +75,7 @@ impl Variant {
             desired: self == Self::KubewasmDesired,
             python: matches!(self, Self::KubewasmPythonSourceCold | Self::KubewasmPythonSourceColdReused),
             reused: self == Self::KubewasmPythonSourceColdReused,
+            baseline: self == Self::BaselineImpersonated,
         }
     }
 
@@ -106,6 +107,20 @@ pub struct Form {
     pub python: bool,
     /// Each instance serving up to 100 reconciles (`limits.reuseInstances: 100`).
     pub reused: bool,
+    /// For the baseline: its own build of the component, if `--baseline-plugin` names one.
+    pub baseline: bool,
+}
+
+/// Another build of kubewasm to run beside this one ([`Variant::BaselineImpersonated`]).
+pub struct Baseline {
+    /// Its `kubewasm`.
+    pub binary: PathBuf,
+    /// Whether it takes the plugin configs' approvals (`grants:`; builds before issue 49 refuse
+    /// them).
+    pub approved: bool,
+    /// namespace-defaults built at the baseline's commit, for a baseline that predates the
+    /// contract today's component is built for; `None`: today's.
+    pub component: Option<PathBuf>,
 }
 
 /// What the commands need: the binaries, the plugin directory, the compile cache.
@@ -118,9 +133,8 @@ pub struct Setup {
     pub plugin_dir: PathBuf,
     /// Compile cache for [`Variant::Kubewasm`].
     pub compile_cache: PathBuf,
-    /// The binary of [`Variant::BaselineImpersonated`], and whether it takes the plugin
-    /// configs' approvals (`grants:`; builds before issue 49 refuse them).
-    pub baseline: Option<(PathBuf, bool)>,
+    /// What [`Variant::BaselineImpersonated`] runs.
+    pub baseline: Option<Baseline>,
 }
 
 /// Controller `i`'s name suffix and child names; one controller keeps the plain defaults.
@@ -137,9 +151,12 @@ const APPROVED: &str = "grants:\n  read: [Namespace, ResourceQuota, NetworkPolic
 /// own child names (settings `quotaName`, `networkPolicyName`), one reconcile at a time, with
 /// what it asks for approved unless `approved` is false, in the `form` given.
 pub fn plugin_dir(setup: &Setup, dir: &Path, plugins: usize, approved: bool, form: Form) {
-    let Form { desired, python, reused } = form;
+    let Form { desired, python, reused, baseline } = form;
     std::fs::create_dir_all(dir).unwrap();
-    let built = setup.plugin_dir.join("namespace_defaults.wasm");
+    let built = match setup.baseline.as_ref().and_then(|b| b.component.as_ref()) {
+        Some(component) if baseline => component.clone(),
+        _ => setup.plugin_dir.join("namespace_defaults.wasm"),
+    };
     let source =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/python/namespace-defaults/namespace_defaults.py");
     for i in 0..plugins {
@@ -259,8 +276,8 @@ pub fn commands(
             vec![command]
         }
         Variant::BaselineImpersonated => {
-            let (baseline, _) = setup.baseline.as_ref().expect("--baseline names the baseline's binary");
-            let mut command = run(baseline, kubeconfig, plugins_dir, Some(&baseline_cache(setup)));
+            let baseline = setup.baseline.as_ref().expect("--baseline names the baseline's binary");
+            let mut command = run(&baseline.binary, kubeconfig, plugins_dir, Some(&baseline_cache(setup)));
             command.args(["--plugin-write-qps", "0"]).args(IMPERSONATED);
             vec![command]
         }
