@@ -18,6 +18,7 @@ use kubewasm_host::hotload::{Desired, Origin};
 use kubewasm_host::plugin::PluginConfig;
 use kubewasm_testenv::ControlPlane;
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::prelude::*;
 
@@ -42,6 +43,12 @@ struct LoudLines {
 }
 
 impl<S: Subscriber> Layer<S> for &'static LoudLines {
+    /// Only warnings and errors are counted; without a hint the `log` bridge would pass every
+    /// `trace!` of Cranelift's to this layer.
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(LevelFilter::WARN)
+    }
+
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
         let (level, target) = (*event.metadata().level(), event.metadata().target());
         // kube's HTTP trace layer is off in the host's default filter (telemetry::QUIET).

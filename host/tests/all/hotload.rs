@@ -31,6 +31,18 @@ async fn unstamped(client: &kube::Client, ns: &str, label: &str, version: &str) 
     list.items.iter().filter(|cm| stamp_of(cm) != Some(version)).map(|cm| cm.metadata.name.clone().unwrap()).collect()
 }
 
+/// The span recorder is this binary's global subscriber, and the `log` bridge takes its level
+/// from it: at TRACE, every `trace!` Cranelift makes while compiling went through the subscriber.
+#[test]
+fn the_span_recorder_leaves_the_log_crates_level_at_info() {
+    Spans::install();
+    if std::env::var_os("RUST_LOG").is_some() {
+        println!("RUST_LOG is set: the level is what it asks for, not checked");
+        return;
+    }
+    assert_eq!(log::max_level(), log::LevelFilter::Info);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_swap_under_load_loses_no_key_overlaps_no_key_and_ends_on_the_new_version() {
     let spans = Spans::install();

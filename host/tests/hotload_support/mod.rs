@@ -7,6 +7,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::ConfigMap;
 use tracing::span::{Attributes, Id};
 use tracing::{Subscriber, field};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::registry::LookupSpan;
@@ -79,6 +80,13 @@ impl field::Visit for Fields {
 }
 
 impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Spans {
+    /// The reconcile span is at INFO. Without a hint the binary's level would be TRACE, and the
+    /// `log` bridge would pass every `trace!` of Cranelift's to the subscriber: 9% of the `all`
+    /// binary's CPU (perf, CONTRIBUTING.md "Build and test time").
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(LevelFilter::INFO)
+    }
+
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         if attrs.metadata().name() != "reconcile" {
             return;
