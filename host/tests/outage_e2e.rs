@@ -93,7 +93,7 @@ async fn stamped(client: &kube::Client, ns: &str) -> usize {
 
 /// Starts the stamper on `ns`'s backlog, with the host's client going through `host_client`.
 async fn start(host_client: &kube::Client, label: &str) -> App {
-    let app = App::new(host_client.clone(), None, None).unwrap();
+    let app = common::app(host_client);
     let config = PluginConfig::from_yaml(&stamper_config("v1", label, 4)).unwrap();
     let wasm = plugin_module("fixture_stamper.wasm");
     app.plugins().apply(Desired { name: "stamper".into(), origin: Origin::Directory, wasm, config }).await.unwrap();

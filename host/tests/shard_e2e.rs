@@ -28,7 +28,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kubewasm_host::app::App;
 use kubewasm_host::controller::RECONCILE_TRACE_TARGET;
 use kubewasm_host::hotload::WasmPlugin;
 use kubewasm_host::shard::{self, HashRange, Membership, SERVING_ANNOTATION, ShardGate, fnv1a64};
@@ -391,7 +390,7 @@ async fn a_sharded_host_says_in_each_wasm_plugins_status_whether_its_keys_are_sp
         common::examples::put_module_config_map(&client, &modules, name, &[("plugin.wasm", &module)]).await;
     }
 
-    let mut app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
+    let mut app = common::app(&client);
     let gate = ShardGate::sharded();
     app.set_shard_gate(gate.clone());
     let mut config = shard::Config::new(&lease_ns, "kubewasm");

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kubewasm_host::app::{App, PluginFile};
+use kubewasm_host::app::PluginFile;
 use kubewasm_testenv::ControlPlane;
 
 use common::{eventually, plugin_dir};
@@ -51,7 +51,7 @@ async fn namespace_defaults_in_desired_state_mode_converges_repairs_children_and
 async fn converges_repairs_children_and_honours_opt_out(config: &str) {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
-    let mut app = App::new(client.clone(), None, None).unwrap();
+    let mut app = common::app(&client.clone());
     assert!(!app.readiness().is_ready(), "not ready before any plugin or cache");
     app.add_plugin(&common::fixture_file("namespace-defaults", "namespace_defaults.wasm", config)).await.unwrap();
     eventually("readiness after the caches synced", CONVERGE, || async { app.readiness().is_ready().then_some(()) })
@@ -106,7 +106,7 @@ async fn converges_repairs_children_and_honours_opt_out(config: &str) {
 async fn a_plugin_that_fails_to_load_is_reported_and_the_others_run() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
-    let mut app = App::new(client.clone(), None, None).unwrap();
+    let mut app = common::app(&client.clone());
     let broken =
         PluginFile { name: "broken".into(), wasm: Some(plugin_dir().join("fixture-wrong-world.wasm")), config: None };
     let err = app.add_plugin(&broken).await.unwrap_err();
@@ -166,7 +166,7 @@ async fn config_reloader_restamps_a_deployment_when_its_configmap_changes() {
         wasm: Some(wasm),
         config: Some(dir.path().join("config-reloader.yaml")),
     };
-    let mut app = App::new(client.clone(), None, None).unwrap();
+    let mut app = common::app(&client.clone());
     app.add_plugin(&file).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
 
@@ -233,7 +233,7 @@ async fn configmap_sync_copies_to_matching_namespaces_follows_new_ones_and_clean
         wasm: Some(wasm),
         config: Some(dir.path().join("configmap-sync.yaml")),
     };
-    let mut app = App::new(client.clone(), None, None).unwrap();
+    let mut app = common::app(&client.clone());
     app.add_plugin(&file).await.unwrap();
 
     let (syncs, name) = common::examples::create_config_map_sync(&client, &id, &src).await;
@@ -280,7 +280,7 @@ async fn readyz_is_503_while_a_cache_cannot_sync_and_200_once_it_has() {
     let Some(cp) = ControlPlane::shared() else { return };
     let admin = cp.admin_client().await;
     // The restricted user may discover kinds but not list them: the caches cannot sync.
-    let mut app = App::new(cp.restricted_client().await, None, None).unwrap();
+    let mut app = common::app(&cp.restricted_client().await);
     let router = kubewasm_host::admin::router(app.registry().clone(), app.readiness().clone());
     let (addr, _server) =
         kubewasm_host::admin::serve("127.0.0.1:0".parse().unwrap(), router, std::future::pending()).await.unwrap();

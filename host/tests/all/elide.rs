@@ -302,7 +302,6 @@ fn nd_writes(app: &kubewasm_host::app::App) -> (f64, f64) {
 async fn namespace_defaults_reapplying_its_unchanged_children_sends_nothing() {
     use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
     use k8s_openapi::api::networking::v1::NetworkPolicy;
-    use kubewasm_host::app::App;
 
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
@@ -310,7 +309,7 @@ async fn namespace_defaults_reapplying_its_unchanged_children_sends_nothing() {
         let ns = cp.namespace("elide-nd").await;
         let config = format!("grants: {{namespaces: {{names: [{ns}]}}}}\nelideUnchangedWrites: {elide}\n");
         let file = common::fixture_file("namespace-defaults", "namespace_defaults.wasm", &config);
-        let mut app = App::new(client.clone(), None, None).unwrap();
+        let mut app = common::app(&client.clone());
         app.add_plugin(&file).await.unwrap();
         let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
         let policies = Api::<NetworkPolicy>::namespaced(client.clone(), &ns);
@@ -347,7 +346,7 @@ async fn namespace_defaults_reapplying_its_unchanged_children_sends_nothing() {
         assert!(app.shut_down(Duration::from_secs(10)).await);
 
         // A restarted host: cold caches, no memory of its writes, every Namespace reconciled again.
-        let mut restarted = App::new(client.clone(), None, None).unwrap();
+        let mut restarted = common::app(&client.clone());
         restarted.add_plugin(&file).await.unwrap();
         let again = eventually("the reconcile after the restart", SYNC * 2, || async {
             let (sent, unchanged) = nd_writes(&restarted);

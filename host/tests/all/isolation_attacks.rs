@@ -23,7 +23,7 @@ use common::hostile::{
 };
 
 fn app(client: &kube::Client) -> App {
-    App::new(client.clone(), None, None).unwrap()
+    common::app(&client.clone())
 }
 
 async fn create<K>(api: &Api<K>, body: Value) -> K

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kubewasm_host::app::App;
 use kubewasm_host::identity::Identities;
 use kubewasm_testenv::ControlPlane;
 use serde_json::json;
@@ -47,7 +46,7 @@ async fn a_namespace_spelled_as_a_path_to_a_secret_reads_no_secret() {
         marker("path-done"),
     ]});
     let dir = tempfile::tempdir().unwrap();
-    let mut app = App::new(client.clone(), None, None).unwrap();
+    let mut app = common::app(&client.clone());
     // Secrets granted in its own namespace only: the host's are what the spelling reaches for.
     let grants = format!("grants: {{read: [Secret], sensitive: {{namespaces: [{inside}]}}}}\n");
     app.add_plugin(&hostile(dir.path(), "path-reader", &grants, settings)).await.unwrap();
@@ -87,7 +86,7 @@ async fn a_status_json_patch_is_judged_by_what_it_removes_not_by_its_paths() {
         marker("move-done"),
     ]});
     let dir = tempfile::tempdir().unwrap();
-    let mut app = App::new(client.clone(), None, None).unwrap();
+    let mut app = common::app(&client.clone());
     let grants = format!("grants: {{namespaces: {{names: [{inside}]}}}}\n");
     app.add_plugin(&hostile(dir.path(), "status-mover", &grants, settings)).await.unwrap();
     written(&client, &inside, "move-done").await;
@@ -182,7 +181,7 @@ async fn a_child_made_under_another_plugins_name_is_reported_and_handed_over_by_
          "body": {"data": {"by": "new"}}},
     ]});
     let dir = tempfile::tempdir().unwrap();
-    let mut app = App::new(client.clone(), None, None).unwrap();
+    let mut app = common::app(&client.clone());
     app.add_plugin(&hostile(dir.path(), "ho-new", "", settings)).await.unwrap();
     let note = eventually("an AccessDenied Event naming the holder", CONVERGE, || async {
         common::hostile::access_denied(&client, &ns, "ho-new").await

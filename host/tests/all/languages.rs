@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kubewasm_host::app::{App, PluginFile};
+use kubewasm_host::app::PluginFile;
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 
@@ -143,7 +143,7 @@ async fn namespace_defaults_leaves_the_expected_state(language: &str, file: &str
         wasm: Some(wasm),
         config: Some(dir.path().join("namespace-defaults.yaml")),
     };
-    let mut app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
+    let mut app = common::app(&client);
     app.add_plugin(&plugin).await.unwrap_or_else(|e| panic!("the {language} build does not load: {e:#}"));
 
     let ns = format!("lang-{language}-{}", std::process::id());

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ResourceQuota;
 use kube::api::{Api, Patch, PatchParams};
-use kubewasm_host::app::App;
 use kubewasm_host::hotload::WasmPlugin;
 use kubewasm_host::hotload::oci::push::{Artifact, digest};
 use kubewasm_host::hotload::oci::signature::{self, SigningKey};
@@ -93,7 +92,7 @@ fn host_with(
     cache: &std::path::Path,
     require_signature: bool,
 ) -> Host {
-    let app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
+    let app = common::app(client);
     let options = Options {
         cache_dir: Some(cache.to_owned()),
         ca_pem: Some(registry.ca_pem().as_bytes().to_vec()),
@@ -502,7 +501,7 @@ async fn a_plugin_file_naming_an_oci_module_follows_its_tag_and_keeps_serving_th
     let python = plugin_wasm("namespace_defaults_py.wasm");
     push_signed(rust.clone()).await;
 
-    let app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
+    let app = common::app(&client);
     let cache = tempfile::tempdir().unwrap();
     let options = Options {
         cache_dir: Some(cache.path().to_owned()),

@@ -37,7 +37,7 @@ async fn a_write_the_api_server_refuses_at_run_time_shows_in_the_wasm_plugins_co
     common::examples::put_module_config_map(&client, &modules, "stamper-module", &[("plugin.wasm", &wasm)]).await;
     let identity = Identity { namespace: "kubewasm-system".into(), host_service_account: "kubewasm".into() };
     let options = Options { identity: Some(identity), provision_rbac: true, ..Options::default() };
-    let app = App::with_options(client.clone(), None, None, options).unwrap();
+    let app = App::with_options(client.clone(), Some(&common::test_compile_cache()), None, options).unwrap();
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
 
@@ -98,7 +98,7 @@ async fn a_name_another_plugin_made_shows_in_the_wasm_plugins_conditions_with_it
     let child = json!({ "metadata": { "name": "child", "labels": { "kubewasm.dev/plugin": "held-other" } } });
     api.create(&PostParams::default(), &serde_json::from_value(child).unwrap()).await.unwrap();
 
-    let app = App::with_options(client.clone(), None, None, Options::default()).unwrap();
+    let app = App::with_options(client.clone(), Some(&common::test_compile_cache()), None, Options::default()).unwrap();
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
     let name = format!("held-{ns}");

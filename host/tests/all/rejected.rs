@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
-use kubewasm_host::app::{App, PluginFile};
+use kubewasm_host::app::PluginFile;
 use kubewasm_testenv::ControlPlane;
 use serde_json::{Value, json};
 
@@ -37,7 +37,7 @@ async fn a_write_the_api_server_rejects_is_a_warning_event_on_the_reconciled_obj
         wasm: Some(install_plugin(dir.path(), "slasher", "fixture_intruder.wasm", &config)),
         config: Some(dir.path().join("slasher.yaml")),
     };
-    let mut app = App::new(client.clone(), None, None).unwrap();
+    let mut app = common::app(&client.clone());
     app.add_plugin(&file).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);

@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
-use kubewasm_host::app::{App, PluginFile};
+use kubewasm_host::app::PluginFile;
 use kubewasm_testenv::ControlPlane;
 
 use common::{eventually, install_plugin, metric_value};
@@ -27,7 +27,7 @@ async fn a_looping_and_a_forbidden_plugin_cost_only_their_own_reconciles() {
         wasm: Some(install_plugin(dir.path(), name, built, config)),
         config: Some(dir.path().join(format!("{name}.yaml"))),
     };
-    let mut app = App::new(client.clone(), None, None).unwrap();
+    let mut app = common::app(&client.clone());
     app.add_plugin(&file("looper", "fixture_looper.wasm", "limits: {deadlineMs: 1000}\n")).await.unwrap();
     app.add_plugin(&file("forbidden", "fixture_forbidden.wasm", "")).await.unwrap();
     app.add_plugin(&file("namespace-defaults", "namespace_defaults.wasm", "")).await.unwrap();

@@ -54,7 +54,7 @@ pub(crate) async fn defaults_made(client: &kube::Client, ns: &str, not: Option<&
 
 /// The App tests run plugins in: the shared compile cache, so the engine compiles once per run.
 pub(crate) fn app(client: &kube::Client) -> App {
-    App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap()
+    common::app(client)
 }
 
 #[rstest]

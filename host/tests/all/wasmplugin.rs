@@ -48,7 +48,7 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
     let label = format!("kubewasm.test/wp={ns}");
     put_module(&client, &modules, &plugin_wasm("fixture_stamper.wasm")).await;
 
-    let app = App::new(client.clone(), None, None).unwrap();
+    let app = common::app(&client.clone());
     let stop = CancellationToken::new();
     // Each test's host serves only its own WasmPlugins (tests run in parallel).
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
@@ -191,7 +191,7 @@ async fn a_url_module_is_downloaded_once_and_a_wrong_digest_is_refused() {
     let wasm = plugin_wasm("fixture_stamper.wasm");
     let (base, hits) = module_server(wasm.to_vec()).await;
 
-    let app = App::new(client.clone(), None, None).unwrap();
+    let app = common::app(&client.clone());
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
     let plugins: Api<WasmPlugin> = Api::all(client.clone());
@@ -282,7 +282,8 @@ async fn a_wasm_plugin_whose_caches_cannot_sync_says_why_in_its_status_and_holds
     Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &binding).await.unwrap();
 
     let options = kubewasm_host::hotload::Options { sync_timeout: Duration::from_secs(5), ..Default::default() };
-    let app = App::with_options(cp.restricted_client().await, None, None, options).unwrap();
+    let app =
+        App::with_options(cp.restricted_client().await, Some(&common::test_compile_cache()), None, options).unwrap();
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
     let plugins: Api<WasmPlugin> = Api::all(admin.clone());
@@ -360,7 +361,7 @@ async fn a_wasm_plugin_whose_identity_lacks_rights_lists_them_for_it_and_its_can
     put_module(&client, &modules, &plugin_wasm("fixture_stamper.wasm")).await;
     let identity = Identity { namespace: "kubewasm-system".into(), host_service_account: "kubewasm".into() };
     let options = Options { identity: Some(identity.clone()), ..Options::default() };
-    let app = App::with_options(client.clone(), None, None, options).unwrap();
+    let app = App::with_options(client.clone(), Some(&common::test_compile_cache()), None, options).unwrap();
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
 
@@ -475,7 +476,7 @@ async fn serve_source(
     config_map: &str,
     entry: Option<&str>,
 ) -> ServedSource {
-    let app = App::new(client.clone(), Some(&common::test_compile_cache()), None).unwrap();
+    let app = common::app(client);
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(modules).selector(&format!("test={ns}")).run(stop.clone()));
     let name = format!("defaults-{ns}");

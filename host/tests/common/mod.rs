@@ -56,6 +56,13 @@ pub fn test_compile_cache() -> PathBuf {
     plugin_dir().join("../test-compile-cache")
 }
 
+/// The host as `kubewasm dev` runs it on `client`, compiling through the tests' shared compile
+/// cache: a component the tests load many times (a fixture, an engine) is compiled once, not
+/// once per test. A test about how long a compile takes builds its `App` without the cache.
+pub fn app(client: &kube::Client) -> kubewasm_host::app::App {
+    kubewasm_host::app::App::new(client.clone(), Some(&test_compile_cache()), None).unwrap()
+}
+
 /// The bytes of a built plugin component; fails loudly, saying how to build it.
 pub fn plugin_wasm(file: &str) -> Arc<[u8]> {
     let path = plugin_dir().join(file);
