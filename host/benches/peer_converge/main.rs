@@ -132,6 +132,12 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
 }
 
+/// Round `round`'s order (from 1): each round starts one run later than the one before, so that
+/// no variant always runs first (the first slot of a round measured slower on this VM).
+fn rotated<T: Copy>(runs: &[T], round: usize) -> impl Iterator<Item = T> + '_ {
+    (0..runs.len()).map(move |i| runs[(i + round - 1) % runs.len()])
+}
+
 /// The latency rounds, interleaved like the converge ones.
 fn run_latency(args: &Args, setup: &Setup, work: &std::path::Path) {
     let variants = if args.variants.is_empty() {
@@ -143,7 +149,7 @@ fn run_latency(args: &Args, setup: &Setup, work: &std::path::Path) {
     println!("| round | variant | updates | reconciles | p50 | p99 | max |\n|---|---|---|---|---|---|---|");
     let mut results = Vec::new();
     for r in 1..=args.rounds {
-        for &variant in &variants {
+        for variant in rotated(&variants, r) {
             let outcome = latency::run(variant, &spec, setup, &work.join(format!("latency-{r}-{}", variant.name())));
             latency::line(r, variant, &outcome);
             results.push((variant, outcome));
@@ -206,7 +212,7 @@ fn main() {
     let mut results = Vec::new();
     report::header();
     for r in 1..=args.rounds {
-        for &(plugins, variant) in &runs {
+        for (plugins, variant) in rotated(&runs, r) {
             let dir = work.path().join(format!("round-{r}-{}-{plugins}", variant.name()));
             let outcome = round::run(variant, &spec(plugins), &setup, &dir);
             report::line(r, variant, plugins, &outcome);
