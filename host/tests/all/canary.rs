@@ -36,7 +36,7 @@ async fn a_canary_reports_differences_writes_nothing_and_is_promoted_compared_an
         [("plugin.wasm", &plugin_wasm("namespace_defaults.wasm")), ("garbage.wasm", b"definitely not a component")];
     common::examples::put_module_config_map(&client, &modules, "nsdef-module", &entries).await;
 
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
 
@@ -175,7 +175,7 @@ async fn a_plugin_files_canary_that_traps_is_counted_as_failed_and_the_serving_v
     );
     common::install_plugin(dir.path(), "stamper", "fixture_stamper.wasm", &config);
 
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     let mut source = app.directory_source(dir.path());
     source.sync().await.unwrap();
     eventually("the canary runs", CONVERGE, || async { app.plugins().canary("stamper").await }).await;
@@ -221,7 +221,7 @@ async fn a_plugin_file_added_by_the_app_runs_its_canary_as_the_directory_source_
     common::install_plugin(dir.path(), "stamper", "fixture_stamper.wasm", config);
     let file = kubewasm_host::app::plugin_files(dir.path()).unwrap().into_iter().find(|f| f.name == "stamper").unwrap();
 
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     app.add_plugin(&file).await.unwrap();
     assert!(app.plugins().serving("stamper").await.is_some(), "the plugin serves");
     let (sha256, _) = app.plugins().canary("stamper").await.expect("the canary its config names runs");

@@ -25,7 +25,7 @@ async fn contract_app(client: &kube::Client, dir: &std::path::Path, ns: &str, pr
     );
     let wasm = common::install_plugin(dir, "contract", "fixture_contract.wasm", &config);
     let file = PluginFile { name: "contract".into(), wasm: Some(wasm), config: Some(dir.join("contract.yaml")) };
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(client);
     app.add_plugin(&file).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
     app

@@ -51,7 +51,7 @@ async fn namespace_defaults_in_desired_state_mode_converges_repairs_children_and
 async fn converges_repairs_children_and_honours_opt_out(config: &str) {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     assert!(!app.readiness().is_ready(), "not ready before any plugin or cache");
     app.add_plugin(&common::fixture_file("namespace-defaults", "namespace_defaults.wasm", config)).await.unwrap();
     eventually("readiness after the caches synced", CONVERGE, || async { app.readiness().is_ready().then_some(()) })
@@ -106,7 +106,7 @@ async fn converges_repairs_children_and_honours_opt_out(config: &str) {
 async fn a_plugin_that_fails_to_load_is_reported_and_the_others_run() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     let broken =
         PluginFile { name: "broken".into(), wasm: Some(plugin_dir().join("fixture-wrong-world.wasm")), config: None };
     let err = app.add_plugin(&broken).await.unwrap_err();
@@ -166,7 +166,7 @@ async fn config_reloader_restamps_a_deployment_when_its_configmap_changes() {
         wasm: Some(wasm),
         config: Some(dir.path().join("config-reloader.yaml")),
     };
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     app.add_plugin(&file).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
 
@@ -233,7 +233,7 @@ async fn configmap_sync_copies_to_matching_namespaces_follows_new_ones_and_clean
         wasm: Some(wasm),
         config: Some(dir.path().join("configmap-sync.yaml")),
     };
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     app.add_plugin(&file).await.unwrap();
 
     let (syncs, name) = common::examples::create_config_map_sync(&client, &id, &src).await;

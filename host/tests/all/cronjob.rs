@@ -46,7 +46,7 @@ async fn cronjobs(cp: &ControlPlane, client: &kube::Client, ns: &str) -> Api<Dyn
 async fn cronjob_controller(client: &kube::Client, ns: &str, built: &str) -> App {
     let config = format!("grants: {{namespaces: {{names: [{ns}]}}}}\n");
     let file = common::fixture_file("cronjob", built, &config);
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(client);
     app.add_plugin(&file).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
     app

@@ -49,7 +49,7 @@ async fn fanouts(client: &kube::Client) -> Api<DynamicObject> {
 async fn desired_app(client: &kube::Client, id: &str) -> App {
     let config = format!("settings: {{selector: kubewasm-test={id}}}\n");
     let file = common::fixture_file(PLUGIN, "fixture_desired.wasm", &config);
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(client);
     app.add_plugin(&file).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
     app

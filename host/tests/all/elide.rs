@@ -309,7 +309,7 @@ async fn namespace_defaults_reapplying_its_unchanged_children_sends_nothing() {
         let ns = cp.namespace("elide-nd").await;
         let config = format!("grants: {{namespaces: {{names: [{ns}]}}}}\nelideUnchangedWrites: {elide}\n");
         let file = common::fixture_file("namespace-defaults", "namespace_defaults.wasm", &config);
-        let mut app = common::app(&client.clone());
+        let mut app = common::app(&client);
         app.add_plugin(&file).await.unwrap();
         let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
         let policies = Api::<NetworkPolicy>::namespaced(client.clone(), &ns);
@@ -346,7 +346,7 @@ async fn namespace_defaults_reapplying_its_unchanged_children_sends_nothing() {
         assert!(app.shut_down(Duration::from_secs(10)).await);
 
         // A restarted host: cold caches, no memory of its writes, every Namespace reconciled again.
-        let mut restarted = common::app(&client.clone());
+        let mut restarted = common::app(&client);
         restarted.add_plugin(&file).await.unwrap();
         let again = eventually("the reconcile after the restart", SYNC * 2, || async {
             let (sent, unchanged) = nd_writes(&restarted);

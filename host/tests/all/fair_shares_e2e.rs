@@ -54,7 +54,7 @@ async fn a_greedy_neighbour_is_clamped_and_namespace_defaults_still_converges_be
     let greedy = common::fixture_file("greedy", "fixture_greedy.wasm", &serde_yaml::to_string(&settings).unwrap());
     let defaults = common::fixture_file("namespace-defaults", "namespace_defaults.wasm", "");
 
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     app.add_plugin(&greedy).await.unwrap();
     app.add_plugin(&defaults).await.unwrap();
     let plugin = app.plugins().plugin("greedy").await.unwrap();

@@ -54,7 +54,7 @@ async fn a_swap_under_load_loses_no_key_overlaps_no_key_and_ends_on_the_new_vers
 
     let dir = tempfile::tempdir().unwrap();
     install_plugin(dir.path(), "stamper", "fixture_stamper.wasm", &stamper_config("v1", &label, 4));
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     let mut source = app.directory_source(dir.path());
     source.sync().await.unwrap();
     let stop = CancellationToken::new();
@@ -127,7 +127,7 @@ async fn a_bad_version_is_rejected_and_the_old_one_keeps_serving(
     let client = cp.admin_client().await;
     let ns = cp.namespace("reject").await;
     let label = format!("kubewasm.test/reject={ns}");
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     let good = kubewasm_host::plugin::PluginConfig::from_yaml(&stamper_config("v1", &label, 1)).unwrap();
     let desired = |wasm, config| Desired {
         name: "stamper".into(),
@@ -162,7 +162,7 @@ async fn informers_follow_registration_changes_and_the_last_unload_stops_the_wat
     let ns = cp.namespace("unload").await;
     let label = format!("kubewasm.test/unload={ns}");
     let dir = tempfile::tempdir().unwrap();
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     let factory = app.plugins().context().factory.clone();
     let mut source = app.directory_source(dir.path());
 
@@ -207,7 +207,7 @@ async fn a_file_copied_in_piece_by_piece_is_loaded_once_complete() {
     let ns = cp.namespace("copy").await;
     let label = format!("kubewasm.test/copy={ns}");
     let dir = tempfile::tempdir().unwrap();
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     let source = app.directory_source(dir.path());
     let stop = CancellationToken::new();
     // The watch is in place once `start_watch` returns: every piece written below is seen.
@@ -247,7 +247,7 @@ async fn a_version_that_failed_for_want_of_its_crd_loads_on_a_later_pass_without
         "/../deploy/overlays/examples/plugins/configmap-sync.yaml"
     ));
     install_plugin(dir.path(), "configmap-sync", "configmap_sync.wasm", &config.unwrap());
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     let mut source = app.directory_source(dir.path());
 
     // Its for kind (ConfigMapSync) is not served yet: a wiring error, not the file's fault.

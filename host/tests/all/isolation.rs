@@ -84,7 +84,7 @@ async fn a_plugin_cannot_overwrite_another_plugins_module_config_map_whatever_it
     )
     .await;
     let app_dir = tempfile::tempdir().unwrap();
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={modules}")).run(stop.clone()));
     let plugins: Api<WasmPlugin> = Api::all(client.clone());
@@ -177,7 +177,7 @@ async fn a_plugin_writes_owned_kind_objects_it_controls_and_no_others() {
         {"how": "apply", "name": "child", "controlled": true, "data": {"k": "mine"}},
     ]);
     let dir = tempfile::tempdir().unwrap();
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     app.add_plugin(&intruder(dir.path(), "intruder", "", attempts(&ns, writes))).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
     let trigger =
@@ -222,7 +222,7 @@ async fn a_plugin_confined_to_namespaces_neither_sees_nor_writes_outside_them() 
 
     // Two plugins granted ConfigMaps anywhere, one confined by name, one by label selector.
     let dir = tempfile::tempdir().unwrap();
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     let scopes = [
         ("by-name", format!("{{names: [{inside}]}}")),
         ("by-selector", format!("{{selector: 'kubewasm.test/scope={inside}'}}")),
@@ -280,7 +280,7 @@ async fn a_confined_plugin_is_never_handed_a_key_outside_its_namespaces() {
     // test reads every key the triggers queued.
     let (_leading, rx) = tokio::sync::watch::channel(false);
     let dir = tempfile::tempdir().unwrap();
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     app.set_leader_gate(kubewasm_host::leader::LeaderGate::new(rx));
     let grants = format!("grants: {{namespaces: {{names: [{inside}]}}}}\n");
     app.add_plugin(&intruder(dir.path(), "confined", &grants, attempts(&inside, json!([])))).await.unwrap();
@@ -330,7 +330,7 @@ async fn a_plugin_granted_secrets_reads_them_only_where_named_and_none_in_the_ho
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     // As App::new protects the namespace it runs in (POD_NAMESPACE), shared by every test here.
     app.protected().namespace(&host, "is the host's own namespace");
     let mut settings = attempts(&team, json!([]));

@@ -23,7 +23,7 @@ use common::hostile::{
 };
 
 fn app(client: &kube::Client) -> App {
-    common::app(&client.clone())
+    common::app(client)
 }
 
 async fn create<K>(api: &Api<K>, body: Value) -> K

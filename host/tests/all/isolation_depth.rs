@@ -46,7 +46,7 @@ async fn a_namespace_spelled_as_a_path_to_a_secret_reads_no_secret() {
         marker("path-done"),
     ]});
     let dir = tempfile::tempdir().unwrap();
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     // Secrets granted in its own namespace only: the host's are what the spelling reaches for.
     let grants = format!("grants: {{read: [Secret], sensitive: {{namespaces: [{inside}]}}}}\n");
     app.add_plugin(&hostile(dir.path(), "path-reader", &grants, settings)).await.unwrap();
@@ -86,7 +86,7 @@ async fn a_status_json_patch_is_judged_by_what_it_removes_not_by_its_paths() {
         marker("move-done"),
     ]});
     let dir = tempfile::tempdir().unwrap();
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     let grants = format!("grants: {{namespaces: {{names: [{inside}]}}}}\n");
     app.add_plugin(&hostile(dir.path(), "status-mover", &grants, settings)).await.unwrap();
     written(&client, &inside, "move-done").await;
@@ -181,7 +181,7 @@ async fn a_child_made_under_another_plugins_name_is_reported_and_handed_over_by_
          "body": {"data": {"by": "new"}}},
     ]});
     let dir = tempfile::tempdir().unwrap();
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     app.add_plugin(&hostile(dir.path(), "ho-new", "", settings)).await.unwrap();
     let note = eventually("an AccessDenied Event naming the holder", CONVERGE, || async {
         common::hostile::access_denied(&client, &ns, "ho-new").await

@@ -37,7 +37,7 @@ async fn a_write_the_api_server_rejects_is_a_warning_event_on_the_reconciled_obj
         wasm: Some(install_plugin(dir.path(), "slasher", "fixture_intruder.wasm", &config)),
         config: Some(dir.path().join("slasher.yaml")),
     };
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     app.add_plugin(&file).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);

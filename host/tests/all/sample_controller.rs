@@ -36,7 +36,7 @@ const PORTS: [&str; 4] =
 async fn sample_controller(client: &kube::Client, ns: &str, built: &str) -> App {
     let config = format!("grants: {{namespaces: {{names: [{ns}]}}}}\n");
     let file = common::fixture_file("sample-controller", built, &config);
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(client);
     app.add_plugin(&file).await.unwrap();
     eventually("readiness", CONVERGE, || async { app.readiness().is_ready().then_some(()) }).await;
     app

@@ -27,7 +27,7 @@ async fn a_looping_and_a_forbidden_plugin_cost_only_their_own_reconciles() {
         wasm: Some(install_plugin(dir.path(), name, built, config)),
         config: Some(dir.path().join(format!("{name}.yaml"))),
     };
-    let mut app = common::app(&client.clone());
+    let mut app = common::app(&client);
     app.add_plugin(&file("looper", "fixture_looper.wasm", "limits: {deadlineMs: 1000}\n")).await.unwrap();
     app.add_plugin(&file("forbidden", "fixture_forbidden.wasm", "")).await.unwrap();
     app.add_plugin(&file("namespace-defaults", "namespace_defaults.wasm", "")).await.unwrap();

@@ -26,7 +26,7 @@ async fn a_wasm_plugin_whose_settings_break_its_schema_is_rejected_and_the_old_v
     let stamper = plugin_wasm("fixture_stamper.wasm");
     common::examples::put_module_config_map(&client, &modules, "stamper-module", &[("plugin.wasm", &stamper)]).await;
 
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
     let name = format!("stamper-{ns}");

@@ -59,7 +59,7 @@ async fn a_swap_that_lowers_max_concurrent_never_runs_more_reconciles_at_once_th
     create_config_maps(&client, &ns, &label, (0..KEYS).map(|i| format!("cm-{i:04}"))).await;
 
     // Four workers, all idle in the queue once the backlog is done.
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     app.plugins().apply(stamper("v1", &label, 4)).await.unwrap();
     eventually("every ConfigMap stamped v1", CONVERGE, || async {
         (stamped(&client, &ns, "v1").await == KEYS).then_some(())
@@ -173,7 +173,7 @@ async fn a_swap_queues_again_only_the_objects_the_plugins_selector_selects() {
     let other = format!("kubewasm.test/not-selected={ns}");
     create_config_maps(&client, &ns, &other, ["outside".to_owned()].into_iter()).await;
 
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     app.plugins().apply(stamper("v1", &label, 1)).await.unwrap();
     eventually("selected stamped v1", CONVERGE, || async { (stamped(&client, &ns, "v1").await == 1).then_some(()) })
         .await;

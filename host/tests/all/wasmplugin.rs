@@ -48,7 +48,7 @@ async fn a_wasm_plugin_loads_swaps_reports_a_rejected_module_and_unloads() {
     let label = format!("kubewasm.test/wp={ns}");
     put_module(&client, &modules, &plugin_wasm("fixture_stamper.wasm")).await;
 
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     let stop = CancellationToken::new();
     // Each test's host serves only its own WasmPlugins (tests run in parallel).
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
@@ -191,7 +191,7 @@ async fn a_url_module_is_downloaded_once_and_a_wrong_digest_is_refused() {
     let wasm = plugin_wasm("fixture_stamper.wasm");
     let (base, hits) = module_server(wasm.to_vec()).await;
 
-    let app = common::app(&client.clone());
+    let app = common::app(&client);
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
     let plugins: Api<WasmPlugin> = Api::all(client.clone());

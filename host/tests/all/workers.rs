@@ -92,7 +92,7 @@ const CHILDREN: &str = "kubewasm.test/children";
 
 /// Starts the `mapper` fixture on the ConfigMaps labelled `selector`.
 async fn start_mapper(client: &kube::Client, selector: &str) -> App {
-    let app = common::app(&client.clone());
+    let app = common::app(client);
     let config = format!("grants:\n  read: [ConfigMap]\n  write: [ConfigMap]\nsettings:\n  selector: \"{selector}\"\n");
     let config = PluginConfig::from_yaml(&config).unwrap();
     let wasm = plugin_module("fixture_mapper.wasm");
