@@ -13,8 +13,8 @@ use kubewasm_host::plugin::api::NoCluster;
 /// `kubewasm check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The plugin: its component (`<name>.wasm`), or its source (`<name>.py`, `<name>.js`),
-    /// whose config names its engine.
+    /// The plugin: its component (`<name>.wasm`), or its source (`<name>.py`, `<name>.js`, or a
+    /// directory `<name>/` of them), whose config names its engine.
     pub plugin: PathBuf,
     /// Its config file; default: `<name>.yaml` (`.yml`, `.json`) beside it, if present.
     #[arg(long, env = "KUBEWASM_CHECK_CONFIG")]

@@ -68,7 +68,7 @@ impl DevArgs {
              \x20 kubeconfig:  {kubeconfig}\n\
              \x20 try:         {kubectl} --kubeconfig {kubeconfig} create namespace demo\n\
              \x20              {kubectl} --kubeconfig {kubeconfig} get all,events -A\n\
-             \x20 plugins:     {plugins} (add, change or remove <name>.wasm, .py, .js or .yaml; they reload)\n\
+             \x20 plugins:     {plugins} (add, change or remove <name>.wasm, .py, .js, <name>/ or .yaml; they reload)\n\
              \x20 logs:        {}\n\
              \x20 Ctrl-C stops the host and the control plane.",
             control_plane.apiserver_startup_time(),

@@ -13,8 +13,8 @@ use kubewasm_host::hotload::oci::{Options, Puller};
 #[derive(Debug, Args)]
 pub struct PushArgs {
     /// The component to push (the standard wasm artifact), or a plugin's source (`<name>.py`,
-    /// `<name>.js`: kubewasm's source artifact, served by a WasmPlugin or plugin file that names
-    /// its `engine`).
+    /// `<name>.js`, or a directory `<name>/` of them: kubewasm's source artifact, served by a
+    /// WasmPlugin or plugin file that names its `engine`).
     pub plugin: PathBuf,
     /// Where: `registry/repository:tag`.
     pub reference: String,

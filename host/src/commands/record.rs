@@ -10,8 +10,8 @@ use crate::offline::{self, config_with_settings, fixtures, plugin_file, runtime}
 /// `kubewasm record`.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// The plugin: its component (`<name>.wasm`), or its source (`<name>.py`, `<name>.js`),
-    /// whose config names its engine.
+    /// The plugin: its component (`<name>.wasm`), or its source (`<name>.py`, `<name>.js`, or a
+    /// directory `<name>/` of them), whose config names its engine.
     pub plugin: PathBuf,
     /// Key to record (`namespace/name`, or `name` for a cluster-scoped kind); repeatable.
     #[arg(long = "key", required = true, env = "KUBEWASM_RECORD_KEY", value_delimiter = ',')]

@@ -14,8 +14,8 @@ pub mod serve;
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Plugin directory: each `<name>.wasm` is a plugin, configured by `<name>.yaml` beside it;
-    /// so is each `<name>.py` or `<name>.js`, a plugin given as source, whose config names its
-    /// engine (`engine: python@0.3`, `js@0.3`).
+    /// so is each `<name>.py` or `<name>.js` (or a directory `<name>/` of them), a plugin given
+    /// as source, whose config names its engine (`engine: python@0.3`, `js@0.3`).
     #[arg(long, env = "KUBEWASM_PLUGINS")]
     pub plugins: Option<PathBuf>,
     /// Directory of the language engines plugins given as source run on

@@ -13,8 +13,8 @@ use crate::offline::{self, Harness, config_with_settings, diff, parse_expected, 
 /// `kubewasm test`.
 #[derive(Debug, Args)]
 pub struct TestArgs {
-    /// The plugin: its component (`<name>.wasm`), or its source (`<name>.py`, `<name>.js`),
-    /// whose config names its engine.
+    /// The plugin: its component (`<name>.wasm`), or its source (`<name>.py`, `<name>.js`, or a
+    /// directory `<name>/` of them), whose config names its engine.
     pub plugin: PathBuf,
     /// Objects to cache (multi-document YAML; `kind: List` items count), or a recording made by
     /// `kubewasm record`, which also says the key and the expected writes. Repeatable.

@@ -28,10 +28,11 @@ pub struct RuntimeArgs {
     pub compiler: Compiler,
 }
 
-/// The plugin file for `plugin` (a component, or a source file): named after the file,
-/// configured by `config` or else by the `.yaml`/`.yml`/`.json` beside it.
+/// The plugin file for `plugin` (a component, a source file, or a directory of source files):
+/// named after the file, configured by `config` or else by the `.yaml`/`.yml`/`.json` beside it.
 pub fn plugin_file(plugin: &Path, config: Option<PathBuf>) -> PluginFile {
-    let name = plugin.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+    let name = if plugin.is_dir() { plugin.file_name() } else { plugin.file_stem() };
+    let name = name.unwrap_or_default().to_string_lossy().into_owned();
     let config = config.or_else(|| config_beside(plugin));
     PluginFile { name, wasm: Some(plugin.to_owned()), config }
 }

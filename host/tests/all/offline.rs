@@ -35,14 +35,7 @@ spec: {hard: {pods: \"50\"}}
 /// `kubewasm test` of built plugin `wasm`, beside a config approving what it asks for.
 fn kubewasm_test(wasm: &str, args: &[&str]) -> Output {
     let file = common::fixture_file(wasm.trim_end_matches(".wasm"), wasm, "");
-    Command::new(env!("CARGO_BIN_EXE_kubewasm"))
-        .arg("test")
-        .arg(file.wasm.unwrap())
-        .arg("--compile-cache")
-        .arg(common::test_compile_cache())
-        .args(args)
-        .output()
-        .unwrap()
+    kubewasm_test_path(&file.wasm.unwrap(), args)
 }
 
 fn stdout_ok(out: &Output) -> String {
@@ -358,4 +351,40 @@ fn check_and_test_run_a_python_plugin_given_as_source_as_they_run_its_component(
     let checked = check(&source);
     assert!(checked.contains("reconciles:     v1 Namespace"), "{checked}");
     assert_eq!(checked, check(&component), "the same registration and grants");
+}
+
+#[test]
+fn test_runs_a_javascript_plugin_of_several_files_given_as_its_directory_as_it_runs_the_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = write(dir.path(), "objects.yaml", NAMESPACES);
+    let text = common::plugin_source("js/namespace-defaults/namespace-defaults.js");
+    let one = tempfile::tempdir().unwrap();
+    let file = common::install_source_file(one.path(), "nd.js", "namespace_defaults_js.wasm", &text, "");
+    let report = stdout_ok(&kubewasm_test_path(&file, &["--objects", &objects]));
+    assert!(report.contains("apply:"), "{report}");
+    let expected = write(dir.path(), "expected.yaml", &report);
+
+    // The same plugin, its quota's name taken from a module of its own one directory down.
+    let index = text.replace("quotaName: 'default-quota'", "quotaName: QUOTA_NAME").replace(
+        "const [NAMESPACE, QUOTA] =",
+        "import { QUOTA_NAME } from './lib/names.js';\n\nconst [NAMESPACE, QUOTA] =",
+    );
+    assert_eq!(index.matches("QUOTA_NAME").count(), 2, "the source changed: {text}");
+    let several = tempfile::tempdir().unwrap();
+    let files = [("index.js", index.as_str()), ("lib/names.js", "export const QUOTA_NAME = 'default-quota';\n")];
+    let root = common::install_source_dir(several.path(), "nd", "namespace_defaults_js.wasm", &files, "index", "");
+    let out = kubewasm_test_path(&root, &["--objects", &objects, "--expect", &expected]);
+    assert!(out.status.success(), "the directory's report differs:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `kubewasm test` of plugin file (or directory) `plugin`, on the tests' compile cache.
+fn kubewasm_test_path(plugin: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubewasm"))
+        .arg("test")
+        .arg(plugin)
+        .arg("--compile-cache")
+        .arg(common::test_compile_cache())
+        .args(args)
+        .output()
+        .unwrap()
 }

@@ -155,6 +155,45 @@ async fn source_plugins_of_one_language_share_one_engine_compile() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_of_several_files_in_its_own_directory_serves_and_an_edit_to_one_of_them_is_watched() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    let ns = format!("src-dir-{}", std::process::id());
+    create_namespace(&client, &ns).await;
+    // namespace-defaults, taking its quota's name from a module of its own in a package without
+    // an `__init__.py` (a namespace package, as Python allows).
+    let main = namespace_defaults()
+        .replace("\"quotaName\": \"default-quota\"", "\"quotaName\": names.QUOTA")
+        .replace("NAMESPACE, QUOTA =", "from helpers import names\n\nNAMESPACE, QUOTA =");
+    assert_eq!(main.matches("names.").count(), 1, "the source changed: {main}");
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        format!("limits: {{deadlineMs: 5000, memoryBytes: 134217728}}\ngrants: {{namespaces: {{names: [{ns}]}}}}\n");
+    let files = [("main.py", main.as_str()), ("helpers/names.py", "QUOTA = \"default-quota\"\n")];
+    let root = common::install_source_dir(dir.path(), "several", "namespace_defaults_py.wasm", &files, "main", &config);
+    let app = app(&client);
+    // No rescan during the test: only the watch's events can bring the edit.
+    let mut source = app.directory_source(dir.path()).rescan_every(Duration::from_secs(3600));
+    let changes = source.sync().await.unwrap();
+    assert!(matches!(changes.as_slice(), [(name, Change::Applied(_))] if name == "several"), "{changes:?}");
+    defaults_made(&client, &ns, None).await;
+
+    // The helper module changes, two directories down from the watched plugin directory.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let watch = tokio::spawn(source.start_watch(Duration::from_millis(200)).unwrap().run(stop.clone()));
+    std::fs::write(root.join("helpers/names.py"), "QUOTA = \"edited-quota\"\n").unwrap();
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
+    eventually("the quota named by the edited helper", CONVERGE, || async {
+        quotas.get_opt("edited-quota").await.unwrap()
+    })
+    .await;
+    assert_eq!(app.plugins().serving("several").await.map(|s| s.revision), Some(2), "the edit is a new version");
+    stop.cancel();
+    watch.await.unwrap().unwrap();
+    assert!(app.shut_down(Duration::from_secs(10)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_that_loops_at_import_is_stopped_at_its_deadline_and_rejected() {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;

@@ -51,6 +51,29 @@ pub fn install_source_file(dir: &std::path::Path, file: &str, asks_as: &str, sou
     path
 }
 
+/// Writes a plugin given as a directory of source files: `files` (relative path, contents)
+/// under `<name>/`, and `<name>.yaml`, as [`install_source_file`] does, with the engine of the
+/// first file's language and `entry: <entry>`.
+pub fn install_source_dir(
+    dir: &std::path::Path,
+    name: &str,
+    asks_as: &str,
+    files: &[(&str, &str)],
+    entry: &str,
+    config: &str,
+) -> PathBuf {
+    let root = dir.join(name);
+    for (path, contents) in files {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, contents).unwrap();
+    }
+    let engine = if files[0].0.ends_with(".js") { "js@0.3" } else { "python@0.3" };
+    let config = approving(&format!("engine: {engine}\nentry: {entry}\n{config}"), asked_by(asks_as));
+    std::fs::write(dir.join(format!("{name}.yaml")), config).unwrap();
+    root
+}
+
 /// A compile cache shared by the tests of this workspace, so each component compiles once.
 pub fn test_compile_cache() -> PathBuf {
     plugin_dir().join("../test-compile-cache")

@@ -49,6 +49,13 @@ class _Files(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             path = f.path[: -len(".pyc")] + ".py" if compiled else f.path
             body = marshal.loads(f.contents) if compiled else f.contents
             self.code[_module_name(path)] = (path, body, path.endswith("__init__.py"))
+        # A directory of the plugin's without an `__init__.py` is a package all the same, as a
+        # namespace package is (PEP 420).
+        for name in list(self.code):
+            parts = name.split(".")
+            for i in range(1, len(parts)):
+                package = ".".join(parts[:i])
+                self.code.setdefault(package, ("/".join(parts[:i]) + "/__init__.py", b"", True))
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.code:

@@ -1,11 +1,11 @@
 //! The plugin directory as a source: each `<name>.wasm`, configured by `<name>.yaml` (`.yml`,
-//! `.json`) beside it, each `<name>.py` or `<name>.js`, a plugin given as source whose config
-//! names its engine, and each `<name>.yaml` without either that names an OCI module
+//! `.json`) beside it, each `<name>.py` or `<name>.js` (or `<name>/` of several), a plugin given
+//! as source whose config names its engine, and each `<name>.yaml` without either that names an OCI module
 //! (`module: {oci: …}`, see [`oci`]). Watched with notify; bursts of events (a file being copied in) are
 //! debounced, then the whole directory is compared with what serves (level-triggered, so a
 //! missed or merged event cannot leave a stale version).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,14 +19,17 @@ use super::wasmplugin::OciModule;
 use crate::plugin::PluginConfig;
 
 pub mod oci;
+mod source_dir;
+
+use source_dir::{is_source_dir, is_source_path};
 
 /// A plugin file found in the plugin directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginFile {
-    /// Plugin name: the file name without `.wasm` (or `.py`, `.js`).
+    /// Plugin name: the file name without `.wasm` (or `.py`, `.js`; a source directory's name).
     pub name: String,
-    /// The component, or the plugin's source file (`<name>.py`, `.js`); `None` for a config file
-    /// naming an OCI module instead.
+    /// The component, or the plugin's source file (`<name>.py`, `.js`) or source directory
+    /// (`<name>/`); `None` for a config file naming an OCI module instead.
     pub wasm: Option<PathBuf>,
     /// Its config file, if there is one (`<name>.yaml`, `.yml` or `.json`).
     pub config: Option<PathBuf>,
@@ -35,17 +38,29 @@ pub struct PluginFile {
 /// The extensions of a config file, in the order one is preferred when several are there.
 const CONFIG_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
-/// Every `*.wasm` in `dir` with its config file, every `*.py` and `*.js` that has one (a `.wasm`
-/// wins over a source of the same name), and every config file without either that names a `module`, sorted by name.
-/// Hidden files (`.x.wasm`, editors' and `kubectl cp`'s temporaries) are skipped; so are other
-/// config files without a plugin, as before.
+/// Every `*.wasm` in `dir` with its config file, every `*.py` and `*.js` that has one, every
+/// subdirectory holding source files that has one (a `.wasm` wins over a source of the same
+/// name, a directory over a file), and every config file without either that names a `module`,
+/// sorted by name. Hidden files (`.x.wasm`, editors' and `kubectl cp`'s temporaries) are
+/// skipped; so are other config files without a plugin, as before.
 pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
     let mut found = Vec::new();
     let mut configs = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let hidden = path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
-        if hidden || !path.is_file() {
+        if hidden {
+            continue;
+        }
+        if path.is_dir() {
+            // A directory is a plugin only with its config beside it and source files in it.
+            if let Some(config) = config_beside(&path).filter(|_| is_source_dir(&path)) {
+                let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                found.push(PluginFile { name, wasm: Some(path), config: Some(config) });
+            }
+            continue;
+        }
+        if !path.is_file() {
             continue;
         }
         let name = path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
@@ -69,26 +84,23 @@ pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
         }
     }
     // By name, the component first: the source of the same name is dropped (of two sources, the
-    // one whose file name sorts first stays).
+    // one whose path sorts first stays: a directory `<name>` before `<name>.js` and `<name>.py`).
     found.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| is_source(a).cmp(&is_source(b))).then(a.wasm.cmp(&b.wasm)));
     found.dedup_by(|later, first| later.name == first.name);
     Ok(found)
 }
 
-/// The extensions of a plugin given as source: Python and JavaScript.
-const SOURCE_EXTENSIONS: [&str; 2] = ["py", "js"];
-
-fn is_source_path(path: &Path) -> bool {
-    path.extension().is_some_and(|e| SOURCE_EXTENSIONS.iter().any(|s| e == *s))
-}
-
 fn is_source(file: &PluginFile) -> bool {
-    file.wasm.as_deref().is_some_and(is_source_path)
+    file.wasm.as_deref().is_some_and(|p| is_source_path(p) || p.is_dir())
 }
 
 /// A plugin file's bytes as the runtime takes them: a component's as they are, a source file's
-/// as a bundle of that one file (see `kubewasm_runtime::source`).
+/// as a bundle of that one file, a source directory's as the bundle of its source files (see
+/// `kubewasm_runtime::source`).
 pub fn read_plugin(path: &Path) -> std::io::Result<Vec<u8>> {
+    if path.is_dir() {
+        return source_dir::read_source_dir(path);
+    }
     let contents = std::fs::read(path)?;
     if !is_source_path(path) {
         return Ok(contents);
@@ -200,6 +212,8 @@ pub struct DirectorySource {
     tried: HashMap<String, Fingerprint>,
     /// Pulls the OCI modules plugin files name; `None`: such files are refused.
     oci: Option<oci::OciFiles>,
+    /// How often a watch also passes on its own ([`RESCAN_INTERVAL`] unless set).
+    rescan: Duration,
 }
 
 /// How often the watcher also rescans on its own, to retry versions that failed for reasons
@@ -251,7 +265,14 @@ impl DirectorySource {
     /// fails from here until the first [`sync`](Self::sync) is over.
     pub fn new(dir: impl Into<PathBuf>, plugins: LoadedPlugins) -> Self {
         plugins.context().readiness.set(READINESS_CHECK, false);
-        Self { dir: dir.into(), plugins, tried: HashMap::new(), oci: None }
+        Self { dir: dir.into(), plugins, tried: HashMap::new(), oci: None, rescan: RESCAN_INTERVAL }
+    }
+
+    /// How often a watch also passes when no file event came (default [`RESCAN_INTERVAL`]).
+    #[must_use]
+    pub fn rescan_every(mut self, interval: Duration) -> Self {
+        self.rescan = interval;
+        self
     }
 
     /// Pull the OCI modules plugin files name through `registries` (their Secrets: the host's
@@ -400,7 +421,9 @@ impl DirectorySource {
             .watch(&self.dir, RecursiveMode::NonRecursive)
             .with_context(|| format!("watching {}", self.dir.display()))?;
         tracing::info!(dir = %self.dir.display(), ?debounce, "watching the plugin directory");
-        Ok(DirectoryWatch { source: self, _debouncer: debouncer, events: rx })
+        let mut watch = DirectoryWatch { source: self, debouncer, source_dirs: BTreeSet::new(), events: rx };
+        watch.watch_source_dirs();
+        Ok(watch)
     }
 
     /// Watches the directory until `shutdown`, running a pass after each burst of changes has
@@ -413,15 +436,19 @@ impl DirectorySource {
 /// A watch on the plugin directory, in place since [`DirectorySource::start_watch`] returned.
 pub struct DirectoryWatch {
     source: DirectorySource,
-    /// Kept alive: dropping it stops the watch.
-    _debouncer: notify_debouncer_full::Debouncer<notify::RecommendedWatcher, notify_debouncer_full::RecommendedCache>,
+    /// Dropping it stops the watch.
+    debouncer: notify_debouncer_full::Debouncer<notify::RecommendedWatcher, notify_debouncer_full::RecommendedCache>,
+    /// The source directories (`<name>/`) watched, each with all below it, besides the plugin
+    /// directory itself: only those, so a project's `target/` or `node_modules/` is not watched.
+    source_dirs: BTreeSet<PathBuf>,
     events: tokio::sync::mpsc::UnboundedReceiver<notify_debouncer_full::DebounceEventResult>,
 }
 
 impl DirectoryWatch {
     /// Applies the directory's changes as they come (and on a periodic rescan) until `shutdown`.
     pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let mut rescan = tokio::time::interval_at(tokio::time::Instant::now() + RESCAN_INTERVAL, RESCAN_INTERVAL);
+        let every = self.source.rescan;
+        let mut rescan = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             // An OCI module due for resolution wakes the watcher before the next rescan.
             let due = self.source.oci.as_ref().and_then(oci::OciFiles::next_due);
@@ -446,7 +473,35 @@ impl DirectoryWatch {
             if let Err(e) = self.source.sync().await {
                 tracing::error!(error = format!("{e:#}"), "plugin directory pass failed");
             }
+            // A source directory new since the last pass may have changed before its watch
+            // began: one more pass reads it as it is once watched.
+            if self.watch_source_dirs()
+                && let Err(e) = self.source.sync().await
+            {
+                tracing::error!(error = format!("{e:#}"), "plugin directory pass failed");
+            }
         }
+    }
+
+    /// Watches the plugin directory's source directories as they are now (and no longer those
+    /// gone); whether one was added.
+    fn watch_source_dirs(&mut self) -> bool {
+        let files = plugin_files(&self.source.dir).unwrap_or_default();
+        let now: BTreeSet<PathBuf> = files.into_iter().filter_map(|f| f.wasm.filter(|p| p.is_dir())).collect();
+        for gone in self.source_dirs.difference(&now) {
+            let _ = self.debouncer.unwatch(gone);
+        }
+        let mut added = false;
+        for dir in now.difference(&self.source_dirs) {
+            match self.debouncer.watch(dir, RecursiveMode::Recursive) {
+                Ok(()) => added = true,
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot watch a source directory; the rescan reads it")
+                }
+            }
+        }
+        self.source_dirs = now;
+        added
     }
 }
 
@@ -488,6 +543,31 @@ mod tests {
         assert_eq!(module.unwrap().reference, "r.example/p:v1");
         let both = read_config_and_module(&files[0]).unwrap_err();
         assert!(format!("{both:#}").contains("keep one"), "{both:#}");
+    }
+
+    #[test]
+    fn a_directory_of_source_files_is_a_plugin_with_its_config_beside_it_and_before_a_file_of_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for sub in ["several/util", "unconfigured", "empty", "target/debug"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        std::fs::write(root.join("several/main.py"), "import util.names\n").unwrap();
+        std::fs::write(root.join("several/util/names.py"), "N = 1\n").unwrap();
+        std::fs::write(root.join("several.py"), "x = 1\n").unwrap();
+        std::fs::write(root.join("several.yaml"), "engine: python@0.3\nentry: main\n").unwrap();
+        std::fs::write(root.join("unconfigured/main.py"), "x = 1\n").unwrap();
+        std::fs::write(root.join("empty.yaml"), "engine: python@0.3\n").unwrap();
+        std::fs::write(root.join("target/debug/build.js"), "x\n").unwrap();
+        std::fs::write(root.join("target.yaml"), "limits: {deadlineMs: 5000}\n").unwrap();
+        std::fs::write(root.join("target.wasm"), b"wasm").unwrap();
+
+        let files = plugin_files(root).unwrap();
+        let found: Vec<_> = files.iter().map(|f| (f.name.as_str(), f.wasm.as_ref().unwrap().is_dir())).collect();
+        assert_eq!(found, [("several", true), ("target", false)], "a component wins over a directory of its name");
+        let bundle = read_plugin(files[0].wasm.as_ref().unwrap()).unwrap();
+        let paths: Vec<_> = crate::plugin::source::unbundle(&bundle).unwrap().into_iter().map(|f| f.path).collect();
+        assert_eq!(paths, ["main.py", "util/names.py"]);
     }
 
     #[test]
