@@ -331,7 +331,8 @@ mod tests {
         let files = rust_files("hello-ns", Path::new("/sdk"));
         let text = |f: &str| files.iter().find(|(p, _, _)| p == f).map(|(_, t, _)| t.clone()).unwrap();
         assert!(text("Cargo.toml").contains("name = \"hello-ns\"") && text("Cargo.toml").contains("path = \"/sdk\""));
-        assert!(text("build.sh").contains("release/hello_ns.wasm") && text("build.sh").contains("cp "));
+        assert!(text("build.sh").contains("$profile/hello_ns.wasm") && text("build.sh").contains("cp "));
+        assert!(text("Cargo.toml").contains("[profile.quick]"), "the profile `build.sh --quick` names");
         assert!(!files.iter().any(|(_, t, _)| t.contains("{{")), "every placeholder filled");
         let config = PluginConfig::from_yaml(&text("hello-ns.yaml")).unwrap();
         assert_eq!(config.check_settings(), Ok(()));

@@ -20,26 +20,35 @@ const START: Duration = Duration::from_secs(180);
 
 /// Each kind of project `kubewasm new` makes: its language and flags, the source file that ends
 /// the greeting it writes (`NAME`: the project's name, `MODULE`: the same with `_` for `-`), the
-/// text that ends the greeting (its closing quote last), and whether it is built.
-const PROJECTS: [Project; 5] = [
-    Project { label: "rust", language: "rust", flags: &[], file: "src/lib.rs", end: r#", {name}""#, built: true },
-    Project { label: "python", language: "python", flags: &[], file: "NAME.py", end: r#", {name}""#, built: false },
+/// text that ends the greeting (its closing quote last), and how it is built: not at all (`None`),
+/// or by `build.sh` with these arguments.
+const PROJECTS: [Project; 6] = [
+    Project { label: "rust", language: "rust", flags: &[], file: "src/lib.rs", end: r#", {name}""#, build: Some(&[]) },
+    Project {
+        label: "rust, build.sh --quick",
+        language: "rust",
+        flags: &[],
+        file: "src/lib.rs",
+        end: r#", {name}""#,
+        build: Some(&["--quick"]),
+    },
+    Project { label: "python", language: "python", flags: &[], file: "NAME.py", end: r#", {name}""#, build: None },
     Project {
         label: "python --component",
         language: "python",
         flags: &["--component"],
         file: "src/MODULE.py",
         end: r#", {name}""#,
-        built: true,
+        build: Some(&[]),
     },
-    Project { label: "js", language: "js", flags: &[], file: "NAME.js", end: ", ${ns.metadata.name}`", built: false },
+    Project { label: "js", language: "js", flags: &[], file: "NAME.js", end: ", ${ns.metadata.name}`", build: None },
     Project {
         label: "js --component",
         language: "js",
         flags: &["--component"],
         file: "src/NAME.js",
         end: ", ${ns.metadata.name}`",
-        built: true,
+        build: Some(&[]),
     },
 ];
 
@@ -50,7 +59,7 @@ struct Project {
     flags: &'static [&'static str],
     file: &'static str,
     end: &'static str,
-    built: bool,
+    build: Option<&'static [&'static str]>,
 }
 
 impl Project {
@@ -67,8 +76,8 @@ impl Project {
 
     /// What the author runs after an edit: `build.sh`, or nothing for a source plugin.
     fn build(&self, kubewasm: &Installed, project: &Path, name: &str) {
-        if self.built {
-            project::build(kubewasm, project, name);
+        if let Some(args) = self.build {
+            project::build_with(kubewasm, project, name, args);
         }
     }
 }

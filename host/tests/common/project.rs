@@ -120,7 +120,13 @@ pub fn scaffold(kubewasm: &Installed, language: &str, name: &str, flags: &[&str]
 /// Runs `project`'s `build.sh` from the project as its author does; a Rust project builds
 /// offline into [`rust_target_dir`]. Asserts that it wrote `<name>.wasm`.
 pub fn build(kubewasm: &Installed, project: &Path, name: &str) {
+    build_with(kubewasm, project, name, &[]);
+}
+
+/// [`build`] with `args` to `build.sh` (`--quick`: a Rust project's quick profile).
+pub fn build_with(kubewasm: &Installed, project: &Path, name: &str, args: &[&str]) {
     let mut build = kubewasm.command(project.join("build.sh"), project);
+    build.args(args);
     if project.join("Cargo.toml").is_file() {
         build.arg("--offline").env("CARGO_TARGET_DIR", rust_target_dir());
     }
