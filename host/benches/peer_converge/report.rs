@@ -64,6 +64,7 @@ struct Medians {
     rss: f64,
     pss: f64,
     peak: f64,
+    peak_pss: f64,
     cpu: f64,
     control_plane_cpu: f64,
     machine_busy: f64,
@@ -78,6 +79,7 @@ fn medians(outcomes: &[&Outcome]) -> Medians {
         rss: of(|o| o.rss_converge),
         pss: of(|o| o.pss_converge),
         peak: of(|o| o.peak),
+        peak_pss: of(|o| o.peak_pss),
         cpu: of(|o| o.cpu_settle),
         control_plane_cpu: of(|o| o.control_plane_cpu),
         machine_busy: of(|o| o.machine_busy),
@@ -94,18 +96,19 @@ pub fn summary(results: &[(usize, Variant, Outcome)]) {
     let m: BTreeMap<Variant, Medians> = by_variant.iter().map(|(v, o)| (*v, medians(o))).collect();
     println!("medians of {} round(s):", by_variant.values().map(Vec::len).max().unwrap_or(0));
     println!(
-        "| variant | converge s | settle s | RSS at converge MiB | PSS at converge MiB | peak RSS MiB | CPU to settle s | apiserver + etcd CPU to converge s | machine busy to converge | applies answered by the API server s |"
+        "| variant | converge s | settle s | RSS at converge MiB | PSS at converge MiB | peak RSS MiB | peak PSS MiB | CPU to settle s | apiserver + etcd CPU to converge s | machine busy to converge | applies answered by the API server s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (v, x) in &m {
         println!(
-            "| {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0}% | {:.2} |",
+            "| {} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0}% | {:.2} |",
             v.name(),
             x.converge,
             x.settle,
             x.rss,
             x.pss,
             x.peak,
+            x.peak_pss,
             x.cpu,
             x.control_plane_cpu,
             x.machine_busy * 100.0,
@@ -118,13 +121,15 @@ pub fn summary(results: &[(usize, Variant, Outcome)]) {
     }
     println!();
     println!("ratios kubewasm / controller-runtime (medians; below 1 is kubewasm ahead):");
-    println!("| kubewasm | vs | converge | settle | RSS at converge | PSS at converge | peak RSS | CPU to settle |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| kubewasm | vs | converge | settle | RSS at converge | PSS at converge | peak RSS | peak PSS | CPU to settle |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for (ours, x) in m.iter().filter(|(v, _)| !v.is_peer()) {
         for theirs in &peers {
             let y = &m[theirs];
             println!(
-                "| {} | {} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x |",
+                "| {} | {} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {:.2}x |",
                 ours.name(),
                 theirs.name(),
                 x.converge / y.converge,
@@ -132,6 +137,7 @@ pub fn summary(results: &[(usize, Variant, Outcome)]) {
                 x.rss / y.rss,
                 x.pss / y.pss,
                 x.peak / y.peak,
+                x.peak_pss / y.peak_pss,
                 x.cpu / y.cpu
             );
         }

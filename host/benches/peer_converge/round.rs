@@ -24,6 +24,10 @@ use crate::variant::{self, Setup, Variant};
 /// watches keep them); the audit log is read incrementally.
 const POLL: Duration = Duration::from_millis(50);
 
+/// Every how many polls the proportional set is sampled: reading `smaps_rollup` walks the
+/// process's page tables, too much work for every poll.
+const PSS_EVERY: usize = 10;
+
 /// What a round asks for.
 pub struct Spec {
     /// Namespaces created before the controllers start (the 4 system ones come on top).
@@ -53,6 +57,9 @@ pub struct Outcome {
     pub pss_converge: f64,
     /// Peak resident set (`VmHWM`, summed over processes), MiB.
     pub peak: f64,
+    /// The largest proportional set sampled (every [`PSS_EVERY`] polls, and when converged)
+    /// until settled, MiB: the kernel keeps no high-water mark of it.
+    pub peak_pss: f64,
     /// CPU seconds (user + system) used until converged.
     pub cpu_converge: f64,
     /// CPU seconds used until settled.
@@ -96,12 +103,21 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
     let mut procs = Procs::spawn(commands, work, &variant.name());
     let mut audit = AuditTail::new(&log, since);
     let target = want * spec.plugins;
+    let mut peak_pss: f64 = 0.0;
+    let mut polls = 0usize;
+    let mut sample_pss = |procs: &Procs| {
+        polls += 1;
+        if polls.is_multiple_of(PSS_EVERY) {
+            peak_pss = peak_pss.max(procs.pss_mib());
+        }
+    };
     loop {
         let (quotas, policies) = children.counts();
         if quotas >= target && policies >= target {
             break;
         }
         procs.check_running();
+        sample_pss(&procs);
         let elapsed = started.elapsed();
         assert!(
             elapsed < spec.timeout,
@@ -126,6 +142,7 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
             break;
         }
         procs.check_running();
+        sample_pss(&procs);
         assert!(started.elapsed() < spec.timeout * 2, "{} did not settle", variant.name());
         std::thread::sleep(POLL);
     }
@@ -137,6 +154,7 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
         rss_converge,
         pss_converge,
         peak: procs.peak_mib(),
+        peak_pss: peak_pss.max(pss_converge).max(procs.pss_mib()),
         cpu_converge,
         cpu_settle: procs.cpu_seconds(),
         control_plane_cpu,
