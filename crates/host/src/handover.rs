@@ -26,7 +26,7 @@ pub enum Error {
     Name(String),
     /// The API server's discovery failed.
     #[error("discovering the API server's kinds: {0}")]
-    Discovery(#[source] kube::Error),
+    Discovery(kube::Error),
     /// A kind the API server does not serve.
     #[error("the API server does not serve {0}")]
     NotServed(KindRef),

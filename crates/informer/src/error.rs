@@ -9,7 +9,7 @@ use super::selector::SelectorError;
 pub enum Error {
     /// An object body could not be (de)serialized.
     #[error("object JSON: {0}")]
-    Serialize(#[source] serde_json::Error),
+    Serialize(serde_json::Error),
     /// An object without `metadata.name` cannot be keyed.
     #[error("object has no metadata.name")]
     MissingName,
@@ -41,7 +41,7 @@ pub enum Error {
     },
     /// Registering a metric failed (usually: a second factory on the same registry).
     #[error("registering informer metrics: {0}")]
-    Metrics(#[source] prometheus::Error),
+    Metrics(prometheus::Error),
     /// The informer stopped before it synced.
     #[error("informer stopped before its cache synced")]
     Stopped,

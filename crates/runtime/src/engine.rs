@@ -105,7 +105,7 @@ impl std::fmt::Display for Compiler {
 pub enum Error {
     /// wasmtime rejected the configuration.
     #[error("cannot configure the wasm engine: {0}")]
-    Engine(#[source] wasmtime::Error),
+    Engine(wasmtime::Error),
     /// The compile cache directory could not be set up.
     #[error("cannot use compile cache {dir}: {source}")]
     Cache {

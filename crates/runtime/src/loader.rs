@@ -27,7 +27,9 @@ pub const WORLD: &str = "kubewasm:controller/controller@0.3.0";
 /// Every world the host serves, oldest first.
 pub const WORLDS: &[&str] = &["kubewasm:controller/controller@0.1.0", "kubewasm:controller/controller@0.2.0", WORLD];
 
-/// Why a plugin version was rejected. The previous version, if any, keeps serving.
+/// Why a plugin version was rejected. The previous version, if any, keeps serving. A variant's
+/// message carries its cause, which is therefore not also its `source()`: shown with `{:#}`, as
+/// the host logs and reports errors, the cause would be said twice.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The bytes are not WebAssembly at all.
@@ -40,13 +42,13 @@ pub enum LoadError {
     CoreModule,
     /// wasmtime could not compile it.
     #[error("cannot compile the component: {0:#}")]
-    Compile(#[source] wasmtime::Error),
+    Compile(wasmtime::Error),
     /// It does not implement the controller world, or imports what the host does not provide.
     #[error("the component does not fit world `{WORLD}` nor `{old}`: {0:#}", old = WORLDS[0])]
-    WrongWorld(#[source] wasmtime::Error),
+    WrongWorld(wasmtime::Error),
     /// `describe()` failed.
     #[error("describe() failed: {0}")]
-    Describe(#[source] CallFailed),
+    Describe(CallFailed),
     /// `describe()` returned something the host cannot serve.
     #[error(transparent)]
     Registration(#[from] InvalidRegistration),
@@ -365,6 +367,21 @@ mod tests {
         let two = source::bundle(&[file("main.py"), file("helpers.py")]);
         assert!(matches!(source_of(&two, None), Err(LoadError::InvalidSource(m)) if m.contains("entry")));
         assert_eq!(source_of(&two, Some("main")).unwrap().1, "main");
+    }
+
+    #[test]
+    fn a_load_error_says_its_cause_once_however_it_is_shown() {
+        let errors = [
+            LoadError::Compile(wasmtime::Error::msg("bad section")),
+            LoadError::WrongWorld(wasmtime::Error::msg("bad section")),
+            LoadError::Describe(CallFailed::Instantiate("bad section".into())),
+        ];
+        for error in errors {
+            let shown = [error.to_string(), format!("{:#}", anyhow::Error::new(error))];
+            for text in shown {
+                assert_eq!(text.matches("bad section").count(), 1, "{text}");
+            }
+        }
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub enum Error {
     Stopped(String),
     /// The `leader_election_master_status` gauge could not be registered.
     #[error("registering the leader election metric: {0}")]
-    Metrics(#[source] prometheus::Error),
+    Metrics(prometheus::Error),
 }
 
 /// Result of this module.

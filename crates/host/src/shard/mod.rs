@@ -124,10 +124,10 @@ impl Split {
 pub enum Error {
     /// The member Lease could not be held (bad timings, metrics).
     #[error("shard membership: {0}")]
-    Lease(#[source] crate::leader::Error),
+    Lease(crate::leader::Error),
     /// A shard metric could not be registered.
     #[error("registering the shard metrics: {0}")]
-    Metrics(#[source] prometheus::Error),
+    Metrics(prometheus::Error),
 }
 
 /// Result of this module.
