@@ -40,7 +40,8 @@ const CONFIG_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 
 /// Every `*.wasm` in `dir` with its config file, every `*.py` and `*.js` that has one, every
 /// subdirectory holding source files that has one (a `.wasm` wins over a source of the same
-/// name, a directory over a file), and every config file without either that names a `module`,
+/// name, a directory over a file, the file of its engine's language over another), and every
+/// config file without either that names a `module`,
 /// sorted by name. Hidden files (`.x.wasm`, editors' and `kubectl cp`'s temporaries) are
 /// skipped; so are other config files without a plugin, as before.
 pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
@@ -83,15 +84,32 @@ pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
             found.push(PluginFile { name, wasm: None, config: Some(path) });
         }
     }
-    // By name, the component first: the source of the same name is dropped (of two sources, the
-    // one whose path sorts first stays: a directory `<name>` before `<name>.js` and `<name>.py`).
-    found.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| is_source(a).cmp(&is_source(b))).then(a.wasm.cmp(&b.wasm)));
+    // Of the files of one name, the first by `rank` stays.
+    found.sort_by_cached_key(|f| (f.name.clone(), rank(f), f.wasm.clone()));
     found.dedup_by(|later, first| later.name == first.name);
     Ok(found)
 }
 
-fn is_source(file: &PluginFile) -> bool {
-    file.wasm.as_deref().is_some_and(|p| is_source_path(p) || p.is_dir())
+/// Where a plugin file ranks among the files of its name, the first staying: its component, then
+/// its source directory, then its source file in the language of the engine its config names,
+/// then any other.
+fn rank(file: &PluginFile) -> u8 {
+    match file.wasm.as_deref() {
+        Some(path) if path.is_dir() => 1,
+        Some(path) if is_source_path(path) => match engine_extension(file.config.as_deref()) {
+            Some(ext) if path.extension().is_some_and(|e| e == ext) => 2,
+            _ => 3,
+        },
+        _ => 0,
+    }
+}
+
+/// The source file extension of the engine `config` names (`engine: python@0.3` → `py`).
+fn engine_extension(config: Option<&Path>) -> Option<&'static str> {
+    let text = std::fs::read_to_string(config?).ok()?;
+    let value: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
+    let engine: crate::plugin::source::EngineRef = value.get("engine")?.as_str()?.parse().ok()?;
+    source_dir::extension_of(&engine.language)
 }
 
 /// A plugin file's bytes as the runtime takes them: a component's as they are, a source file's
@@ -568,6 +586,19 @@ mod tests {
         let bundle = read_plugin(files[0].wasm.as_ref().unwrap()).unwrap();
         let paths: Vec<_> = crate::plugin::source::unbundle(&bundle).unwrap().into_iter().map(|f| f.path).collect();
         assert_eq!(paths, ["main.py", "util/names.py"]);
+    }
+
+    #[test]
+    fn of_two_source_files_of_one_name_the_one_in_its_engines_language_is_the_plugin() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, engine) in [("a", "python@0.3"), ("b", "js@0.3")] {
+            std::fs::write(dir.path().join(format!("{name}.py")), "x = 1\n").unwrap();
+            std::fs::write(dir.path().join(format!("{name}.js")), "export const x = 1;\n").unwrap();
+            std::fs::write(dir.path().join(format!("{name}.yaml")), format!("engine: {engine}\n")).unwrap();
+        }
+        let files = plugin_files(dir.path()).unwrap();
+        let found: Vec<_> = files.iter().map(|f| f.wasm.as_ref().unwrap().file_name().unwrap().to_owned()).collect();
+        assert_eq!(found, ["a.py", "b.js"]);
     }
 
     #[test]

@@ -9,6 +9,15 @@ use crate::plugin::source::{SourceFile, bundle};
 /// The extensions of a plugin given as source: Python and JavaScript.
 const SOURCE_EXTENSIONS: [&str; 2] = ["py", "js"];
 
+/// The source files' extension of an engine's `language` (`python` → `py`).
+pub fn extension_of(language: &str) -> Option<&'static str> {
+    match language {
+        "python" => Some("py"),
+        "js" => Some("js"),
+        _ => None,
+    }
+}
+
 /// Directories inside a plugin's directory that are never its source: byte-code caches and a
 /// JavaScript project's installed packages (a plugin on the engine imports only the SDK and its
 /// own files). Hidden entries (`.git`, editors' temporaries) are skipped too.
