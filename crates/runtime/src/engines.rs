@@ -35,13 +35,12 @@ pub enum Error {
         dir: Option<PathBuf>,
     },
     /// The engine's file could not be read or compiled.
-    #[error("cannot use engine {engine}: {source:#}")]
+    #[error("cannot use engine {engine}: {cause:#}")]
     Unusable {
         /// The engine named.
         engine: String,
-        /// Why.
-        #[source]
-        source: wasmtime::Error,
+        /// Why (in the message, so not also the error's `source()`).
+        cause: wasmtime::Error,
     },
 }
 
@@ -88,7 +87,7 @@ impl Runtime {
     pub(crate) async fn engine(&self, wanted: &EngineRef) -> Result<Arc<PluginPre>, Error> {
         let path = find(self.engine_dir.as_deref(), wanted)?;
         let name = wanted.to_string();
-        let failed = |source: wasmtime::Error| Error::Unusable { engine: name.clone(), source };
+        let failed = |cause: wasmtime::Error| Error::Unusable { engine: name.clone(), cause };
         let meta = std::fs::metadata(&path).map_err(|e| failed(e.into()))?;
         let file = EngineFile { path: path.clone(), len: meta.len(), modified: meta.modified().ok() };
         // One compile at a time: N plugins loading at once wait for the first one's engine.

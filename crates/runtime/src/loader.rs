@@ -375,6 +375,10 @@ mod tests {
             LoadError::Compile(wasmtime::Error::msg("bad section")),
             LoadError::WrongWorld(wasmtime::Error::msg("bad section")),
             LoadError::Describe(CallFailed::Instantiate("bad section".into())),
+            LoadError::Engine(super::super::engines::Error::Unusable {
+                engine: "python@0.3".into(),
+                cause: wasmtime::Error::msg("bad section"),
+            }),
         ];
         for error in errors {
             let shown = [error.to_string(), format!("{:#}", anyhow::Error::new(error))];
