@@ -123,10 +123,13 @@ $(KUBEWASM_PLUGIN_DIR)/%_py.wasm: $(PY_TOOL)/.installed $(WIT_03)/controller.wit
 	cp -r plugins/sdk/python/kubewasm $@.src/sdk/ && cp plugins/python/$(subst _,-,$*)/*.py $@.src/plugin/
 	@# A plugin's own pure-Python dependencies, if it lists any (plugins/python/<name>/requirements.txt,
 	@# every one pinned): installed once per list into the tools cache, put on its path alone.
+	@# Installed beside it and renamed into place, so two plugins of one list built at once
+	@# (make -j) never read or write a half-installed directory.
 	reqs=plugins/python/$(subst _,-,$*)/requirements.txt; \
 	if [ -f $$reqs ]; then deps=$(KUBEWASM_TOOLS)/py-deps-$$(sha256sum < $$reqs | cut -c1-16); \
-		[ -f $$deps/.installed ] || { rm -rf $$deps && $(PY_TOOL)/bin/pip install --quiet \
-			--disable-pip-version-check --no-deps --target $$deps -r $$reqs && touch $$deps/.installed; }; \
+		[ -f $$deps/.installed ] || { tmp=$$deps.$$$$ && rm -rf $$tmp && $(PY_TOOL)/bin/pip install --quiet \
+			--disable-pip-version-check --no-deps --target $$tmp -r $$reqs && touch $$tmp/.installed && \
+			{ [ -f $$deps/.installed ] || { rm -rf $$deps && mv -T $$tmp $$deps; }; } && rm -rf $$tmp; }; \
 		cp -r $$deps/. $@.src/deps/; fi
 	$(PY_TOOL)/bin/componentize-py -d $(WIT_03) -w controller componentize \
 		-p $@.src/sdk -p $@.src/plugin -p $@.src/deps $* -o $@.tmp
