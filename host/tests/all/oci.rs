@@ -541,6 +541,16 @@ async fn a_plugin_file_naming_an_oci_module_follows_its_tag_and_keeps_serving_th
         }
     };
     let first = serving(kubewasm_host::plugin::sha256_hex(&rust)).await;
+
+    // A pass that comes while the config is rewritten in place (truncated, not yet written)
+    // leaves the plugin serving, and the pass after it sees the same version.
+    std::fs::write(&config, "").unwrap();
+    let changes = source.sync().await.unwrap();
+    assert!(changes.is_empty(), "a config being written changed something: {changes:?}");
+    write_config(format!("{repo}:v1"));
+    source.sync().await.unwrap();
+    let still = app.plugins().serving(&name).await.expect("still serving");
+    assert_eq!((still.sha256, still.revision), (first.sha256.clone(), first.revision));
     let stop = CancellationToken::new();
     let watcher = tokio::spawn(source.watch(Duration::from_millis(100), stop.clone()));
 

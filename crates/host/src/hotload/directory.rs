@@ -127,6 +127,16 @@ pub fn read_plugin(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(crate::plugin::source::bundle(&[crate::plugin::source::SourceFile { path: file_name, contents }]))
 }
 
+/// Whether plugin `name`'s config file in `dir` is there but empty or not YAML: a file being
+/// written in place, not one that stopped naming a plugin.
+fn config_being_written(dir: &Path, name: &str) -> bool {
+    let configs = CONFIG_EXTENSIONS.iter().map(|ext| dir.join(format!("{name}.{ext}")));
+    configs.filter(|path| path.is_file()).any(|path| match std::fs::read_to_string(path) {
+        Ok(text) => text.trim().is_empty() || serde_yaml::from_str::<serde_yaml::Value>(&text).is_err(),
+        Err(_) => true,
+    })
+}
+
 /// The config file beside component `wasm` (`<name>.yaml`, else `.yml`, else `.json`), if any.
 pub fn config_beside(wasm: &Path) -> Option<PathBuf> {
     CONFIG_EXTENSIONS.iter().map(|ext| wasm.with_extension(ext)).find(|p| p.is_file())
@@ -391,13 +401,21 @@ impl DirectorySource {
             };
             changes.push((file.name.clone(), change));
         }
+        // A plugin whose config is being written in place (truncated, not yet written) is not
+        // listed, since its config does not name its module yet: it keeps serving, and what
+        // this source knows of it stays, until a pass reads the config whole.
+        let serving = self.plugins.names(&Origin::Directory).await;
+        let mut kept: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+        let writing: Vec<&String> =
+            serving.iter().filter(|n| !kept.contains(&n.as_str()) && config_being_written(&self.dir, n)).collect();
+        kept.extend(writing.iter().map(|n| n.as_str()));
         if let Some(oci) = &mut self.oci {
-            oci.retain(&files.iter().map(|f| f.name.as_str()).collect::<Vec<_>>());
+            oci.retain(&kept);
         }
-        self.tried.retain(|name, _| files.iter().any(|f| &f.name == name));
-        for name in self.plugins.names(&Origin::Directory).await {
-            if !files.iter().any(|f| f.name == name) && self.plugins.remove(&name, &Origin::Directory).await {
-                changes.push((name, Change::Removed));
+        self.tried.retain(|name, _| kept.contains(&name.as_str()));
+        for name in &serving {
+            if !kept.contains(&name.as_str()) && self.plugins.remove(name, &Origin::Directory).await {
+                changes.push((name.clone(), Change::Removed));
             }
         }
         readiness.set(READINESS_CHECK, true);
