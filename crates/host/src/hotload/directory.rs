@@ -1,9 +1,9 @@
 //! The plugin directory as a source: each `<name>.wasm`, configured by `<name>.yaml` (`.yml`,
 //! `.json`) beside it, each `<name>.py` or `<name>.js` (or `<name>/` of several), a plugin given
-//! as source whose config names its engine, and each `<name>.yaml` without either that names an OCI module
-//! (`module: {oci: …}`, see [`oci`]). Watched with notify; bursts of events (a file being copied in) are
-//! debounced, then the whole directory is compared with what serves (level-triggered, so a
-//! missed or merged event cannot leave a stale version).
+//! as source whose config names its engine, and each `<name>.yaml` without either that names an
+//! OCI module (`module: {oci: …}`, see [`oci`]). Watched with notify; bursts of events (a file
+//! being copied in) are debounced, then the whole directory is compared with what serves
+//! (level-triggered, so a missed or merged event cannot leave a stale version).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -41,9 +41,9 @@ const CONFIG_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 /// Every `*.wasm` in `dir` with its config file, every `*.py` and `*.js` that has one, every
 /// subdirectory holding source files that has one (a `.wasm` wins over a source of the same
 /// name, a directory over a file, the file of its engine's language over another), and every
-/// config file without either that names a `module`,
-/// sorted by name. Hidden files (`.x.wasm`, editors' and `kubectl cp`'s temporaries) are
-/// skipped; so are other config files without a plugin, as before.
+/// config file without either that names a `module`, sorted by name. Hidden files (`.x.wasm`,
+/// editors' and `kubectl cp`'s temporaries) are skipped; so are other config files without a
+/// plugin, as before.
 pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
     let mut found = Vec::new();
     let mut configs = Vec::new();
