@@ -242,6 +242,8 @@ pub struct DirectorySource {
     oci: Option<oci::OciFiles>,
     /// How often a watch also passes on its own ([`RESCAN_INTERVAL`] unless set).
     rescan: Duration,
+    /// The source directories (`<name>/`) the last pass listed: what a watch watches below.
+    source_dirs: BTreeSet<PathBuf>,
 }
 
 /// How often the watcher also rescans on its own, to retry versions that failed for reasons
@@ -293,7 +295,8 @@ impl DirectorySource {
     /// fails from here until the first [`sync`](Self::sync) is over.
     pub fn new(dir: impl Into<PathBuf>, plugins: LoadedPlugins) -> Self {
         plugins.context().readiness.set(READINESS_CHECK, false);
-        Self { dir: dir.into(), plugins, tried: HashMap::new(), oci: None, rescan: RESCAN_INTERVAL }
+        let (tried, source_dirs) = (HashMap::new(), BTreeSet::new());
+        Self { dir: dir.into(), plugins, tried, oci: None, rescan: RESCAN_INTERVAL, source_dirs }
     }
 
     /// How often a watch also passes when no file event came (default [`RESCAN_INTERVAL`]).
@@ -327,6 +330,7 @@ impl DirectorySource {
                 return Err(e).with_context(|| format!("reading plugin directory {}", self.dir.display()));
             }
         };
+        self.source_dirs = files.iter().filter_map(|f| f.wasm.clone().filter(|p| p.is_dir())).collect();
         let mut changes = Vec::new();
         for file in &files {
             // A file can vanish or be half-written between listing and reading: the next
@@ -457,7 +461,7 @@ impl DirectorySource {
             .watch(&self.dir, RecursiveMode::NonRecursive)
             .with_context(|| format!("watching {}", self.dir.display()))?;
         tracing::info!(dir = %self.dir.display(), ?debounce, "watching the plugin directory");
-        let mut watch = DirectoryWatch { source: self, debouncer, source_dirs: BTreeSet::new(), events: rx };
+        let mut watch = DirectoryWatch { source: self, debouncer, watched: BTreeSet::new(), events: rx };
         watch.watch_source_dirs();
         Ok(watch)
     }
@@ -476,7 +480,7 @@ pub struct DirectoryWatch {
     debouncer: notify_debouncer_full::Debouncer<notify::RecommendedWatcher, notify_debouncer_full::RecommendedCache>,
     /// The source directories (`<name>/`) watched, each with all below it, besides the plugin
     /// directory itself: only those, so a project's `target/` or `node_modules/` is not watched.
-    source_dirs: BTreeSet<PathBuf>,
+    watched: BTreeSet<PathBuf>,
     events: tokio::sync::mpsc::UnboundedReceiver<notify_debouncer_full::DebounceEventResult>,
 }
 
@@ -519,16 +523,15 @@ impl DirectoryWatch {
         }
     }
 
-    /// Watches the plugin directory's source directories as they are now (and no longer those
-    /// gone); whether one was added.
+    /// Watches the source directories the last pass listed (and no longer those gone); whether
+    /// one was added.
     fn watch_source_dirs(&mut self) -> bool {
-        let files = plugin_files(&self.source.dir).unwrap_or_default();
-        let now: BTreeSet<PathBuf> = files.into_iter().filter_map(|f| f.wasm.filter(|p| p.is_dir())).collect();
-        for gone in self.source_dirs.difference(&now) {
+        let now = self.source.source_dirs.clone();
+        for gone in self.watched.difference(&now) {
             let _ = self.debouncer.unwatch(gone);
         }
         let mut added = false;
-        for dir in now.difference(&self.source_dirs) {
+        for dir in now.difference(&self.watched) {
             match self.debouncer.watch(dir, RecursiveMode::Recursive) {
                 Ok(()) => added = true,
                 Err(e) => {
@@ -536,7 +539,7 @@ impl DirectoryWatch {
                 }
             }
         }
-        self.source_dirs = now;
+        self.watched = now;
         added
     }
 }
