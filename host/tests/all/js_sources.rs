@@ -10,7 +10,7 @@
 
 use crate::common;
 use crate::sources::{
-    Broken, a_broken_version_is_rejected_and_the_one_before_serves, app, create_namespace, defaults_made,
+    Broken, a_broken_version_is_rejected_and_the_one_before_serves, app, confined_to, create_namespace, defaults_made,
 };
 
 use std::time::Duration;
@@ -28,9 +28,7 @@ fn namespace_defaults() -> String {
 
 /// Installs `source` as plugin `name` (`<name>.js`) in `dir`, confined to namespace `ns`.
 fn install(dir: &std::path::Path, name: &str, source: &str, ns: &str) {
-    let config =
-        format!("limits: {{deadlineMs: 5000, memoryBytes: 134217728}}\ngrants: {{namespaces: {{names: [{ns}]}}}}\n");
-    install_source_file(dir, &format!("{name}.js"), "namespace_defaults_js.wasm", source, &config);
+    install_source_file(dir, &format!("{name}.js"), "namespace_defaults_js.wasm", source, &confined_to(ns));
 }
 
 #[rstest]

@@ -30,9 +30,12 @@ pub(crate) fn namespace_defaults() -> String {
 
 /// Installs namespace-defaults' source as plugin `name` in `dir`, confined to namespace `ns`.
 pub(crate) fn install(dir: &std::path::Path, name: &str, source: &str, ns: &str) {
-    let config =
-        format!("limits: {{deadlineMs: 5000, memoryBytes: 134217728}}\ngrants: {{namespaces: {{names: [{ns}]}}}}\n");
-    install_source(dir, name, "namespace_defaults_py.wasm", source, &config);
+    install_source(dir, name, "namespace_defaults_py.wasm", source, &confined_to(ns));
+}
+
+/// The config of a source plugin of these tests: their limits, confined to namespace `ns`.
+pub(crate) fn confined_to(ns: &str) -> String {
+    format!("limits: {{deadlineMs: 5000, memoryBytes: 134217728}}\ngrants: {{namespaces: {{names: [{ns}]}}}}\n")
 }
 
 /// Creates Namespace `ns`; before the plugins confined to it load, so that the host makes their
@@ -167,10 +170,15 @@ async fn a_plugin_of_several_files_in_its_own_directory_serves_and_an_edit_to_on
         .replace("NAMESPACE, QUOTA =", "from helpers import names\n\nNAMESPACE, QUOTA =");
     assert_eq!(main.matches("names.").count(), 1, "the source changed: {main}");
     let dir = tempfile::tempdir().unwrap();
-    let config =
-        format!("limits: {{deadlineMs: 5000, memoryBytes: 134217728}}\ngrants: {{namespaces: {{names: [{ns}]}}}}\n");
     let files = [("main.py", main.as_str()), ("helpers/names.py", "QUOTA = \"default-quota\"\n")];
-    let root = common::install_source_dir(dir.path(), "several", "namespace_defaults_py.wasm", &files, "main", &config);
+    let root = common::install_source_dir(
+        dir.path(),
+        "several",
+        "namespace_defaults_py.wasm",
+        &files,
+        "main",
+        &confined_to(&ns),
+    );
     let app = app(&client);
     // No rescan during the test: only the watch's events can bring the edit.
     let mut source = app.directory_source(dir.path()).rescan_every(Duration::from_secs(3600));
