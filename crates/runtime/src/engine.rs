@@ -1,5 +1,5 @@
 //! The wasmtime engine shared by every plugin: component model, async, pooling allocator, epoch
-//! interruption, and wasmtime's on-disk compile cache.
+//! interruption, and the on-disk compile cache (`compile_cache.rs`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -8,14 +8,13 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use wasmtime::component::{Component, Linker};
-use wasmtime::{
-    Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy,
-};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy};
 
 mod child;
 pub use child::{ChildSettings, compile_child};
 
 use super::bindings::{self, PluginPre};
+use super::compile_cache::CompileCache;
 use super::compile_process::CompileProcess;
 use super::metrics::PluginMetrics;
 use super::pool::{Ledger, MEMORIES_PER_INSTANCE, TABLES_PER_INSTANCE};
@@ -107,13 +106,12 @@ pub enum Error {
     #[error("cannot configure the wasm engine: {0}")]
     Engine(wasmtime::Error),
     /// The compile cache directory could not be set up.
-    #[error("cannot use compile cache {dir}: {source}")]
+    #[error("cannot use compile cache {dir}: {cause}")]
     Cache {
         /// The directory.
         dir: PathBuf,
         /// Why.
-        #[source]
-        source: wasmtime::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -354,7 +352,7 @@ impl RuntimeConfig {
 pub struct Runtime {
     pub(crate) engine: Engine,
     pub(crate) linker: Arc<Linker<PluginCtx>>,
-    cache: Option<Cache>,
+    cache: Option<Arc<CompileCache>>,
     compile_process: Option<CompileProcess>,
     pub(crate) metrics: PluginMetrics,
     pub(crate) max_memory_bytes: u64,
@@ -415,19 +413,16 @@ impl Runtime {
             .strategy(config.compiler.strategy())
             .epoch_interruption(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&wasm).map_err(Error::Engine)?;
         let cache = match &config.cache_dir {
-            Some(dir) => {
-                let mut cc = CacheConfig::new();
-                cc.with_directory(super::compile_process::wasmtime_dir(dir));
-                let cache = Cache::new(cc).map_err(|source| Error::Cache { dir: dir.clone(), source })?;
-                wasm.cache(Some(cache.clone()));
-                Some(cache)
-            }
+            Some(dir) => Some(Arc::new(
+                CompileCache::new(dir, &engine, super::compile_cache::DEFAULT_SIZE_LIMIT)
+                    .map_err(|cause| Error::Cache { dir: dir.clone(), cause })?,
+            )),
             None => None,
         };
-        let engine = Engine::new(&wasm).map_err(Error::Engine)?;
         let compile_process = match (&config.compile_process, &config.cache_dir) {
-            (Some(exe), Some(dir)) => Some(CompileProcess::new(exe.clone(), config.engine_flags(), dir, &engine)),
+            (Some(exe), Some(dir)) => Some(CompileProcess::new(exe.clone(), config.engine_flags(), dir)),
             _ => None,
         };
         let mut linker = Linker::new(&engine);
@@ -495,13 +490,25 @@ impl Runtime {
         self.pool.reserved()
     }
 
-    /// Compiles (or fetches from the compile cache) the component with this sha256: in a child
-    /// process if the runtime has one, then loads it from the cache. CPU-bound: call it off the
-    /// async workers.
+    /// The component with this sha256: mapped from the compile cache, else compiled into it (in a
+    /// child process if the runtime has one) and mapped, else, without a cache, compiled in this
+    /// process. CPU-bound: call it off the async workers.
     pub(crate) fn compile(&self, wasm: &[u8], sha256: &str) -> wasmtime::Result<Component> {
+        let Some(cache) = &self.cache else { return Component::new(&self.engine, wasm) };
+        if let Some(component) = cache.load(&self.engine, sha256) {
+            return Ok(component);
+        }
         if let Some(process) = &self.compile_process {
-            match process.ensure_cached(wasm, sha256) {
-                Ok(()) => {}
+            let started = std::time::Instant::now();
+            match process.compile(wasm) {
+                Ok(()) => {
+                    let seconds = started.elapsed().as_secs_f64();
+                    tracing::info!(sha256, seconds, "compiled in a child process");
+                    if let Some(component) = cache.load(&self.engine, sha256) {
+                        return Ok(component);
+                    }
+                    tracing::warn!(sha256, "the compile process left nothing loadable: compiling inside the host");
+                }
                 // Not the module's fault: compile it here rather than reject it.
                 Err(error @ super::compile_process::Error::Spawn { .. }) => {
                     tracing::warn!(%error, "cannot start a compile process: compiling inside the host");
@@ -509,17 +516,36 @@ impl Runtime {
                 Err(error) => return Err(error.into()),
             }
         }
-        self.compile_here(wasm)
+        self.compile_into(cache, wasm, sha256)
     }
 
-    /// Compiles (or fetches from the compile cache) a component in this process.
-    pub(crate) fn compile_here(&self, wasm: &[u8]) -> wasmtime::Result<Component> {
-        Component::new(&self.engine, wasm)
+    /// Compiles into the compile cache in this process and maps the result: the compile
+    /// process's side. Without a writable cache, the component compiled stays in memory.
+    fn compile_into(&self, cache: &CompileCache, wasm: &[u8], sha256: &str) -> wasmtime::Result<Component> {
+        if let Err(error) = cache.compile(&self.engine, wasm, sha256) {
+            tracing::warn!(error = %format!("{error:#}"), "cannot compile into the compile cache: compiling in memory");
+            return Component::new(&self.engine, wasm);
+        }
+        match cache.load_compiled(&self.engine, sha256) {
+            Some(component) => Ok(component),
+            None => Component::new(&self.engine, wasm),
+        }
+    }
+
+    /// Compiles into the compile cache, whatever it holds: the compile process's side.
+    pub(crate) fn compile_to_cache(&self, wasm: &[u8], sha256: &str) -> wasmtime::Result<()> {
+        match &self.cache {
+            Some(cache) => cache.compile(&self.engine, wasm, sha256),
+            None => Err(wasmtime::Error::msg("no compile cache to compile into")),
+        }
     }
 
     /// Compile-cache hits and misses since this runtime started; `None` without a cache.
     pub fn cache_stats(&self) -> Option<CacheStats> {
-        self.cache.as_ref().map(|c| CacheStats { hits: c.cache_hits(), misses: c.cache_misses() })
+        self.cache.as_ref().map(|c| {
+            let (hits, misses) = c.stats();
+            CacheStats { hits, misses }
+        })
     }
 }
 

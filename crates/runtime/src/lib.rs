@@ -17,6 +17,7 @@
 pub mod api;
 pub mod authorizer;
 pub mod bindings;
+mod compile_cache;
 pub mod compile_process;
 pub mod config;
 pub mod control;

@@ -1,5 +1,5 @@
 //! The compile process's child side (`kubewasm compile-plugin`): builds the engine its parent
-//! has, compiles the component on stdin into the compile cache and marks it compiled.
+//! has and compiles the component on stdin into the compile cache.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -7,10 +7,9 @@ use std::path::PathBuf;
 use sha2::{Digest as _, Sha256};
 
 use super::{Compiler, Runtime, RuntimeConfig};
-use crate::compile_process;
 
 /// The engine settings a child is started with (as `--flag value` arguments after
-/// [`SUBCOMMAND`](compile_process::SUBCOMMAND); the CLI parses them back into this).
+/// [`SUBCOMMAND`](crate::compile_process::SUBCOMMAND); the CLI parses them back into this).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChildSettings {
     /// The compile cache to fill.
@@ -27,8 +26,8 @@ pub struct ChildSettings {
     pub compiler: Compiler,
 }
 
-/// The child: builds the engine `args` describe, compiles the component on stdin into the cache
-/// and writes its marker.
+/// The child: builds the engine `args` describe and compiles the component on stdin into the
+/// cache.
 pub fn compile_child(args: ChildSettings) -> anyhow::Result<()> {
     let config = RuntimeConfig::default()
         .cache_dir(&args.compile_cache)
@@ -40,8 +39,6 @@ pub fn compile_child(args: ChildSettings) -> anyhow::Result<()> {
     let runtime = Runtime::new(config)?;
     let mut wasm = Vec::new();
     std::io::stdin().read_to_end(&mut wasm)?;
-    runtime.compile_here(&wasm).map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let sha256 = hex::encode(Sha256::digest(&wasm));
-    compile_process::mark_compiled(&args.compile_cache, &sha256, &runtime.engine)?;
-    Ok(())
+    runtime.compile_to_cache(&wasm, &sha256).map_err(|e| anyhow::anyhow!("{e:#}"))
 }

@@ -1,0 +1,257 @@
+//! The compile cache: each compiled component one file in wasmtime's precompiled format, mapped
+//! when loaded rather than read, so the pages of its code that no plugin runs stay on disk.
+//!
+//! wasmtime's own cache keeps entries compressed and loads one by decompressing it into memory:
+//! every byte of the compiled code becomes resident, anonymous memory of the host for as long as
+//! the component is loaded (36 MB for the Python engine, most of it an interpreter's code a
+//! plugin never calls). A file loaded with [`Component::deserialize_file`] is mapped instead: a
+//! page is read in when it first runs, stays clean, and the kernel can drop it under pressure.
+//! The engine's linear-memory image is mapped from the same file too.
+//!
+//! A file is named by the component's sha256 and the engine's compatibility hash, written under a
+//! temporary name and renamed into place (a reader never sees half of one), and never changed
+//! after. Loading one trusts the directory as wasmtime's cache did: only the host writes there.
+//! The directory is kept under a size limit, least recently loaded first. No crate keeps mapped
+//! wasmtime artifacts with a size limit, so this is hand-written.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::SystemTime;
+
+use sha2::{Digest as _, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// Largest total size of the compiled files kept, in bytes, before the least recently loaded are
+/// deleted: wasmtime's own cache's default. The deployments' `emptyDir` is sized above it.
+/// 512 MiB.
+pub const DEFAULT_SIZE_LIMIT: u64 = 512 << 20;
+
+/// The compiled files' extension: wasmtime's, as `wasmtime compile` writes them.
+const EXTENSION: &str = "cwasm";
+
+/// The compiled components in a directory, for one engine.
+#[derive(Debug)]
+pub(crate) struct CompileCache {
+    dir: PathBuf,
+    engine_hash: String,
+    size_limit: u64,
+    hits: AtomicUsize,
+    misses: AtomicUsize,
+}
+
+impl CompileCache {
+    /// The cache in `cache_dir` for `engine`, the directory created if missing.
+    pub(crate) fn new(cache_dir: &Path, engine: &Engine, size_limit: u64) -> std::io::Result<Self> {
+        let dir = compiled_dir(cache_dir);
+        std::fs::create_dir_all(&dir)?;
+        let engine_hash = engine_hash(engine);
+        Ok(Self { dir, engine_hash, size_limit, hits: AtomicUsize::new(0), misses: AtomicUsize::new(0) })
+    }
+
+    /// The component with this sha256, mapped from its file, if the cache holds it for this
+    /// engine: a hit. A file wasmtime refuses (another wasmtime, or not one of its files) is
+    /// deleted, to be compiled again.
+    pub(crate) fn load(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        let component = self.open(engine, sha256)?;
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(component)
+    }
+
+    /// [`load`](Self::load) of what this process just compiled: not a hit.
+    pub(crate) fn load_compiled(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        self.open(engine, sha256)
+    }
+
+    #[allow(unsafe_code)]
+    fn open(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        let path = self.path(sha256);
+        if !path.exists() {
+            return None;
+        }
+        // SAFETY: the file is one this cache wrote, complete (renamed into place) and never
+        // changed after: what `deserialize_file` asks of it.
+        match unsafe { Component::deserialize_file(engine, &path) } {
+            Ok(component) => {
+                // Its modification time says when it was last loaded, for `prune`.
+                if let Ok(file) = std::fs::File::options().append(true).open(&path) {
+                    let _ = file.set_modified(SystemTime::now());
+                }
+                Some(component)
+            }
+            Err(error) => {
+                tracing::warn!(path = %path.display(), error = %format!("{error:#}"), "compiled file not loadable: compiling again");
+                let _ = std::fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// Compiles `wasm`, whose sha256 this is, into the cache, then keeps the cache under its size
+    /// limit.
+    pub(crate) fn compile(&self, engine: &Engine, wasm: &[u8], sha256: &str) -> wasmtime::Result<()> {
+        let compiled = engine.precompile_component(wasm)?;
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let path = self.path(sha256);
+        let written = tempfile::NamedTempFile::new_in(&self.dir).and_then(|mut file| {
+            std::io::Write::write_all(&mut file, &compiled)?;
+            file.persist(&path).map_err(|e| e.error)?;
+            Ok(())
+        });
+        written.map_err(|e| wasmtime::Error::msg(format!("cannot write {}: {e}", path.display())))?;
+        self.prune(&path);
+        Ok(())
+    }
+
+    /// Components loaded from the cache and compiled into it by this process.
+    pub(crate) fn stats(&self) -> (usize, usize) {
+        (self.hits.load(Ordering::Relaxed), self.misses.load(Ordering::Relaxed))
+    }
+
+    fn path(&self, sha256: &str) -> PathBuf {
+        self.dir.join(format!("{sha256}-{}.{EXTENSION}", self.engine_hash))
+    }
+
+    /// Deletes the least recently loaded files, never `kept`, until the rest fit the size limit.
+    /// A file a runtime has mapped stays mapped after it is deleted.
+    fn prune(&self, kept: &Path) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
+        let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == EXTENSION))
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                Some((meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();
+        files.sort();
+        for (_, len, path) in files {
+            if total <= self.size_limit {
+                break;
+            }
+            if path != kept && std::fs::remove_file(&path).is_ok() {
+                total -= len;
+            }
+        }
+    }
+}
+
+/// The directory of compiled files inside a compile cache directory.
+fn compiled_dir(cache_dir: &Path) -> PathBuf {
+    cache_dir.join("compiled")
+}
+
+/// wasmtime's compatibility hash of an engine (what decides whether compiled code fits it), as
+/// 16 hex digits of its sha256.
+fn engine_hash(engine: &Engine) -> String {
+    struct Sha(Sha256);
+    impl Hasher for Sha {
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.update(bytes);
+        }
+        fn finish(&self) -> u64 {
+            0
+        }
+    }
+    let mut sha = Sha(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut sha);
+    hex::encode(&sha.0.finalize()[..8])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn engine(strategy: wasmtime::Strategy) -> Engine {
+        Engine::new(wasmtime::Config::new().wasm_component_model(true).strategy(strategy)).unwrap()
+    }
+
+    /// A component with nothing in it (its header), and its sha256.
+    fn empty_component() -> (Vec<u8>, String) {
+        let wasm = b"\0asm\x0d\0\x01\0".to_vec();
+        let sha = hex::encode(Sha256::digest(&wasm));
+        (wasm, sha)
+    }
+
+    #[test]
+    fn a_component_compiled_into_the_cache_loads_from_its_file_in_another_cache_on_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(wasmtime::Strategy::Cranelift);
+        let (wasm, sha) = empty_component();
+        let first = CompileCache::new(dir.path(), &engine, DEFAULT_SIZE_LIMIT).unwrap();
+        assert!(first.load(&engine, &sha).is_none(), "nothing compiled yet");
+        first.compile(&engine, &wasm, &sha).unwrap();
+        assert_eq!(first.stats(), (0, 1));
+
+        let second = CompileCache::new(dir.path(), &engine, DEFAULT_SIZE_LIMIT).unwrap();
+        assert!(second.load(&engine, &sha).is_some());
+        assert_eq!(second.stats(), (1, 0));
+    }
+
+    #[test]
+    fn a_loaded_component_is_mapped_from_its_file_not_copied_into_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(wasmtime::Strategy::Cranelift);
+        let (wasm, sha) = empty_component();
+        let cache = CompileCache::new(dir.path(), &engine, DEFAULT_SIZE_LIMIT).unwrap();
+        cache.compile(&engine, &wasm, &sha).unwrap();
+        let path = cache.path(&sha).display().to_string();
+        let mapped = || std::fs::read_to_string("/proc/self/maps").unwrap().lines().any(|l| l.ends_with(&path));
+        assert!(!mapped(), "mapped before it is loaded");
+        let component = cache.load(&engine, &sha).unwrap();
+        assert!(mapped(), "{path} is not among this process's mappings");
+        drop(component);
+    }
+
+    #[test]
+    fn a_file_wasmtime_refuses_is_deleted_and_not_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(wasmtime::Strategy::Cranelift);
+        let cache = CompileCache::new(dir.path(), &engine, DEFAULT_SIZE_LIMIT).unwrap();
+        let (_, sha) = empty_component();
+        std::fs::write(cache.path(&sha), b"not an ELF file").unwrap();
+        assert!(cache.load(&engine, &sha).is_none());
+        assert!(!cache.path(&sha).exists(), "the refused file is still there");
+        assert_eq!(cache.stats(), (0, 0));
+    }
+
+    #[test]
+    fn over_its_size_limit_the_cache_deletes_the_least_recently_loaded_files_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(wasmtime::Strategy::Cranelift);
+        let cache = CompileCache::new(dir.path(), &engine, 0).unwrap();
+        let old = cache.path("old");
+        std::fs::write(&old, [0; 10]).unwrap();
+        let recent = cache.path("recent");
+        std::fs::write(&recent, [0; 10]).unwrap();
+        let now = SystemTime::now();
+        std::fs::File::options().append(true).open(&old).unwrap().set_modified(now - Duration::from_secs(60)).unwrap();
+        std::fs::File::options().append(true).open(&recent).unwrap().set_modified(now).unwrap();
+        let other = dir.path().join("compiled/not-a-compiled-file");
+        std::fs::write(&other, [0; 10]).unwrap();
+
+        let cache = CompileCache { size_limit: 15, ..cache };
+        let (wasm, sha) = empty_component();
+        cache.compile(&engine, &wasm, &sha).unwrap();
+        assert!(cache.path(&sha).exists(), "the file just compiled is kept, whatever its size");
+        assert!(!old.exists(), "the least recently loaded file is kept");
+        assert!(other.exists(), "a file that is not the cache's is deleted");
+        let left = std::fs::metadata(&recent).is_ok();
+        let size = std::fs::metadata(cache.path(&sha)).unwrap().len();
+        assert_eq!(left, size + 10 <= 15, "the recent file is deleted only if the two do not fit");
+    }
+
+    #[test]
+    fn engines_of_other_settings_have_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = engine(wasmtime::Strategy::Cranelift);
+        let winch = engine(wasmtime::Strategy::Winch);
+        let a = CompileCache::new(dir.path(), &plain, DEFAULT_SIZE_LIMIT).unwrap();
+        let b = CompileCache::new(dir.path(), &winch, DEFAULT_SIZE_LIMIT).unwrap();
+        assert_ne!(a.path("x"), b.path("x"));
+    }
+}
