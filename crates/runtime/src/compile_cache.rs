@@ -138,6 +138,11 @@ impl CompileCache {
     }
 }
 
+/// What a component's file is named by: the sha256 of its bytes, lowercase hex.
+pub(crate) fn key(wasm: &[u8]) -> String {
+    hex::encode(Sha256::digest(wasm))
+}
+
 /// The directory of compiled files inside a compile cache directory.
 fn compiled_dir(cache_dir: &Path) -> PathBuf {
     cache_dir.join("compiled")
@@ -173,7 +178,7 @@ mod tests {
     /// A component with nothing in it (its header), and its sha256.
     fn empty_component() -> (Vec<u8>, String) {
         let wasm = b"\0asm\x0d\0\x01\0".to_vec();
-        let sha = hex::encode(Sha256::digest(&wasm));
+        let sha = key(&wasm);
         (wasm, sha)
     }
 

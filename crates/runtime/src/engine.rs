@@ -490,11 +490,16 @@ impl Runtime {
         self.pool.reserved()
     }
 
-    /// The component with this sha256: mapped from the compile cache, else compiled into it (in a
-    /// child process if the runtime has one) and mapped, else, without a cache, compiled in this
+    /// The component of `wasm`: mapped from the compile cache, else compiled into it (in a child
+    /// process if the runtime has one) and mapped, else, without a cache, compiled in this
     /// process. CPU-bound: call it off the async workers.
-    pub(crate) fn compile(&self, wasm: &[u8], sha256: &str) -> wasmtime::Result<Component> {
+    ///
+    /// The cache is keyed by the sha256 of `wasm` hashed here (milliseconds, against seconds of
+    /// compile), never by a digest a caller passes along: a digest that did not match its bytes
+    /// would hand them another component's code.
+    pub(crate) fn compile(&self, wasm: &[u8]) -> wasmtime::Result<Component> {
         let Some(cache) = &self.cache else { return Component::new(&self.engine, wasm) };
+        let sha256 = &super::compile_cache::key(wasm);
         if let Some(component) = cache.load(&self.engine, sha256) {
             return Ok(component);
         }
@@ -533,9 +538,9 @@ impl Runtime {
     }
 
     /// Compiles into the compile cache, whatever it holds: the compile process's side.
-    pub(crate) fn compile_to_cache(&self, wasm: &[u8], sha256: &str) -> wasmtime::Result<()> {
+    pub(crate) fn compile_to_cache(&self, wasm: &[u8]) -> wasmtime::Result<()> {
         match &self.cache {
-            Some(cache) => cache.compile(&self.engine, wasm, sha256),
+            Some(cache) => cache.compile(&self.engine, wasm, &super::compile_cache::key(wasm)),
             None => Err(wasmtime::Error::msg("no compile cache to compile into")),
         }
     }

@@ -99,8 +99,7 @@ impl Runtime {
         let runtime = self.clone();
         let pre = tokio::task::spawn_blocking(move || -> wasmtime::Result<PluginPre> {
             let wasm = std::fs::read(&path)?;
-            let sha256 = super::sha256_hex(&wasm);
-            let component = runtime.compile(&wasm, &sha256)?;
+            let component = runtime.compile(&wasm)?;
             PluginPre::engine(runtime.linker.instantiate_pre(&component)?)
         })
         .await

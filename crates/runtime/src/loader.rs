@@ -315,9 +315,9 @@ impl Runtime {
         if let Some(pre) = self.compiled(sha256) {
             return Ok(pre);
         }
-        let (runtime, wasm, sha) = (self.clone(), wasm.clone(), sha256.to_owned());
+        let (runtime, wasm) = (self.clone(), wasm.clone());
         let pre = tokio::task::spawn_blocking(move || -> Result<_, LoadError> {
-            let component = runtime.compile(&wasm, &sha).map_err(LoadError::Compile)?;
+            let component = runtime.compile(&wasm).map_err(LoadError::Compile)?;
             let contract = Contract::of(&component, &runtime.engine);
             let pre = runtime.linker.instantiate_pre(&component).map_err(LoadError::WrongWorld)?;
             PluginPre::new(contract, pre).map_err(LoadError::WrongWorld)

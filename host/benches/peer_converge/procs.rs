@@ -66,6 +66,17 @@ impl Procs {
         self.children.iter().map(|c| pss(c.id())).sum::<u64>() as f64 / 1024.0
     }
 
+    /// Copies each process's `smaps` (its memory, mapping by mapping) to
+    /// `<dir>/<label>-<pid>.smaps`, to see where the memory goes.
+    pub fn save_smaps(&self, dir: &Path, label: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        for child in &self.children {
+            let pid = child.id();
+            let smaps = std::fs::read(format!("/proc/{pid}/smaps")).unwrap_or_default();
+            std::fs::write(dir.join(format!("{label}-{pid}.smaps")), smaps).unwrap();
+        }
+    }
+
     /// Peak resident set size (`VmHWM`), summed over the processes, in MiB. For several
     /// processes this is an upper bound of their simultaneous peak.
     pub fn peak_mib(&self) -> f64 {

@@ -131,6 +131,10 @@ pub fn run(variant: Variant, spec: &Spec, setup: &Setup, work: &Path) -> Outcome
     audit.poll();
     let apply_server = audit.apply_seconds;
     let (rss_converge, pss_converge, cpu_converge) = (procs.rss_mib(), procs.pss_mib(), procs.cpu_seconds());
+    // Where the memory goes at converge, mapping by mapping, when asked.
+    if let Some(dir) = std::env::var_os("KUBEWASM_BENCH_SMAPS") {
+        procs.save_smaps(Path::new(&dir), &variant.name());
+    }
     let control_plane_cpu = procs::cpu_seconds(cp.pids()) - control_plane_start;
     let machine = procs::machine_cpu_seconds();
     let machine_busy = (machine.0 - machine_start.0) / (machine.1 - machine_start.1);

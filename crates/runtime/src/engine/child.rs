@@ -4,8 +4,6 @@
 use std::io::Read as _;
 use std::path::PathBuf;
 
-use sha2::{Digest as _, Sha256};
-
 use super::{Compiler, Runtime, RuntimeConfig};
 
 /// The engine settings a child is started with (as `--flag value` arguments after
@@ -39,6 +37,5 @@ pub fn compile_child(args: ChildSettings) -> anyhow::Result<()> {
     let runtime = Runtime::new(config)?;
     let mut wasm = Vec::new();
     std::io::stdin().read_to_end(&mut wasm)?;
-    let sha256 = hex::encode(Sha256::digest(&wasm));
-    runtime.compile_to_cache(&wasm, &sha256).map_err(|e| anyhow::anyhow!("{e:#}"))
+    runtime.compile_to_cache(&wasm).map_err(|e| anyhow::anyhow!("{e:#}"))
 }
