@@ -77,7 +77,9 @@ pub struct RunArgs {
     /// Address of the admin server (/metrics, /healthz, /livez, /readyz).
     #[arg(long, env = "KUBEWASM_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
     pub admin_addr: SocketAddr,
-    /// Directory for compiled plugins, so restarts do not recompile; default: none.
+    /// Directory for compiled plugins, so restarts do not recompile. Their code is mapped from
+    /// there, so what no plugin runs stays on disk; kept under 512 MiB, least recently loaded
+    /// deleted first. Default: none (compiled plugins are kept in memory).
     #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
     pub compile_cache: Option<PathBuf>,
     /// With a compile cache, compile each new plugin in a child process (this binary, run as
