@@ -31,6 +31,14 @@ pub const DEFAULT_SIZE_LIMIT: u64 = 512 << 20;
 /// The compiled files' extension: wasmtime's, as `wasmtime compile` writes them.
 const EXTENSION: &str = "cwasm";
 
+/// How a file being written starts, before it is renamed into place.
+const WRITING: &str = ".writing-";
+
+/// Age past which a file being written was left by a process that died writing it (a compile
+/// child killed for its memory, say), and is deleted. A file is written after its compile, in
+/// one go. 10 minutes.
+const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The compiled components in a directory, for one engine.
 #[derive(Debug)]
 pub(crate) struct CompileCache {
@@ -94,7 +102,7 @@ impl CompileCache {
         let compiled = engine.precompile_component(wasm)?;
         self.misses.fetch_add(1, Ordering::Relaxed);
         let path = self.path(sha256);
-        let written = tempfile::NamedTempFile::new_in(&self.dir).and_then(|mut file| {
+        let written = tempfile::Builder::new().prefix(WRITING).tempfile_in(&self.dir).and_then(|mut file| {
             std::io::Write::write_all(&mut file, &compiled)?;
             file.persist(&path).map_err(|e| e.error)?;
             Ok(())
@@ -113,18 +121,23 @@ impl CompileCache {
         self.dir.join(format!("{sha256}-{}.{EXTENSION}", self.engine_hash))
     }
 
-    /// Deletes the least recently loaded files, never `kept`, until the rest fit the size limit.
-    /// A file a runtime has mapped stays mapped after it is deleted.
+    /// Deletes the least recently loaded files, never `kept`, until the rest fit the size limit,
+    /// and files abandoned while being written. A file a runtime has mapped stays mapped after it
+    /// is deleted.
     fn prune(&self, kept: &Path) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
-        let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == EXTENSION))
-            .filter_map(|e| {
-                let meta = e.metadata().ok()?;
-                Some((meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len(), e.path()))
-            })
-            .collect();
+        let mut files: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
+        for entry in entries.flatten() {
+            let (path, Ok(meta)) = (entry.path(), entry.metadata()) else { continue };
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            if entry.file_name().to_string_lossy().starts_with(WRITING) {
+                if modified.elapsed().is_ok_and(|age| age > ABANDONED_AFTER) {
+                    let _ = std::fs::remove_file(&path);
+                }
+            } else if path.extension().is_some_and(|x| x == EXTENSION) {
+                files.push((modified, meta.len(), path));
+            }
+        }
         let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();
         files.sort();
         for (_, len, path) in files {
@@ -248,6 +261,27 @@ mod tests {
         let left = std::fs::metadata(&recent).is_ok();
         let size = std::fs::metadata(cache.path(&sha)).unwrap().len();
         assert_eq!(left, size + 10 <= 15, "the recent file is deleted only if the two do not fit");
+    }
+
+    #[test]
+    fn a_file_left_half_written_is_deleted_once_it_is_old_and_not_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(wasmtime::Strategy::Cranelift);
+        let cache = CompileCache::new(dir.path(), &engine, DEFAULT_SIZE_LIMIT).unwrap();
+        let abandoned = dir.path().join(format!("compiled/{WRITING}abandoned"));
+        let writing = dir.path().join(format!("compiled/{WRITING}now"));
+        std::fs::write(&abandoned, [0; 10]).unwrap();
+        std::fs::write(&writing, [0; 10]).unwrap();
+        let old = SystemTime::now() - ABANDONED_AFTER - Duration::from_secs(1);
+        std::fs::File::options().append(true).open(&abandoned).unwrap().set_modified(old).unwrap();
+
+        let (wasm, sha) = empty_component();
+        cache.compile(&engine, &wasm, &sha).unwrap();
+        assert!(!abandoned.exists(), "a file abandoned while being written is kept");
+        assert!(writing.exists(), "a file another process is writing now is deleted");
+        let left: Vec<_> =
+            std::fs::read_dir(dir.path().join("compiled")).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 2, "the compiled file and the one being written: {left:?}");
     }
 
     #[test]
