@@ -24,9 +24,10 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 /// Largest total size of the compiled files kept, in bytes, before the least recently loaded are
-/// deleted: wasmtime's own cache's default. The deployments' `emptyDir` is sized above it.
-/// 512 MiB.
-pub const DEFAULT_SIZE_LIMIT: u64 = 512 << 20;
+/// deleted. Files are kept uncompressed, about three times the size of wasmtime's compressed
+/// entries, whose cache kept 512 MiB of them; a Python or JavaScript component or engine is
+/// 25–38 MB. The deployments' `emptyDir` is sized above it, with room for pulled modules. 1 GiB.
+pub const DEFAULT_SIZE_LIMIT: u64 = 1 << 30;
 
 /// The compiled files' extension: wasmtime's, as `wasmtime compile` writes them.
 const EXTENSION: &str = "cwasm";

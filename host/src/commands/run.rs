@@ -78,7 +78,7 @@ pub struct RunArgs {
     #[arg(long, env = "KUBEWASM_ADMIN_ADDR", default_value = "127.0.0.1:8080")]
     pub admin_addr: SocketAddr,
     /// Directory for compiled plugins, so restarts do not recompile. Their code is mapped from
-    /// there, so what no plugin runs stays on disk; kept under 512 MiB, least recently loaded
+    /// there, so what no plugin runs stays on disk; kept under 1 GiB, least recently loaded
     /// deleted first. Default: none (compiled plugins are kept in memory).
     #[arg(long, env = "KUBEWASM_COMPILE_CACHE")]
     pub compile_cache: Option<PathBuf>,
