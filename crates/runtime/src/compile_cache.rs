@@ -80,8 +80,15 @@ impl CompileCache {
             return None;
         }
         // SAFETY: the file is one this cache wrote, complete (renamed into place) and never
-        // changed after: what `deserialize_file` asks of it.
-        match unsafe { Component::deserialize_file(engine, &path) } {
+        // changed after: what `deserialize_file` and `deserialize` ask of it.
+        let component = unsafe { Component::deserialize_file(engine, &path) }.or_else(|mapping| {
+            // A file system mounted `noexec` refuses to map code: read the file into memory.
+            let bytes = std::fs::read(&path).map_err(|_| mapping)?;
+            let component = unsafe { Component::deserialize(engine, &bytes) }?;
+            tracing::debug!(path = %path.display(), "compiled file read into memory: it cannot be mapped as code");
+            Ok::<_, wasmtime::Error>(component)
+        });
+        match component {
             Ok(component) => {
                 // Its modification time says when it was last loaded, for `prune`.
                 if let Ok(file) = std::fs::File::options().append(true).open(&path) {

@@ -208,3 +208,27 @@ fn check_prints_the_dangerous_kinds_a_plugin_was_approved_to_write() {
     let (ok, stdout, stderr) = check_contract(Some(CONTRACT_GRANTS));
     assert!(ok && stdout.contains("dangerous kinds it may write (approved): -\n"), "{stderr}{stdout}");
 }
+
+#[test]
+fn a_compile_cache_on_a_noexec_file_system_serves_its_compiled_files_read_into_memory() {
+    // A file system mounted `noexec` refuses to map code: the compiled file is read instead of
+    // being found unloadable, deleted and compiled again on every load. The mount is made in a
+    // user and mount namespace of the test's own (`unshare`), so no privilege is needed.
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = common::install_plugin(dir.path(), "namespace-defaults", "namespace_defaults.wasm", "");
+    let cache = dir.path().join("noexec-cache");
+    std::fs::create_dir(&cache).unwrap();
+    let script = r#"mount -t tmpfs -o noexec tmpfs "$1" && grep -q " $1 tmpfs .*noexec" /proc/self/mounts \
+        && "$2" check "$3" --compile-cache "$1" && "$2" check "$3" --compile-cache "$1""#;
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c", script, "sh"])
+        .arg(&cache)
+        .arg(env!("CARGO_BIN_EXE_kubewasm"))
+        .arg(&plugin)
+        .output()
+        .expect("unshare (util-linux) runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "two checks on a noexec compile cache: {stderr}");
+    assert_eq!(stderr.matches("plugin loaded").count(), 2, "{stderr}");
+    assert!(!stderr.contains("not loadable"), "a compiled file was refused and compiled again: {stderr}");
+}
