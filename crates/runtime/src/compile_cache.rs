@@ -104,18 +104,23 @@ impl CompileCache {
         }
     }
 
-    /// Compiles `wasm`, whose sha256 this is, into the cache, then keeps the cache under its size
-    /// limit.
+    /// Compiles `wasm`, whose sha256 this is, into the cache ([`store`](Self::store)).
     pub(crate) fn compile(&self, engine: &Engine, wasm: &[u8], sha256: &str) -> wasmtime::Result<()> {
         let compiled = engine.precompile_component(wasm)?;
+        self.store(sha256, &compiled).map_err(|e| wasmtime::Error::msg(e.to_string()))
+    }
+
+    /// Keeps `compiled` (what [`Engine::precompile_component`] made of the component with this
+    /// sha256) in the cache, then keeps the cache under its size limit.
+    pub(crate) fn store(&self, sha256: &str, compiled: &[u8]) -> std::io::Result<()> {
         self.misses.fetch_add(1, Ordering::Relaxed);
         let path = self.path(sha256);
         let written = tempfile::Builder::new().prefix(WRITING).tempfile_in(&self.dir).and_then(|mut file| {
-            std::io::Write::write_all(&mut file, &compiled)?;
+            std::io::Write::write_all(&mut file, compiled)?;
             file.persist(&path).map_err(|e| e.error)?;
             Ok(())
         });
-        written.map_err(|e| wasmtime::Error::msg(format!("cannot write {}: {e}", path.display())))?;
+        written.map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))?;
         self.prune(&path);
         Ok(())
     }

@@ -524,11 +524,13 @@ impl Runtime {
         self.compile_into(cache, wasm, sha256)
     }
 
-    /// Compiles into the compile cache in this process and maps the result: the compile
-    /// process's side. Without a writable cache, the component compiled stays in memory.
+    /// Compiles into the compile cache in this process and maps the result. An invalid component
+    /// fails here, compiled once; when the cache cannot be written, the component is compiled
+    /// again to stay in memory.
     fn compile_into(&self, cache: &CompileCache, wasm: &[u8], sha256: &str) -> wasmtime::Result<Component> {
-        if let Err(error) = cache.compile(&self.engine, wasm, sha256) {
-            tracing::warn!(error = %format!("{error:#}"), "cannot compile into the compile cache: compiling in memory");
+        let compiled = self.engine.precompile_component(wasm)?;
+        if let Err(error) = cache.store(sha256, &compiled) {
+            tracing::warn!(%error, "cannot write the compile cache: compiling in memory");
             return Component::new(&self.engine, wasm);
         }
         match cache.load_compiled(&self.engine, sha256) {
