@@ -40,6 +40,10 @@ const WRITING: &str = ".writing-";
 /// one go. 10 minutes.
 const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
 
+/// The directories of a compile cache before this one (`wasmtime` held wasmtime's cache,
+/// `kubewasm-compiled` the compile child's markers).
+const BEFORE: [&str; 2] = ["wasmtime", "kubewasm-compiled"];
+
 /// The compiled components in a directory, for one engine.
 #[derive(Debug)]
 pub(crate) struct CompileCache {
@@ -51,8 +55,13 @@ pub(crate) struct CompileCache {
 }
 
 impl CompileCache {
-    /// The cache in `cache_dir` for `engine`, the directory created if missing.
+    /// The cache in `cache_dir` for `engine`, the directory created if missing. What a host
+    /// before this cache left there (wasmtime's cache and the compile child's markers) is
+    /// deleted: nothing reads it any more.
     pub(crate) fn new(cache_dir: &Path, engine: &Engine, size_limit: u64) -> std::io::Result<Self> {
+        for before in BEFORE {
+            let _ = std::fs::remove_dir_all(cache_dir.join(before));
+        }
         let dir = compiled_dir(cache_dir);
         std::fs::create_dir_all(&dir)?;
         let engine_hash = engine_hash(engine);
@@ -295,6 +304,19 @@ mod tests {
         let left: Vec<_> =
             std::fs::read_dir(dir.path().join("compiled")).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 2, "the compiled file and the one being written: {left:?}");
+    }
+
+    #[test]
+    fn what_the_cache_before_it_left_is_deleted_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        for path in ["wasmtime/modules/wasmtime-48.0.8/entry", "kubewasm-compiled/marker", "oci/manifests/m"] {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, b"x").unwrap();
+        }
+        CompileCache::new(dir.path(), &engine(wasmtime::Strategy::Cranelift), DEFAULT_SIZE_LIMIT).unwrap();
+        assert!(!dir.path().join("wasmtime").exists() && !dir.path().join("kubewasm-compiled").exists());
+        assert!(dir.path().join("oci/manifests/m").exists(), "pulled modules share the directory");
     }
 
     #[test]
