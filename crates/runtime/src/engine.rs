@@ -191,9 +191,9 @@ impl Default for RuntimeConfig {
 }
 
 impl RuntimeConfig {
-    /// Keep compiled components in `dir` (wasmtime's cache: keyed by a hash of the module and the
-    /// engine's configuration), so a restart does not recompile. A relative `dir` is taken from
-    /// the working directory (wasmtime refuses one that is not absolute).
+    /// Keep compiled components in `dir` (`compile_cache.rs`: one file per component and engine
+    /// configuration, mapped when loaded), so a restart does not recompile. A relative `dir` is
+    /// taken from the working directory, so a compile child started elsewhere finds it.
     #[must_use]
     pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         let dir = dir.into();

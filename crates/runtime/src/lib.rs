@@ -1,7 +1,7 @@
 //! Sandboxed WebAssembly reconcile plugins: loading, limits, grants and host functions.
 //!
 //! One [`Runtime`] (engine + linker) serves every plugin. Loading compiles a component once
-//! (wasmtime's on-disk cache makes restarts cheap), pre-links it, and calls `describe()`; each
+//! (the compile cache on disk makes restarts cheap), pre-links it, and calls `describe()`; each
 //! call afterwards ([`Plugin::reconcile`], [`Plugin::map`]) runs in a fresh instance from the
 //! pooling allocator, so nothing leaks between keys and swapping a version is swapping a
 //! [`Plugin`]. An operator may let instances serve several calls (`limits.reuseInstances`) for
