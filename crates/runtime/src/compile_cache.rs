@@ -210,6 +210,13 @@ mod tests {
         Engine::new(wasmtime::Config::new().wasm_component_model(true).strategy(strategy)).unwrap()
     }
 
+    /// A Cranelift engine and the cache of `dir` for it, at the default size limit.
+    fn opened(dir: &Path) -> (Engine, CompileCache) {
+        let engine = engine(wasmtime::Strategy::Cranelift);
+        let cache = CompileCache::new(dir, &engine, DEFAULT_SIZE_LIMIT).unwrap();
+        (engine, cache)
+    }
+
     /// A component with nothing in it (its header), and its sha256.
     fn empty_component() -> (Vec<u8>, String) {
         let wasm = b"\0asm\x0d\0\x01\0".to_vec();
@@ -220,9 +227,8 @@ mod tests {
     #[test]
     fn a_component_compiled_into_the_cache_loads_from_its_file_in_another_cache_on_the_directory() {
         let dir = tempfile::tempdir().unwrap();
-        let engine = engine(wasmtime::Strategy::Cranelift);
+        let (engine, first) = opened(dir.path());
         let (wasm, sha) = empty_component();
-        let first = CompileCache::new(dir.path(), &engine, DEFAULT_SIZE_LIMIT).unwrap();
         assert!(first.load(&engine, &sha).is_none(), "nothing compiled yet");
         first.compile(&engine, &wasm, &sha).unwrap();
         assert_eq!(first.stats(), (0, 1));
@@ -235,9 +241,8 @@ mod tests {
     #[test]
     fn a_loaded_component_is_mapped_from_its_file_not_copied_into_memory() {
         let dir = tempfile::tempdir().unwrap();
-        let engine = engine(wasmtime::Strategy::Cranelift);
+        let (engine, cache) = opened(dir.path());
         let (wasm, sha) = empty_component();
-        let cache = CompileCache::new(dir.path(), &engine, DEFAULT_SIZE_LIMIT).unwrap();
         cache.compile(&engine, &wasm, &sha).unwrap();
         let path = cache.path(&sha).display().to_string();
         let mapped = || std::fs::read_to_string("/proc/self/maps").unwrap().lines().any(|l| l.ends_with(&path));
@@ -250,8 +255,7 @@ mod tests {
     #[test]
     fn a_file_wasmtime_refuses_is_deleted_and_not_loaded() {
         let dir = tempfile::tempdir().unwrap();
-        let engine = engine(wasmtime::Strategy::Cranelift);
-        let cache = CompileCache::new(dir.path(), &engine, DEFAULT_SIZE_LIMIT).unwrap();
+        let (engine, cache) = opened(dir.path());
         let (_, sha) = empty_component();
         std::fs::write(cache.path(&sha), b"not an ELF file").unwrap();
         assert!(cache.load(&engine, &sha).is_none());
@@ -262,8 +266,7 @@ mod tests {
     #[test]
     fn over_its_size_limit_the_cache_deletes_the_least_recently_loaded_files_first() {
         let dir = tempfile::tempdir().unwrap();
-        let engine = engine(wasmtime::Strategy::Cranelift);
-        let cache = CompileCache::new(dir.path(), &engine, 0).unwrap();
+        let (engine, cache) = opened(dir.path());
         let old = cache.path("old");
         std::fs::write(&old, [0; 10]).unwrap();
         let recent = cache.path("recent");
@@ -288,8 +291,7 @@ mod tests {
     #[test]
     fn a_file_left_half_written_is_deleted_once_it_is_old_and_not_before() {
         let dir = tempfile::tempdir().unwrap();
-        let engine = engine(wasmtime::Strategy::Cranelift);
-        let cache = CompileCache::new(dir.path(), &engine, DEFAULT_SIZE_LIMIT).unwrap();
+        let (engine, cache) = opened(dir.path());
         let abandoned = dir.path().join(format!("compiled/{WRITING}abandoned"));
         let writing = dir.path().join(format!("compiled/{WRITING}now"));
         std::fs::write(&abandoned, [0; 10]).unwrap();
@@ -314,7 +316,7 @@ mod tests {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, b"x").unwrap();
         }
-        CompileCache::new(dir.path(), &engine(wasmtime::Strategy::Cranelift), DEFAULT_SIZE_LIMIT).unwrap();
+        opened(dir.path());
         assert!(!dir.path().join("wasmtime").exists() && !dir.path().join("kubewasm-compiled").exists());
         assert!(dir.path().join("oci/manifests/m").exists(), "pulled modules share the directory");
     }
