@@ -124,13 +124,13 @@ async fn memory_needed(runtime: &Runtime, file: &str, key: &ObjectKey) -> u64 {
 }
 
 /// The host's defaults, or `KUBEWASM_BENCH_KEEP_RESIDENT` bytes of each freed slot kept
-/// resident (`kubewasm run --keep-resident`).
+/// resident (`kubewasm run --keep-resident`), and with `KUBEWASM_BENCH_NO_SNAPSHOT` set, source
+/// plugins imported in every instance rather than restored from their state after import.
 fn runtime_config() -> RuntimeConfig {
+    let config = RuntimeConfig::default().source_snapshots(std::env::var_os("KUBEWASM_BENCH_NO_SNAPSHOT").is_none());
     match std::env::var("KUBEWASM_BENCH_KEEP_RESIDENT") {
-        Ok(bytes) => {
-            RuntimeConfig::default().keep_resident(bytes.parse().expect("KUBEWASM_BENCH_KEEP_RESIDENT: bytes"))
-        }
-        Err(_) => RuntimeConfig::default(),
+        Ok(bytes) => config.keep_resident(bytes.parse().expect("KUBEWASM_BENCH_KEEP_RESIDENT: bytes")),
+        Err(_) => config,
     }
 }
 

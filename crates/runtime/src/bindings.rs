@@ -12,6 +12,7 @@ use kubewasm_informer::{InvalidKey, ObjectKey};
 
 use super::outcome::{Action, CallFailed};
 use super::registration::Registration;
+use super::snapshot;
 use super::state::PluginCtx;
 
 /// What every contract version's module has alike: the `events`, `config`, `log` and `types`
@@ -143,9 +144,11 @@ pub enum PluginPre {
     /// A 0.3.0 component.
     V0_3(v0_3::ControllerPre<PluginCtx>),
     /// A language engine, bare: its instances have no plugin loaded (a source plugin's load
-    /// compiles its source in one). Shared by every source plugin of its language.
-    Engine(engine_v0_1::EnginePre<PluginCtx>),
-    /// A source plugin: its engine, which each instance loads the plugin's code into first.
+    /// compiles its source in one). Shared by every source plugin of its language. With the
+    /// exports a snapshot is read and written through, when the engine is instrumented for them.
+    Engine(engine_v0_1::EnginePre<PluginCtx>, Option<Arc<snapshot::Exports>>),
+    /// A source plugin: its engine, each instance of which starts from the plugin's snapshot
+    /// (or imports the plugin's code first, when it has none).
     Source(SourcePre),
 }
 
@@ -157,6 +160,9 @@ pub struct SourcePre {
     pub(crate) code: Arc<[engine_v0_1::File]>,
     /// The module to import.
     pub(crate) entry: Arc<str>,
+    /// The plugin's state after its import, written into each fresh instance instead of
+    /// importing it; `None`: each instance imports it.
+    pub(crate) snapshot: Option<Arc<snapshot::Restore>>,
 }
 
 /// An instance of a plugin, of the world its component implements.
@@ -183,7 +189,8 @@ impl PluginPre {
 
     /// Checks `pre`'s exports against the engine world.
     pub fn engine(pre: wasmtime::component::InstancePre<PluginCtx>) -> wasmtime::Result<Self> {
-        Ok(PluginPre::Engine(engine_v0_1::EnginePre::new(pre)?))
+        let exports = snapshot::Exports::of(pre.component()).map(Arc::new);
+        Ok(PluginPre::Engine(engine_v0_1::EnginePre::new(pre)?, exports))
     }
 
     /// The contract version.
@@ -191,7 +198,7 @@ impl PluginPre {
         match self {
             PluginPre::V0_1(_) => Contract::V0_1,
             PluginPre::V0_2(_) => Contract::V0_2,
-            PluginPre::V0_3(_) | PluginPre::Engine(_) | PluginPre::Source(_) => Contract::V0_3,
+            PluginPre::V0_3(_) | PluginPre::Engine(..) | PluginPre::Source(_) => Contract::V0_3,
         }
     }
 
@@ -201,7 +208,7 @@ impl PluginPre {
             PluginPre::V0_1(p) => p.instance_pre(),
             PluginPre::V0_2(p) => p.instance_pre(),
             PluginPre::V0_3(p) => p.instance_pre(),
-            PluginPre::Engine(p) => p.instance_pre(),
+            PluginPre::Engine(p, _) => p.instance_pre(),
             PluginPre::Source(p) => p.engine.instance_pre(),
         }
     }
@@ -213,11 +220,16 @@ impl PluginPre {
             PluginPre::V0_1(p) => PluginInstance::V0_1(p.instantiate_async(store).await?),
             PluginPre::V0_2(p) => PluginInstance::V0_2(p.instantiate_async(store).await?),
             PluginPre::V0_3(p) => PluginInstance::V0_3(p.instantiate_async(store).await?),
-            PluginPre::Engine(p) => PluginInstance::Source(p.instantiate_async(store).await?),
+            PluginPre::Engine(p, _) => PluginInstance::Source(p.instantiate_async(store).await?),
             PluginPre::Source(p) => {
-                let PluginPre::Engine(engine) = &*p.engine else {
+                let PluginPre::Engine(engine, _) = &*p.engine else {
                     return Err(wasmtime::Error::msg("a source plugin's engine is not an engine component"));
                 };
+                if let Some(restore) = &p.snapshot {
+                    let raw = engine.instance_pre().instantiate_async(&mut *store).await?;
+                    restore.snapshot.restore(&restore.exports, &raw, store).await?;
+                    return Ok(PluginInstance::Source(engine_v0_1::Engine::new(store, &raw)?));
+                }
                 let instance = engine.instantiate_async(&mut *store).await?;
                 engine_v0_1::load(&instance, store, &p.code, &p.entry).await?;
                 PluginInstance::Source(instance)

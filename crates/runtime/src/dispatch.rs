@@ -9,10 +9,11 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::Plugin;
 use super::api::{ApiWriterExt, EventRecord, MAX_NOTE, ObjectRef};
-use super::bindings::{PluginInstance, engine_v0_1};
+use super::bindings::{PluginInstance, PluginPre, engine_v0_1};
 use super::limits::LimitHit;
 use super::outcome::{Action, CallFailed, Desired};
 use super::registration::Registration;
+use super::snapshot::{self, Refused, Restore, Snapshot};
 use super::source::SourceFile;
 use super::state::PluginCtx;
 
@@ -229,4 +230,84 @@ pub(crate) async fn describe_source(
         _ => Err(wasmtime::Error::msg("a source plugin's pre-instance is not its bare engine")),
     };
     plugin.call(None, Reuse::<fn(&_) -> bool>::Never, describe).await
+}
+
+/// The state source plugin `plugin` (its pre-instance still the bare engine) leaves a fresh
+/// instance in after importing `entry` from `code`, checked by writing it into another fresh
+/// instance and reading it back; `None`, with why in the log, when the engine has no snapshot
+/// exports or the state cannot be kept (`snapshot.rs`).
+pub(crate) async fn snapshot(plugin: &Plugin, code: &[engine_v0_1::File], entry: &str) -> Option<Restore> {
+    let PluginPre::Engine(_, Some(exports)) = &*plugin.pre else { return None };
+    if !plugin.runtime.snapshots {
+        return None;
+    }
+    let name = &*plugin.shared.name;
+    match take_snapshot(plugin, exports, code, entry).await {
+        Ok(Ok(snapshot)) => {
+            let (bytes, runs) = snapshot.size();
+            tracing::debug!(
+                plugin = name,
+                bytes,
+                runs,
+                "the plugin's state after import is restored into each instance"
+            );
+            Some(Restore { exports: exports.clone(), snapshot })
+        }
+        Ok(Err(refused)) => {
+            tracing::info!(plugin = name, "each instance imports the plugin: {refused}");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(plugin = name, "each instance imports the plugin: taking its snapshot failed: {e:#}");
+            None
+        }
+    }
+}
+
+async fn take_snapshot(
+    plugin: &Plugin,
+    exports: &snapshot::Exports,
+    code: &[engine_v0_1::File],
+    entry: &str,
+) -> wasmtime::Result<Result<Snapshot, Refused>> {
+    let started = Instant::now();
+    let deadline = plugin.shared.limits.deadline();
+    let _permit = tokio::time::timeout(deadline, plugin.share.acquire()).await?;
+    // Memories are compared where they are, in two instances at a time, never copied whole.
+    let (mut fresh_store, instance) = bare(plugin, started).await?;
+    let fresh = exports.read(&instance, &mut fresh_store).await?;
+    let (mut store, instance) = bare(plugin, started).await?;
+    let engine = engine_v0_1::Engine::new(&mut store, &instance)?;
+    engine_v0_1::load(&engine, &mut store, code, entry).await?;
+    if store.data().holds_resources() {
+        return Ok(Err(Refused::Resources));
+    }
+    let loaded = exports.read(&instance, &mut store).await?;
+    let loaded = snapshot::values(&loaded, &store);
+    let snapshot = Snapshot::diff(&snapshot::values(&fresh, &fresh_store), &loaded, snapshot::MAX_BYTES);
+    drop(fresh_store);
+    let snapshot = match snapshot {
+        Ok(snapshot) => snapshot,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    let (mut restored_store, instance) = bare(plugin, started).await?;
+    snapshot.restore(exports, &instance, &mut restored_store).await?;
+    let restored = exports.read(&instance, &mut restored_store).await?;
+    if snapshot::values(&restored, &restored_store) != loaded {
+        return Ok(Err(Refused::Differs));
+    }
+    Ok(Ok(snapshot))
+}
+
+/// A fresh instance of the plugin's component (for a source plugin, its engine) in a store of
+/// its own, under the plugin's limits and the deadline of a call begun at `started`.
+async fn bare(
+    plugin: &Plugin,
+    started: Instant,
+) -> wasmtime::Result<(Store<PluginCtx>, wasmtime::component::Instance)> {
+    let mut store = Store::new(&plugin.runtime.engine, PluginCtx::new(plugin.shared.clone()));
+    store.limiter(|ctx| &mut ctx.limiter);
+    arm_deadline(&mut store, plugin.shared.limits.deadline(), started);
+    let instance = plugin.pre.instance_pre().instantiate_async(&mut store).await?;
+    Ok((store, instance))
 }

@@ -165,6 +165,7 @@ pub struct RuntimeConfig {
     authorizer_off: bool,
     wall_clock: Option<SystemTime>,
     engine_dir: Option<PathBuf>,
+    snapshots: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -186,6 +187,7 @@ impl Default for RuntimeConfig {
             authorizer_off: false,
             wall_clock: None,
             engine_dir: default_engine_dir(),
+            snapshots: true,
         }
     }
 }
@@ -339,6 +341,15 @@ impl RuntimeConfig {
         self
     }
 
+    /// Whether a source plugin's state after import is kept at load and written into each fresh
+    /// instance (`snapshot.rs`), or the plugin imported in every instance; default on. Off, for
+    /// the benchmarks that measure what it saves.
+    #[must_use]
+    pub fn source_snapshots(mut self, on: bool) -> Self {
+        self.snapshots = on;
+        self
+    }
+
     /// Record plugin metrics here.
     #[must_use]
     pub fn metrics(mut self, metrics: PluginMetrics) -> Self {
@@ -363,6 +374,8 @@ pub struct Runtime {
     pub(crate) compiled_reused: Arc<AtomicUsize>,
     /// Where the language engines are.
     pub(crate) engine_dir: Option<PathBuf>,
+    /// Whether source plugins' state after import is restored ([`RuntimeConfig::source_snapshots`]).
+    pub(crate) snapshots: bool,
     /// Compiled language engines, while a loaded source plugin holds them.
     pub(crate) engines: Arc<parking_lot::Mutex<HashMap<EngineFile, Weak<PluginPre>>>>,
     /// Held while an engine compiles: plugins loading at once share one compile.
@@ -451,6 +464,7 @@ impl Runtime {
             compiled: Arc::default(),
             compiled_reused: Arc::default(),
             engine_dir: config.engine_dir,
+            snapshots: config.snapshots,
             engines: Arc::default(),
             engine_compile: Arc::default(),
             engines_compiled: Arc::default(),

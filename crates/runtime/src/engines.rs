@@ -13,6 +13,7 @@ use std::sync::{Arc, Weak};
 
 use super::bindings::PluginPre;
 use super::engine::{EngineFile, Runtime};
+use super::snapshot;
 use super::source::EngineRef;
 
 /// Why a source plugin cannot have its engine.
@@ -99,6 +100,15 @@ impl Runtime {
         let runtime = self.clone();
         let pre = tokio::task::spawn_blocking(move || -> wasmtime::Result<PluginPre> {
             let wasm = std::fs::read(&path)?;
+            // Instrumented so a source plugin's state after import can be kept and restored
+            // (`snapshot.rs`); an engine that cannot be runs as it is, importing each time.
+            let wasm = match snapshot::instrument(&wasm) {
+                Ok(instrumented) => instrumented,
+                Err(e) => {
+                    tracing::warn!(engine = %path.display(), "the engine cannot be instrumented for snapshots; its plugins import in every instance: {e:#}");
+                    wasm
+                }
+            };
             let component = runtime.compile(&wasm)?;
             PluginPre::engine(runtime.linker.instantiate_pre(&component)?)
         })

@@ -37,6 +37,7 @@ pub mod pool;
 pub mod protected;
 pub mod refusals;
 pub mod registration;
+pub mod snapshot;
 pub mod source;
 mod state;
 pub mod throttle;

@@ -278,8 +278,10 @@ impl Runtime {
                     tracing::info!(plugin = name, traceback = %e.traceback, "the plugin's source did not load");
                     LoadError::from(e)
                 })?;
+                let snapshot = dispatch::snapshot(&plugin, &code, &entry).await.map(Arc::new);
                 let engine = plugin.pre.clone();
-                plugin.pre = Arc::new(PluginPre::Source(SourcePre { engine, code: code.into(), entry: entry.into() }));
+                let (code, entry) = (code.into(), entry.into());
+                plugin.pre = Arc::new(PluginPre::Source(SourcePre { engine, code, entry, snapshot }));
                 registration
             }
         };

@@ -70,6 +70,11 @@ pub struct PluginCtx {
 }
 
 impl PluginCtx {
+    /// Whether the instance holds a host resource (a stream, say) in its table.
+    pub(crate) fn holds_resources(&self) -> bool {
+        !self.table.is_empty()
+    }
+
     pub(crate) fn new(shared: Arc<PluginShared>) -> Self {
         let output = Arc::new(OutputBudget::new(shared.limits.output_bytes));
         let log = |stream| GuestLog {
