@@ -245,20 +245,29 @@ async fn every_reconcile_of_a_source_plugin_runs_in_an_instance_no_call_ran_in_b
     let app = app(&client);
     app.directory_source(dir.path()).sync().await.unwrap();
 
-    let namespaces = Api::<Namespace>::all(client.clone());
-    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
     for round in 1..=5 {
-        let label = serde_json::json!({"metadata": {"labels": {"round": round.to_string()}}});
-        namespaces.patch(&ns, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
-        let labels = eventually(&format!("the quota of round {round}"), CONVERGE, || async {
-            let quota = quotas.get_opt("default-quota").await.unwrap()?;
-            let labels = quota.metadata.labels.unwrap_or_default();
-            (labels.get("round") == Some(&round.to_string())).then_some(labels)
-        })
-        .await;
+        let labels = quota_labels_of_round(&client, &ns, round).await;
         assert_eq!(labels.get("calls").map(String::as_str), Some("1"), "round {round}: an instance served twice");
     }
     assert!(app.shut_down(Duration::from_secs(10)).await);
+}
+
+/// Labels Namespace `ns` with `round` and waits for the quota a reconcile of that round made
+/// (the plugins here copy the label onto it): its labels.
+async fn quota_labels_of_round(
+    client: &kube::Client,
+    ns: &str,
+    round: u32,
+) -> std::collections::BTreeMap<String, String> {
+    let label = serde_json::json!({"metadata": {"labels": {"round": round.to_string()}}});
+    Api::<Namespace>::all(client.clone()).patch(ns, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), ns);
+    eventually(&format!("the quota of round {round}"), CONVERGE, || async {
+        let quota = quotas.get_opt("default-quota").await.unwrap()?;
+        let labels = quota.metadata.labels.unwrap_or_default();
+        (labels.get("round") == Some(&round.to_string())).then_some(labels)
+    })
+    .await
 }
 
 /// namespace-defaults with a token its import draws (`os.urandom`) on the quota it makes, with the
@@ -299,19 +308,9 @@ async fn a_fresh_instance_starts_from_the_state_the_versions_one_import_left_unl
     let app = app(&client);
     app.directory_source(dir.path()).sync().await.unwrap();
 
-    let namespaces = Api::<Namespace>::all(client.clone());
-    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
     let mut seen = std::collections::BTreeSet::new();
     for round in 1..=3 {
-        let label = serde_json::json!({"metadata": {"labels": {"round": round.to_string()}}});
-        namespaces.patch(&ns, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
-        let token = eventually(&format!("the quota of round {round}"), CONVERGE, || async {
-            let quota = quotas.get_opt("default-quota").await.unwrap()?;
-            let labels = quota.metadata.labels.unwrap_or_default();
-            (labels.get("round") == Some(&round.to_string())).then(|| labels.get("token").cloned()).flatten()
-        })
-        .await;
-        seen.insert(token);
+        seen.insert(quota_labels_of_round(&client, &ns, round).await.get("token").cloned());
     }
     assert_eq!(seen.len(), tokens, "the tokens the imports drew: {seen:?}");
     assert!(app.shut_down(Duration::from_secs(10)).await);
