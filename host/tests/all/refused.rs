@@ -5,6 +5,7 @@ use crate::common;
 
 use std::time::Duration;
 
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -25,6 +26,21 @@ fn condition(wp: &WasmPlugin, type_: &str) -> Option<(String, String, String)> {
     Some((c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
+/// Whether the API server's authorizer lets `user`, a ServiceAccount of `kubewasm-system`, patch
+/// ConfigMaps in `namespace` (a SubjectAccessReview sent as the admin).
+async fn may_patch_config_maps(client: &kube::Client, user: &str, namespace: &str) -> bool {
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": user,
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:kubewasm-system", "system:authenticated"],
+            "resourceAttributes": { "verb": "patch", "resource": "configmaps", "namespace": namespace },
+        },
+    }))
+    .unwrap();
+    let answer = Api::<SubjectAccessReview>::all(client.clone()).create(&PostParams::default(), &review).await.unwrap();
+    answer.status.is_some_and(|s| s.allowed)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_the_api_server_refuses_at_run_time_shows_in_the_wasm_plugins_conditions() {
     let Some(cp) = ControlPlane::shared() else { return };
@@ -36,7 +52,7 @@ async fn a_write_the_api_server_refuses_at_run_time_shows_in_the_wasm_plugins_co
     let wasm = plugin_wasm("fixture_stamper.wasm");
     common::examples::put_module_config_map(&client, &modules, "stamper-module", &[("plugin.wasm", &wasm)]).await;
     let identity = Identity { namespace: "kubewasm-system".into(), host_service_account: "kubewasm".into() };
-    let options = Options { identity: Some(identity), provision_rbac: true, ..Options::default() };
+    let options = Options { identity: Some(identity.clone()), provision_rbac: true, ..Options::default() };
     let app = App::with_options(client.clone(), Some(&common::test_compile_cache()), None, options).unwrap();
     let stop = CancellationToken::new();
     let source = tokio::spawn(app.wasm_plugin_source(&modules).selector(&format!("test={ns}")).run(stop.clone()));
@@ -64,6 +80,13 @@ async fn a_write_the_api_server_refuses_at_run_time_shows_in_the_wasm_plugins_co
     let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
     let of_plugin = ListParams::default().labels(&format!("{RBAC_LABEL}={name}"));
     bindings.delete_collection(&DeleteParams::default(), &of_plugin).await.unwrap();
+    // The API server's authorizer learns of the deletion from its own watch; until it has, the
+    // plugin's patch would still be allowed, and a stamped object is never patched again.
+    let user = kubewasm_host::rbac::user(&identity, &name);
+    eventually("the API server no longer lets the plugin patch ConfigMaps", CONVERGE, || async {
+        (!may_patch_config_maps(&client, &user, &ns).await).then_some(())
+    })
+    .await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let object = json!({ "metadata": { "name": "obj", "labels": { "kubewasm.test/refused": ns } } });
     api.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await.unwrap();
