@@ -82,22 +82,12 @@ impl CompileCache {
         self.open(engine, sha256)
     }
 
-    #[allow(unsafe_code)]
     fn open(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let path = self.path(sha256);
         if !path.exists() {
             return None;
         }
-        // SAFETY: the file is one this cache wrote, complete (renamed into place) and never
-        // changed after: what `deserialize_file` and `deserialize` ask of it.
-        let component = unsafe { Component::deserialize_file(engine, &path) }.or_else(|mapping| {
-            // A file system mounted `noexec` refuses to map code: read the file into memory.
-            let bytes = std::fs::read(&path).map_err(|_| mapping)?;
-            let component = unsafe { Component::deserialize(engine, &bytes) }?;
-            tracing::debug!(path = %path.display(), "compiled file read into memory: it cannot be mapped as code");
-            Ok::<_, wasmtime::Error>(component)
-        });
-        match component {
+        match map(engine, &path) {
             Ok(component) => {
                 // Its modification time says when it was last loaded, for `prune`.
                 if let Ok(file) = std::fs::File::options().append(true).open(&path) {
@@ -171,6 +161,44 @@ impl CompileCache {
             }
         }
     }
+}
+
+/// The component with this sha256 precompiled in `dir/compiled` (`<sha256>.cwasm`), shipped
+/// read-only beside the engines (the image's, `make engines-compiled`), if `engine` can run it:
+/// read, never written, touched or deleted.
+///
+/// Unlike the cache's, these files are not named by the engine's compatibility hash: that hash
+/// covers the binary's whole target triple, and the image's static (musl) binary runs what the
+/// tests' (glibc) binary compiled. Whether the code fits this engine is wasmtime's check on
+/// loading a precompiled file (its version, architecture and OS, compiler flags and CPU features,
+/// memory settings and wasm features): a file that does not fit is left, and the engine compiled.
+pub(crate) fn precompiled(dir: &Path, engine: &Engine, sha256: &str) -> Option<Component> {
+    let path = compiled_dir(dir).join(format!("{sha256}.{EXTENSION}"));
+    if !path.exists() {
+        return None;
+    }
+    match map(engine, &path) {
+        Ok(component) => Some(component),
+        Err(error) => {
+            tracing::info!(path = %path.display(), error = %format!("{error:#}"), "precompiled file not for this host: compiling");
+            None
+        }
+    }
+}
+
+/// The compiled component in the file at `path`, mapped.
+#[allow(unsafe_code)]
+fn map(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: the file is one a host wrote into a directory only it (or, for precompiled
+    // engines, the image's build) writes, complete (renamed into place) and never changed
+    // after: what `deserialize_file` and `deserialize` ask of it.
+    unsafe { Component::deserialize_file(engine, path) }.or_else(|mapping| {
+        // A file system mounted `noexec` refuses to map code: read the file into memory.
+        let bytes = std::fs::read(path).map_err(|_| mapping)?;
+        let component = unsafe { Component::deserialize(engine, &bytes) }?;
+        tracing::debug!(path = %path.display(), "compiled file read into memory: it cannot be mapped as code");
+        Ok(component)
+    })
 }
 
 /// What a component's file is named by: the sha256 of its bytes, lowercase hex.
@@ -261,6 +289,27 @@ mod tests {
         assert!(cache.load(&engine, &sha).is_none());
         assert!(!cache.path(&sha).exists(), "the refused file is still there");
         assert_eq!(cache.stats(), (0, 0));
+    }
+
+    #[test]
+    fn a_precompiled_directory_is_read_as_it_is_and_a_file_wasmtime_refuses_there_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cranelift, cache) = opened(dir.path());
+        let (wasm, sha) = empty_component();
+        assert!(precompiled(dir.path(), &cranelift, &sha).is_none(), "nothing precompiled yet");
+        cache.compile(&cranelift, &wasm, &sha).unwrap();
+        let path = dir.path().join("compiled").join(format!("{sha}.{EXTENSION}"));
+        std::fs::rename(cache.path(&sha), &path).unwrap();
+        let old = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        std::fs::File::options().append(true).open(&path).unwrap().set_modified(old).unwrap();
+        assert!(precompiled(dir.path(), &cranelift, &sha).is_some());
+        assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), old, "a read-only directory is not touched");
+        let winch = engine(wasmtime::Strategy::Winch);
+        assert!(precompiled(dir.path(), &winch, &sha).is_none(), "Cranelift's code for Winch");
+
+        std::fs::write(&path, b"not an ELF file").unwrap();
+        assert!(precompiled(dir.path(), &cranelift, &sha).is_none());
+        assert!(path.exists(), "a shipped file is not the host's to delete");
     }
 
     #[test]

@@ -5,13 +5,15 @@
 //! `python-0.3.0.wasm` and `js-0.3.0.wasm`); a plugin's `engine: python@0.3` takes the newest
 //! patch there. The directory is read at each load, so an engine added while the host runs is
 //! found; a compiled engine is kept while a loaded plugin runs on it, keyed by its file's path,
-//! size and modification time.
+//! size and modification time. An engine precompiled in the directory's `compiled/` (the image
+//! ships them, `make engines-compiled`) is mapped from there instead of compiled.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use super::bindings::PluginPre;
+use super::compile_cache;
 use super::engine::{EngineFile, Runtime};
 use super::snapshot;
 use super::source::EngineRef;
@@ -84,7 +86,8 @@ fn no_engine(dir: Option<&Path>, have: &[(EngineRef, u32, PathBuf)], asked: Opti
 
 impl Runtime {
     /// The compiled engine `wanted` names: the one a loaded plugin already runs on, or the
-    /// engine file compiled (through the compile cache) once, however many plugins ask at once.
+    /// engine file's precompiled code beside it, or the file compiled (through the compile
+    /// cache) once, however many plugins ask at once.
     pub(crate) async fn engine(&self, wanted: &EngineRef) -> Result<Arc<PluginPre>, Error> {
         let path = find(self.engine_dir.as_deref(), wanted)?;
         let name = wanted.to_string();
@@ -109,7 +112,16 @@ impl Runtime {
                     wasm
                 }
             };
-            let component = runtime.compile(&wasm)?;
+            // Precompiled beside the engines (the image's), else through the compile cache.
+            let sha256 = compile_cache::key(&wasm);
+            let shipped = path.parent().and_then(|dir| compile_cache::precompiled(dir, &runtime.engine, &sha256));
+            let component = match shipped {
+                Some(component) => {
+                    tracing::info!(engine = %path.display(), "engine precompiled beside it: nothing compiled");
+                    component
+                }
+                None => runtime.compile(&wasm)?,
+            };
             PluginPre::engine(runtime.linker.instantiate_pre(&component)?)
         })
         .await
