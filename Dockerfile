@@ -23,6 +23,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && cargo build --locked --profile plugin --target wasm32-wasip2 \
       -p namespace-defaults -p config-reloader -p configmap-sync \
  && make engines KUBEWASM_ENGINE_DIR=/engines \
+ && deploy/image/precompile-engines.sh "target/$musl/image/kubewasm" /engines \
  && deploy/image/rootfs.sh /image "target/$musl/image/kubewasm" target/wasm32-wasip2/plugin \
       /etc/ssl/certs/ca-certificates.crt /engines
 

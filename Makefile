@@ -56,7 +56,7 @@ IMAGE_TARGET_DIR := $(TARGET_DIR)/image-build
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 FIXTURES := fixture-looper fixture-memory-bomb fixture-trapper fixture-forbidden fixture-wrong-world fixture-getter fixture-sleeper fixture-counter fixture-stamper fixture-greedy fixture-intruder fixture-mapper fixture-latency fixture-contract fixture-legacy fixture-hostile fixture-hostile-legacy fixture-desired fixture-frozen-0-2
 
-.PHONY: docs install help toolchain plugins engines rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry helm promtool test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary release reactor-adapter test-binaries
+.PHONY: docs install help toolchain plugins engines engines-compiled rust-plugins py-plugins js-plugins go-plugins sdk-test sdk-packages control-plane registry helm promtool test lint demo demo-check bench bench-hotload bench-peer bench-converge bench-converge-ten bench-plugin-rss bench-latency bench-workqueue image image-tools image-binary release reactor-adapter test-binaries
 
 help:
 	@echo "make demo    run kubewasm with the example plugins against a local control plane"
@@ -92,6 +92,12 @@ rust-plugins: toolchain
 
 py-plugins: $(foreach p,$(PY_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_py.wasm)
 engines: $(KUBEWASM_ENGINE_DIR)/python-$(PY_SDK_VERSION).wasm $(KUBEWASM_ENGINE_DIR)/js-$(JS_SDK_VERSION).wasm
+## The engines precompiled into $(KUBEWASM_ENGINE_DIR)/compiled, which a host maps instead of
+## compiling an engine (the image ships them): by the tests' host binary, built well before the
+## image's, whose files have the same names (wasmtime's compatibility hash of the same settings).
+## Skipped when nothing that decides them changed (deploy/image/precompile-engines.sh).
+engines-compiled: engines test-binaries
+	bash deploy/image/precompile-engines.sh $(TARGET_DIR)/debug/kubewasm $(KUBEWASM_ENGINE_DIR)
 js-plugins: $(foreach p,$(JS_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_js.wasm)
 go-plugins: $(foreach p,$(GO_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_go.wasm)
 
@@ -259,7 +265,7 @@ image-tools: toolchain
 ## The host's container image without a Docker engine or base-image pull: a static (musl)
 ## release binary, the language engines and the example plugins, as the Dockerfile's final stage lays them out
 ## (deploy/image/build.sh). Prints the image's name; the book's "Deploying with kustomize" says how to push it.
-image: image-tools rust-plugins engines image-binary
+image: image-tools rust-plugins engines-compiled image-binary
 	bash deploy/image/build.sh $(KUBEWASM_IMAGE_DIR) $(IMAGE_TARGET_DIR)/$(MUSL_TARGET)/image/kubewasm \
 		$(TARGET_DIR)/wasm32-wasip2/plugin $(KUBEWASM_ENGINE_DIR)
 
@@ -306,11 +312,11 @@ NO_JOBSERVER := env -u MAKEFLAGS -u MFLAGS -u CARGO_MAKEFLAGS
 IMAGE_TESTS := image::
 
 .PHONY: test-runs test-units test-image $(addprefix test-e2e-,$(E2E_TESTS))
-test-e2e-all: test-binaries plugins sdk-packages
+test-e2e-all: test-binaries plugins sdk-packages engines-compiled
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --test all -- --skip $(IMAGE_TESTS)
 # A static pattern rule: make looks up no implicit rule for a phony target, so a plain pattern
 # rule would leave these runs without a recipe, silently.
-$(addprefix test-e2e-,$(filter-out all,$(E2E_TESTS))): test-e2e-%: test-binaries plugins
+$(addprefix test-e2e-,$(filter-out all,$(E2E_TESTS))): test-e2e-%: test-binaries plugins engines-compiled
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --test $*
 test-image: test-binaries image
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --test all -- $(IMAGE_TESTS)
@@ -320,7 +326,7 @@ PROMQL_USES := $(TARGET_DIR)/debug/kubewasm-promql-uses
 $(PROMQL_USES): tools/promql-uses/Cargo.toml $(wildcard tools/promql-uses/src/*.rs)
 	$(NO_JOBSERVER) $(CARGO) build --locked -p kubewasm-promql-uses
 # helm and promtool (host/tests/kit) build here, beside the test binaries, not before them.
-test-units: test-binaries plugins $(PROMQL_USES) helm promtool
+test-units: test-binaries plugins engines-compiled $(PROMQL_USES) helm promtool
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --lib --bins $(addprefix --test ,$(OTHER_TESTS))
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast --doc
 	$(NO_JOBSERVER) $(CARGO) test --no-fail-fast -p kubewasm-go-component

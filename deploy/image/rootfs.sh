@@ -3,7 +3,8 @@
 # Dockerfile's builder stage run this script, so they ship the same files.
 #   rootfs.sh OUT KUBEWASM_BINARY PLUGIN_DIR CA_BUNDLE ENGINE_DIR
 # PLUGIN_DIR holds the example components as cargo names them (namespace_defaults.wasm, …);
-# ENGINE_DIR the language engines `make engines` builds (python-0.3.0.wasm, …).
+# ENGINE_DIR the language engines `make engines` builds (python-0.3.0.wasm, …), and in its
+# compiled/ the same precompiled (`make engines-compiled`).
 # OUT/root is the tree owned by root in the image; OUT/kubewasm.debug the binary's line tables. OUT/nonroot holds the directories owned by
 # the image's user 65532; the Dockerfile's `COPY --chown=65532:65532` lines name each one, and
 # build.sh reads the owners from those lines.
@@ -33,6 +34,13 @@ built=("$engines"/*.wasm)
 [[ ${#built[@]} -gt 0 ]] || { echo "rootfs.sh: no engine in $engines (make engines)" >&2; exit 1; }
 for engine in "${built[@]}"; do
   install -D -m 0644 "$engine" "$root/usr/local/lib/kubewasm/engines/${engine##*/}"
+done
+# The engines precompiled for the image's binary (deploy/image/precompile-engines.sh): a new pod
+# maps them and compiles no engine. Read only; the binary never writes beside its engines.
+compiled=("$engines"/compiled/*.cwasm)
+[[ ${#compiled[@]} -gt 0 ]] || { echo "rootfs.sh: no precompiled engine in $engines/compiled (make engines-compiled)" >&2; exit 1; }
+for file in "${compiled[@]}"; do
+  install -D -m 0644 "$file" "$root/usr/local/lib/kubewasm/engines/compiled/${file##*/}"
 done
 # For TLS to endpoints signed by a public CA (the API server's own CA comes from the
 # kubeconfig or the service-account mount).

@@ -116,6 +116,13 @@ fn the_image_has_the_dockerfiles_final_stage_config_and_files_and_no_shell() {
     check.env("KUBEWASM_COMPILE_CACHE", work.path().join("compile-cache"));
     let checked = run_ok(check);
     assert!(checked.contains("reconciles:     v1 Namespace"), "{checked}");
+    // Its engine precompiled by the tests' binary: the image's static binary maps it and writes
+    // nothing into its empty compile cache, as a new pod's start compiles no engine.
+    let shipped = std::fs::read_dir(engines.join("compiled")).unwrap().flatten();
+    assert!(shipped.filter(|e| e.path().extension().is_some_and(|x| x == "cwasm")).count() >= 2, "precompiled engines");
+    let written = std::fs::read_dir(work.path().join("compile-cache/compiled")).unwrap().flatten();
+    let written: Vec<_> = written.map(|e| e.file_name()).collect();
+    assert!(written.is_empty(), "the image's binary compiled its engine: {written:?}");
 
     // The binary ships stripped of its line tables, with its symbols; the line tables are kept
     // apart beside the image's files (what `make release` archives).
