@@ -63,7 +63,19 @@ impl Procs {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
                 .unwrap_or(0)
         };
-        self.children.iter().map(|c| pss(c.id())).sum::<u64>() as f64 / 1024.0
+        self.pids().into_iter().map(pss).sum::<u64>() as f64 / 1024.0
+    }
+
+    /// The processes and their live descendants (a compile child of `kubewasm`): what a pod's
+    /// memory cgroup holds.
+    fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.children.iter().map(Child::id).collect();
+        let mut i = 0;
+        while i < pids.len() {
+            pids.extend(children(pids[i]));
+            i += 1;
+        }
+        pids
     }
 
     /// Copies each process's `smaps` (its memory, mapping by mapping) to
@@ -83,9 +95,11 @@ impl Procs {
         self.status_kib("VmHWM:") as f64 / 1024.0
     }
 
-    /// User + system CPU time used so far, summed over the processes, in seconds.
+    /// User + system CPU time used so far, summed over the processes, their children waited for
+    /// (a compile child) and their live descendants, in seconds.
     pub fn cpu_seconds(&self) -> f64 {
-        cpu_seconds(self.children.iter().map(Child::id))
+        let waited: u64 = self.children.iter().map(|c| children_cpu_ticks(c.id())).sum();
+        cpu_seconds(self.pids()) + waited as f64 / USER_HZ
     }
 }
 
@@ -129,13 +143,29 @@ fn status_field(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// `utime + stime` of `/proc/<pid>/stat` (fields 14 and 15; the command name in field 2 may
-/// contain spaces, so count from the closing parenthesis).
+/// `utime + stime` of `/proc/<pid>/stat` (fields 14 and 15).
 fn cpu_ticks(pid: u32) -> u64 {
+    stat_fields(pid, &[11, 12])
+}
+
+/// `cutime + cstime` of `/proc/<pid>/stat` (fields 16 and 17): its children that it waited for.
+fn children_cpu_ticks(pid: u32) -> u64 {
+    stat_fields(pid, &[13, 14])
+}
+
+/// The sum of the numeric fields at `indices` of `/proc/<pid>/stat` counted from field 3 (the
+/// command name in field 2 may contain spaces, so count from the closing parenthesis): utime,
+/// field 14, is index 11.
+fn stat_fields(pid: u32, indices: &[usize]) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let Some((_, rest)) = stat.rsplit_once(')') else { return 0 };
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state): utime is field 14 → index 11, stime field 15 → index 12.
-    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    field(11) + field(12)
+    indices.iter().map(|&i| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)).sum()
+}
+
+/// The live children of every thread of `pid` (`/proc/<pid>/task/<tid>/children`).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let lists = tasks.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok());
+    lists.flat_map(|l| l.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>()).collect()
 }

@@ -22,8 +22,12 @@ pub enum Variant {
     KubewasmColdInProcess,
     /// namespace-defaults' Python source (`plugins/python/namespace-defaults`), each copy a
     /// different source (its own first line), on the host's Python engine, started with an empty
-    /// compile cache as `kubewasm-cold` (issue 45: one engine compile for every plugin).
+    /// compile cache as `kubewasm-cold`: the engine mapped from `compiled/` beside it when `make
+    /// engines-compiled` put it there, as a pod of the image does.
     KubewasmPythonSourceCold,
+    /// As `kubewasm-python-source-cold`, from a copy of the engine directory without `compiled/`:
+    /// the host compiles the engine at start-up (issue 45: one engine compile for every plugin).
+    KubewasmPythonSourceUncompiled,
     /// As `kubewasm-python-source-cold`, each instance serving up to 100 reconciles
     /// (`limits.reuseInstances: 100`).
     KubewasmPythonSourceColdReused,
@@ -73,7 +77,12 @@ impl Variant {
     pub fn form(self) -> Form {
         Form {
             desired: self == Self::KubewasmDesired,
-            python: matches!(self, Self::KubewasmPythonSourceCold | Self::KubewasmPythonSourceColdReused),
+            python: matches!(
+                self,
+                Self::KubewasmPythonSourceCold
+                    | Self::KubewasmPythonSourceUncompiled
+                    | Self::KubewasmPythonSourceColdReused
+            ),
             reused: self == Self::KubewasmPythonSourceColdReused,
             baseline: self == Self::BaselineImpersonated,
         }
@@ -88,6 +97,7 @@ impl Variant {
                 | Self::KubewasmCold
                 | Self::KubewasmColdInProcess
                 | Self::KubewasmPythonSourceCold
+                | Self::KubewasmPythonSourceUncompiled
                 | Self::KubewasmPythonSourceColdReused
                 | Self::KubewasmUnlimited
                 | Self::KubewasmImpersonated
@@ -229,6 +239,24 @@ fn empty_cache(setup: &Setup) -> PathBuf {
     dir
 }
 
+/// A directory beside the warm compile cache with the engines of the binary's engine directory
+/// (`KUBEWASM_ENGINE_DIR`, else `engines` in the target dir) linked, and not their `compiled/`.
+fn uncompiled_engines(setup: &Setup) -> PathBuf {
+    let built = std::env::var_os("KUBEWASM_ENGINE_DIR")
+        .map_or_else(|| setup.kubewasm.parent().unwrap().join("../engines"), PathBuf::from);
+    let dir = setup.compile_cache.with_file_name("engines-uncompiled");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for engine in std::fs::read_dir(&built).unwrap().flatten().map(|e| e.path()) {
+        if engine.extension().is_some_and(|x| x == "wasm") {
+            std::fs::hard_link(&engine, dir.join(engine.file_name().unwrap()))
+                .or_else(|_| std::fs::copy(&engine, dir.join(engine.file_name().unwrap())).map(drop))
+                .unwrap();
+        }
+    }
+    dir
+}
+
 /// The commands of `variant` with `plugins` controllers.
 pub fn commands(
     variant: Variant,
@@ -254,6 +282,11 @@ pub fn commands(
         }
         Variant::KubewasmCold | Variant::KubewasmPythonSourceCold | Variant::KubewasmPythonSourceColdReused => {
             vec![kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)))]
+        }
+        Variant::KubewasmPythonSourceUncompiled => {
+            let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)));
+            command.arg("--engine-dir").arg(uncompiled_engines(setup));
+            vec![command]
         }
         Variant::KubewasmColdInProcess => {
             let mut command = kubewasm(setup, kubeconfig, plugins_dir, Some(&empty_cache(setup)));
