@@ -349,6 +349,10 @@ async fn a_late_subscriber_first_receives_every_cached_object() {
     }
     let informer = factory(client).informer(&configmap_gvk(), InformerParams::default().namespace(&ns)).await.unwrap();
     synced(&informer).await;
+    // Synced is the first list delivered, which the API server may serve from its watch cache a
+    // write or two behind (client-go's semantics); the rest arrives by the watch.
+    eventually("the five cached", || (0..5).all(|i| informer.store().get(Some(&ns), &format!("early-{i}")).is_some()))
+        .await;
 
     let (handler, mut rx) = channel_handler();
     let _late = informer.add_event_handler(handler);
