@@ -94,7 +94,7 @@ py-plugins: $(foreach p,$(PY_PLUGINS),$(KUBEWASM_PLUGIN_DIR)/$(subst -,_,$(p))_p
 engines: $(KUBEWASM_ENGINE_DIR)/python-$(PY_SDK_VERSION).wasm $(KUBEWASM_ENGINE_DIR)/js-$(JS_SDK_VERSION).wasm
 ## The engines precompiled into $(KUBEWASM_ENGINE_DIR)/compiled, which a host maps instead of
 ## compiling an engine (the image ships them): by the tests' host binary, built well before the
-## image's, whose files have the same names (wasmtime's compatibility hash of the same settings).
+## image's static one, which runs the same code (wasmtime checks each file fits when it loads it).
 ## Skipped when nothing that decides them changed (deploy/image/precompile-engines.sh).
 engines-compiled: engines test-binaries
 	bash deploy/image/precompile-engines.sh $(TARGET_DIR)/debug/kubewasm $(KUBEWASM_ENGINE_DIR)
