@@ -22,7 +22,7 @@ use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::prelude::*;
 
-use common::{eventually, metric_value, plugin_module};
+use common::{eventually, plugin_module};
 use hotload_support::{stamp_of, stamper_config};
 
 /// ConfigMaps in each backlog.
@@ -100,17 +100,12 @@ async fn start(host_client: &kube::Client, label: &str) -> App {
     app
 }
 
-/// The sum of every series of metric `name` (each queue's, say).
-fn metric_sum(app: &App, name: &str) -> f64 {
+/// Metric `name` of the host, summed over its series (each queue's, say); 0 if it has none.
+fn metric(app: &App, name: &str) -> f64 {
     let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
     let series = text.lines().filter(|l| !l.starts_with('#'));
     let named = series.filter(|l| l.split(['{', ' ']).next() == Some(name));
     named.filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok()).sum()
-}
-
-fn metric(app: &App, name: &str) -> f64 {
-    let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
-    metric_value(&text, name, &[]).unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -132,7 +127,7 @@ async fn a_backlog_cut_off_from_the_api_server_charges_no_keys_backoff_and_conve
     })
     .await;
     lines.on.store(true, Ordering::SeqCst);
-    let retries_before = metric_sum(&app, "workqueue_retries_total");
+    let retries_before = metric(&app, "workqueue_retries_total");
     proxy.cut();
     let cut = Instant::now();
     let remaining = KEYS - stamped(&client, &ns).await;
@@ -144,7 +139,7 @@ async fn a_backlog_cut_off_from_the_api_server_charges_no_keys_backoff_and_conve
     // The keys that failed while it was cut off, the reconciles in flight at the cut, were
     // deferred, not retried: none was charged a backoff (with client-go's limiter every key
     // that failed was, and waited minutes after the outage; module docs).
-    let retries = metric_sum(&app, "workqueue_retries_total") - retries_before;
+    let retries = metric(&app, "workqueue_retries_total") - retries_before;
     proxy.restore();
     let restored = Instant::now();
     lines.on.store(false, Ordering::SeqCst);
@@ -180,7 +175,7 @@ async fn a_terminating_apiserver_that_keeps_its_watches_open_pauses_the_workers_
     .await;
 
     // Writes fail and /readyz fails while the old apiserver drains its watches.
-    let retries_before = metric_sum(&app, "workqueue_retries_total");
+    let retries_before = metric(&app, "workqueue_retries_total");
     cp.terminate_apiserver().unwrap();
     eventually("the breaker open", CONVERGE, || async {
         (metric(&app, "kubewasm_apiserver_breaker_open") == 1.0).then_some(())
@@ -195,7 +190,7 @@ async fn a_terminating_apiserver_that_keeps_its_watches_open_pauses_the_workers_
     assert!(exited, "the apiserver did not exit within {CONVERGE:?} of SIGTERM");
     let drained = terminated.elapsed();
     assert_eq!(metric(&app, "kubewasm_apiserver_breaker_open"), 1.0, "open until the apiserver answers");
-    let retries = metric_sum(&app, "workqueue_retries_total") - retries_before;
+    let retries = metric(&app, "workqueue_retries_total") - retries_before;
     cp.start_apiserver().unwrap();
     let back = Instant::now();
     eventually("the backlog stamped", CONVERGE, || async { (stamped(&client, &ns).await == KEYS).then_some(()) }).await;
