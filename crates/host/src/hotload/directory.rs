@@ -45,6 +45,22 @@ const CONFIG_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
 /// editors' and `kubectl cp`'s temporaries) are skipped; so are other config files without a
 /// plugin, as before.
 pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
+    list(dir).map(|listing| listing.files)
+}
+
+/// What one read of the plugin directory found.
+struct Listing {
+    /// The plugin files, as [`plugin_files`] gives them.
+    files: Vec<PluginFile>,
+    /// The names whose config file, alone, was empty or not YAML when it was read: a file being
+    /// written in place, not one that stopped naming a plugin. Decided from the same read that
+    /// left the name out of `files`, since a second read may find the file written whole.
+    being_written: BTreeSet<String>,
+}
+
+/// Reads `dir` once: its plugin files and the config files being written (see [`Listing`]).
+fn list(dir: &Path) -> std::io::Result<Listing> {
+    let mut being_written = BTreeSet::new();
     let mut found = Vec::new();
     let mut configs = Vec::new();
     for entry in std::fs::read_dir(dir)? {
@@ -79,15 +95,22 @@ pub fn plugin_files(dir: &Path) -> std::io::Result<Vec<PluginFile>> {
     }
     configs.sort();
     for (name, _, path) in configs {
-        let taken = found.iter().any(|f| f.name == name);
-        if !taken && std::fs::read_to_string(&path).is_ok_and(|text| oci::names_module(&text)) {
-            found.push(PluginFile { name, wasm: None, config: Some(path) });
+        if found.iter().any(|f| f.name == name) {
+            continue;
+        }
+        match std::fs::read_to_string(&path) {
+            Ok(text) if oci::names_module(&text) => found.push(PluginFile { name, wasm: None, config: Some(path) }),
+            Ok(text) if !text.trim().is_empty() && serde_yaml::from_str::<serde_yaml::Value>(&text).is_ok() => {}
+            // Empty, not YAML (yet), or gone or unreadable since it was listed: the next pass decides.
+            _ => {
+                being_written.insert(name);
+            }
         }
     }
     // Of the files of one name, the first by `rank` stays.
     found.sort_by_cached_key(|f| (f.name.clone(), rank(f), f.wasm.clone()));
     found.dedup_by(|later, first| later.name == first.name);
-    Ok(found)
+    Ok(Listing { files: found, being_written })
 }
 
 /// Where a plugin file ranks among the files of its name, the first staying: its component, then
@@ -127,16 +150,6 @@ pub fn read_plugin(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(crate::plugin::source::bundle(&[crate::plugin::source::SourceFile { path: file_name, contents }]))
 }
 
-/// Whether plugin `name`'s config file in `dir` is there but empty or not YAML: a file being
-/// written in place, not one that stopped naming a plugin.
-fn config_being_written(dir: &Path, name: &str) -> bool {
-    let configs = CONFIG_EXTENSIONS.iter().map(|ext| dir.join(format!("{name}.{ext}")));
-    configs.filter(|path| path.is_file()).any(|path| match std::fs::read_to_string(path) {
-        Ok(text) => text.trim().is_empty() || serde_yaml::from_str::<serde_yaml::Value>(&text).is_err(),
-        Err(_) => true,
-    })
-}
-
 /// The config file beside component `wasm` (`<name>.yaml`, else `.yml`, else `.json`), if any.
 pub fn config_beside(wasm: &Path) -> Option<PathBuf> {
     CONFIG_EXTENSIONS.iter().map(|ext| wasm.with_extension(ext)).find(|p| p.is_file())
@@ -149,17 +162,25 @@ pub fn read_config(file: &PluginFile) -> anyhow::Result<PluginConfig> {
 
 /// Reads a plugin's config file and the OCI module it names, if any.
 fn read_config_and_module(file: &PluginFile) -> anyhow::Result<(PluginConfig, Option<OciModule>)> {
-    match &file.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            let (config, module) = oci::parse(&text).with_context(|| format!("in {}", path.display()))?;
-            if let (Some(wasm), Some(_)) = (&file.wasm, &module) {
-                anyhow::bail!("{} names module.oci, but {} is beside it: keep one", path.display(), wasm.display());
-            }
-            Ok((config, module))
-        }
-        None => Ok((PluginConfig::default(), None)),
+    let text = match &file.config {
+        Some(path) => Some(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?),
+        None => None,
+    };
+    parse_config(file, text.as_deref())
+}
+
+/// Parses `text`, the bytes of `file`'s config file as they were read (`None`: it has none),
+/// into its config and the OCI module it names, if any.
+fn parse_config(file: &PluginFile, text: Option<&[u8]>) -> anyhow::Result<(PluginConfig, Option<OciModule>)> {
+    let (Some(path), Some(text)) = (&file.config, text) else {
+        return Ok((PluginConfig::default(), None));
+    };
+    let text = std::str::from_utf8(text).with_context(|| format!("reading {}", path.display()))?;
+    let (config, module) = oci::parse(text).with_context(|| format!("in {}", path.display()))?;
+    if let (Some(wasm), Some(_)) = (&file.wasm, &module) {
+        anyhow::bail!("{} names module.oci, but {} is beside it: keep one", path.display(), wasm.display());
     }
+    Ok((config, module))
 }
 
 /// Loads one plugin file as the directory source does: its component, its config and the
@@ -259,6 +280,14 @@ struct Read {
     fingerprint: Fingerprint,
 }
 
+impl Read {
+    /// Whether the config read names an OCI module.
+    fn names_module(&self) -> bool {
+        let text = self.fingerprint.config.as_deref().and_then(|c| std::str::from_utf8(c).ok());
+        text.is_some_and(oci::names_module)
+    }
+}
+
 /// The canary component file `config` (a config file's bytes) names, in `dir`.
 fn canary_path(dir: &Path, config: Option<&[u8]>) -> Option<PathBuf> {
     let text = std::str::from_utf8(config?).ok()?;
@@ -322,9 +351,9 @@ impl DirectorySource {
     pub async fn sync(&mut self) -> anyhow::Result<Vec<(String, Change)>> {
         let readiness = self.plugins.context().readiness.clone();
         let dir = self.dir.clone();
-        let listed = tokio::task::spawn_blocking(move || plugin_files(&dir)).await;
-        let files = match listed.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
-            Ok(files) => files,
+        let listed = tokio::task::spawn_blocking(move || list(&dir)).await;
+        let Listing { files, being_written } = match listed.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
+            Ok(listing) => listing,
             Err(e) => {
                 readiness.set(READINESS_CHECK, false);
                 return Err(e).with_context(|| format!("reading plugin directory {}", self.dir.display()));
@@ -334,8 +363,12 @@ impl DirectorySource {
         let mut changes = Vec::new();
         for file in &files {
             // A file can vanish or be half-written between listing and reading: the next
-            // event brings another pass.
-            let Some(Read { wasm, canary_wasm, fingerprint }) = read_version(file.clone()).await else {
+            // event brings another pass. So can a config that named an OCI module when listed
+            // and, read now, is being rewritten: it names none until it is written whole.
+            let read = read_version(file.clone()).await;
+            let Some(Read { wasm, canary_wasm, fingerprint }) =
+                read.filter(|r| file.wasm.is_some() || r.names_module())
+            else {
                 if let Some(oci) = &mut self.oci {
                     oci.postpone(&file.name);
                 }
@@ -346,8 +379,10 @@ impl DirectorySource {
             if !changed && !due {
                 continue;
             }
+            // The config applied is the one fingerprinted: the bytes this pass read, not a second
+            // read that could find the file rewritten.
+            let read = parse_config(file, fingerprint.config.as_deref());
             self.tried.insert(file.name.clone(), fingerprint);
-            let read = read_config_and_module(file);
             if let (Some(oci), false) = (&mut self.oci, read.as_ref().is_ok_and(|(_, m)| m.is_some())) {
                 oci.idle(&file.name);
             }
@@ -411,7 +446,7 @@ impl DirectorySource {
         let serving = self.plugins.names(&Origin::Directory).await;
         let mut kept: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
         let writing: Vec<&String> =
-            serving.iter().filter(|n| !kept.contains(&n.as_str()) && config_being_written(&self.dir, n)).collect();
+            serving.iter().filter(|n| !kept.contains(&n.as_str()) && being_written.contains(n.as_str())).collect();
         kept.extend(writing.iter().map(|n| n.as_str()));
         if let Some(oci) = &mut self.oci {
             oci.retain(&kept);
@@ -582,6 +617,44 @@ mod tests {
         assert_eq!(module.unwrap().reference, "r.example/p:v1");
         let both = read_config_and_module(&files[0]).unwrap_err();
         assert!(format!("{both:#}").contains("keep one"), "{both:#}");
+    }
+
+    #[test]
+    fn a_config_the_listing_read_empty_or_not_yaml_is_being_written_even_if_whole_by_the_time_the_pass_decides() {
+        let dir = tempfile::tempdir().unwrap();
+        let pulled = dir.path().join("pulled.yaml");
+        std::fs::write(&pulled, "").unwrap();
+        std::fs::write(dir.path().join("broken.yaml"), "module: {oci: [\n").unwrap();
+        std::fs::write(dir.path().join("notes.yaml"), "limits: {deadlineMs: 5000}\n").unwrap();
+        std::fs::write(dir.path().join("both.wasm"), b"wasm").unwrap();
+        std::fs::write(dir.path().join("both.yaml"), "").unwrap();
+        let listing = list(dir.path()).unwrap();
+        // Written whole after the listing, as `std::fs::write` does after its truncate.
+        std::fs::write(&pulled, "module: {oci: {ref: r.example/p:v1}}\n").unwrap();
+        let names: Vec<_> = listing.files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["both"]);
+        let being_written: Vec<_> = listing.being_written.iter().map(String::as_str).collect();
+        assert_eq!(being_written, ["broken", "pulled"], "a whole config naming no module is not one being written");
+    }
+
+    #[tokio::test]
+    async fn a_pass_applies_the_config_bytes_it_fingerprinted_and_skips_an_oci_config_read_mid_rewrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wasm, config) = (dir.path().join("p.wasm"), dir.path().join("p.yaml"));
+        std::fs::write(&wasm, b"wasm").unwrap();
+        std::fs::write(&config, "limits: {deadlineMs: 5000}\n").unwrap();
+        let file = PluginFile { name: "p".into(), wasm: Some(wasm), config: Some(config.clone()) };
+        let read = read_version(file.clone()).await.unwrap();
+        std::fs::write(&config, "").unwrap();
+        let (applied, _) = parse_config(&file, read.fingerprint.config.as_deref()).unwrap();
+        assert_eq!(applied.limits, PluginConfig::from_yaml("limits: {deadlineMs: 5000}\n").unwrap().limits);
+
+        let pulled = dir.path().join("pulled.yaml");
+        std::fs::write(&pulled, "module: {oci: {ref: r.example/p:v1}}\n").unwrap();
+        let file = PluginFile { name: "pulled".into(), wasm: None, config: Some(pulled.clone()) };
+        assert!(read_version(file.clone()).await.unwrap().names_module());
+        std::fs::write(&pulled, "").unwrap();
+        assert!(!read_version(file).await.unwrap().names_module(), "a pass skips it rather than apply no component");
     }
 
     #[test]
