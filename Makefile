@@ -67,12 +67,14 @@ help:
 	@echo "parts: toolchain plugins control-plane registry helm promtool lint bench"
 
 ## `kubewasm` on the PATH (~/.cargo/bin): the release binary, built from the lock file, and the
-## language engines where it finds them (~/.cargo/lib/kubewasm/engines).
+## language engines where it finds them (~/.cargo/lib/kubewasm/engines), precompiled by that
+## binary as the image's are, so a first `kubewasm dev` compiles no engine.
 INSTALL_ROOT := $(or $(CARGO_INSTALL_ROOT),$(CARGO_HOME),$(HOME)/.cargo)
 install: toolchain engines
 	$(CARGO) install --locked --path host --bin kubewasm
 	mkdir -p $(INSTALL_ROOT)/lib/kubewasm/engines
 	cp $(KUBEWASM_ENGINE_DIR)/*.wasm $(INSTALL_ROOT)/lib/kubewasm/engines/
+	bash deploy/image/precompile-engines.sh $(INSTALL_ROOT)/bin/kubewasm $(INSTALL_ROOT)/lib/kubewasm/engines
 
 ## The pinned Rust toolchain and the wasm32-wasip2 target (rust-toolchain.toml names both).
 toolchain:

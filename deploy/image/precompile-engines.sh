@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Precompiles every language engine in ENGINE_DIR into ENGINE_DIR/compiled, where a host reads
 # them (never writes them) before it would compile an engine: a new pod of the image compiles
-# no engine. `make engines-compiled` and the Dockerfile's builder stage run it.
+# no engine. `make engines-compiled`, `make install` and the Dockerfile's builder stage run it.
 #   precompile-engines.sh KUBEWASM_BINARY ENGINE_DIR
 # The files are wasmtime's precompiled format, named by the sha256 of the engine as the host
 # compiles it (instrumented for snapshots); a host whose wasmtime, settings or CPU the code does

@@ -21,7 +21,9 @@ pub struct RunArgs {
     /// Directory of the language engines plugins given as source run on
     /// (`<language>-<version>.wasm`, built by `make engines`); default: `engines` beside the
     /// binary, else in one of the two directories above it (`target/engines` for
-    /// `target/debug/kubewasm`).
+    /// `target/debug/kubewasm`), else `../lib/kubewasm/engines`. Its `compiled/<sha256>.cwasm`,
+    /// an engine precompiled (the image ships them), is mapped instead of compiling the engine:
+    /// it is native code, so the directory must be as trusted as the binary.
     #[arg(long, env = "KUBEWASM_ENGINE_DIR")]
     pub engine_dir: Option<PathBuf>,
     /// Watch the plugin directory and load, swap or unload plugins as its files change.
