@@ -22,7 +22,7 @@ use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::prelude::*;
 
-use common::{eventually, plugin_module};
+use common::{eventually, metric_values, plugin_module};
 use hotload_support::{stamp_of, stamper_config};
 
 /// ConfigMaps in each backlog.
@@ -103,9 +103,7 @@ async fn start(host_client: &kube::Client, label: &str) -> App {
 /// Metric `name` of the host, summed over its series (each queue's, say); 0 if it has none.
 fn metric(app: &App, name: &str) -> f64 {
     let text = prometheus::TextEncoder::new().encode_to_string(&app.registry().gather()).unwrap();
-    let series = text.lines().filter(|l| !l.starts_with('#'));
-    let named = series.filter(|l| l.split(['{', ' ']).next() == Some(name));
-    named.filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok()).sum()
+    metric_values(&text, name, &[]).sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -121,7 +121,17 @@ where
 /// The value of the sample of metric `name` whose labels include every pair in `labels`, from
 /// Prometheus text exposition.
 pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+    metric_values(text, name, labels).next()
+}
+
+/// The values of every sample of metric `name` whose labels include every pair in `labels`, from
+/// Prometheus text exposition.
+pub fn metric_values<'a>(
+    text: &'a str,
+    name: &'a str,
+    labels: &'a [(&'a str, &'a str)],
+) -> impl Iterator<Item = f64> + 'a {
+    text.lines().filter(|l| !l.starts_with('#')).filter_map(move |line| {
         let (series, value) = line.rsplit_once(' ')?;
         let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
         let matches = metric == name && labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
