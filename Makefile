@@ -284,9 +284,11 @@ release: image
 	tar -C $(TARGET_DIR)/dist/bin -czf $(TARGET_DIR)/dist/kubewasm-$(VERSION)-$(MUSL_TARGET).debug.tar.gz kubewasm.debug
 	@ls -l $(TARGET_DIR)/dist/*.tar.gz
 
+## Clippy checks the guest crates too (the SDK, the example plugins, the fixtures), built for
+## the host: what a plugin author runs on a plugin includes the SDK's generated bindings.
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p kubewasm-queue -p kubewasm-informer -p kubewasm-runtime -p kubewasm-host -p kubewasm -p kubewasm-testenv --no-deps
 
 ## The image's static binary alone (what takes long in `make image`). At nice 10 under `make

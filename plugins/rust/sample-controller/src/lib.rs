@@ -8,6 +8,9 @@
 //! a synced Foo gets a Normal `Synced` Event. Unlike the original, a Deployment the Foo no longer
 //! names is pruned by the host.
 
+// The original's kind is `Foo`, and its variables are named after it.
+#![allow(clippy::disallowed_names)]
+
 use k8s_openapi::api::apps::v1::Deployment;
 use kubewasm_sdk::{Desired, DesiredState, Error, Gvk, Registration, Request, Result, cache, events};
 use serde_json::{Value, json};

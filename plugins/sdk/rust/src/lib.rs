@@ -33,6 +33,9 @@
 //! ```
 
 #[doc(hidden)]
+// The generated functions take a WIT function's parameters one by one, flattened by the
+// canonical ABI: the count is the contract's, not a choice here.
+#[allow(clippy::too_many_arguments)]
 pub mod bindings {
     wit_bindgen::generate!({
         world: "controller",
