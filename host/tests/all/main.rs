@@ -56,4 +56,5 @@ mod shutdown;
 mod sources;
 mod swap;
 mod wasmplugin;
+mod wasmplugin_sources;
 mod workers;
