@@ -1,6 +1,8 @@
 //! WasmPlugins given as source (`spec.engine`) in a ConfigMap, against a real kube-apiserver +
-//! etcd: the plugin serves and a broken edit leaves it serving, and a source of several files
-//! imports its entry.
+//! etcd: the plugin serves and a broken edit leaves it serving, a source of several files imports
+//! its entry, and a canary given as source runs on the same engine: a broken candidate is
+//! reported, its fixed ConfigMap is picked up, its difference reported with nothing written, and
+//! promoting it makes it serve.
 
 use crate::common;
 use crate::wasmplugin::condition;
@@ -8,10 +10,11 @@ use crate::wasmplugin::condition;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubewasm_host::app::App;
 use kubewasm_host::hotload::WasmPlugin;
+use kubewasm_host::hotload::wasmplugin::CanaryStatus;
 use kubewasm_testenv::ControlPlane;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -170,5 +173,98 @@ async fn a_wasm_plugin_given_as_source_of_several_files_imports_its_entry_and_th
     .await;
     let managed_by = quota.metadata.labels.unwrap_or_default().remove("app.kubernetes.io/managed-by");
     assert_eq!(managed_by.as_deref(), Some("namespace-defaults-of-two-files"), "the second file's value");
+    served.stop().await;
+}
+
+/// The canary of a WasmPlugin given as source is source too, on the same engine, from a
+/// ConfigMap of its own; editing that ConfigMap reloads the candidate even while it is rejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_given_as_source_is_reported_broken_reloaded_once_fixed_compared_and_promoted() {
+    let Some(cp) = ControlPlane::shared() else { return };
+    let client = cp.admin_client().await;
+    common::examples::install_wasm_plugin_crd(&client).await;
+    let ns = cp.namespace("wp-src-canary").await;
+    let modules = cp.namespace("wp-src-canary-modules").await;
+    let text = common::plugin_source("python/namespace-defaults/namespace_defaults.py");
+    let candidate = text.replace("\"pods\": \"50\"", "\"pods\": \"60\"");
+    assert_ne!(candidate, text, "the source changed: {text}");
+    put_source(&client, &modules, "defaults-source", &[("namespace_defaults.py", &text)]).await;
+
+    let served = serve_source(&client, &ns, &modules, "defaults-source", None).await;
+    let (name, plugins) = (served.name.clone(), served.plugins.clone());
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+    let pods = |pods: &'static str| {
+        let quotas = quotas.clone();
+        async move {
+            eventually(&format!("the default quota allows {pods} pods"), CONVERGE, || async {
+                let quota = quotas.get_opt("default-quota").await.unwrap()?;
+                (quota.spec?.hard?.get("pods")?.0 == pods).then_some(())
+            })
+            .await
+        }
+    };
+    pods("50").await;
+    // Ready once its caches synced: no poll of the plugin is pending from here on, so only the
+    // changes below queue it again.
+    eventually("Ready, its caches synced", CONVERGE, || async {
+        let wp = plugins.get(&name).await.ok()?;
+        (condition(&wp, "Ready")?.status == "True").then_some(())
+    })
+    .await;
+    let canary_says = |what: &'static str, check: fn(&CanaryStatus) -> bool| {
+        let (plugins, name) = (plugins.clone(), name.clone());
+        async move {
+            eventually(what, CONVERGE, || async {
+                let wp = plugins.get(&name).await.ok()?;
+                wp.status.as_ref()?.canary.as_ref().filter(|c| check(c)).cloned()
+            })
+            .await
+        }
+    };
+
+    // A candidate whose source is broken: the reason in status.canary, at its file and line.
+    let broken = format!("{}\ndef broken(:\n", candidate.trim_end());
+    put_source(&client, &modules, "defaults-candidate", &[("namespace_defaults.py", &broken)]).await;
+    let canary = json!({ "spec": { "canary": { "module": { "configMap": { "name": "defaults-candidate" } } } } });
+    plugins.patch(&name, &PatchParams::default(), &Patch::Merge(&canary)).await.unwrap();
+    let status = canary_says("status.canary says the candidate did not load", |c| {
+        c.last_error.as_deref().is_some_and(|e| e.contains("SyntaxError"))
+    })
+    .await;
+    let at = format!("namespace_defaults.py:{}", broken.lines().count());
+    assert!(status.last_error.as_deref().unwrap().contains(&at), "{status:?}");
+    let wp = plugins.get(&name).await.unwrap();
+    assert_eq!(wp.status.as_ref().unwrap().revision, Some(1), "the serving version is untouched");
+    assert_eq!(condition(&wp, "Ready").unwrap().status, "True");
+
+    // Fixed in its ConfigMap alone, the WasmPlugin unchanged: the candidate loads.
+    put_source(&client, &modules, "defaults-candidate", &[("namespace_defaults.py", &candidate)]).await;
+    canary_says("the fixed candidate runs", |c| c.sha256.is_some() && c.last_error.is_none()).await;
+    // A change to the Namespace: the serving version reconciles it, then the candidate.
+    let touch = json!({ "metadata": { "labels": { "kubewasm.test/touched": "yes" } } });
+    Api::<Namespace>::all(client.clone()).patch(&ns, &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
+    let status = canary_says("status.canary holds a difference on the Namespace", |c| {
+        c.differ >= 1 && c.last_difference.is_some()
+    })
+    .await;
+    let difference = status.last_difference.unwrap();
+    assert_eq!((difference.key.as_str(), difference.result.as_str()), (ns.as_str(), "differ"));
+    let changed = |sign: char, pods: &str| {
+        difference.diff.lines().any(|l| l.starts_with(sign) && l.contains("pods") && l.contains(pods))
+    };
+    assert!(changed('-', "50") && changed('+', "60"), "{}", difference.diff);
+    // The candidate reconciled, and wrote nothing: the quota is still the serving version's.
+    let quota = quotas.get("default-quota").await.unwrap();
+    assert_eq!(quota.spec.unwrap().hard.unwrap()["pods"].0, "50", "the candidate's write reached the cluster");
+
+    // Promoted: the candidate's ConfigMap is the module, and its quota is applied.
+    let promote = json!({ "spec": { "module": { "configMap": { "name": "defaults-candidate" } }, "canary": null } });
+    plugins.patch(&name, &PatchParams::default(), &Patch::Merge(&promote)).await.unwrap();
+    eventually("revision 2 serving without a canary", CONVERGE, || async {
+        let status = plugins.get(&name).await.ok()?.status?;
+        (status.revision == Some(2) && status.canary.is_none()).then_some(())
+    })
+    .await;
+    pods("60").await;
     served.stop().await;
 }

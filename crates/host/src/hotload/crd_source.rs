@@ -115,12 +115,12 @@ fn plugin_trigger(plugins: &Informer, queue: WorkQueue<String>) -> HandlerRegist
     crate::controller::add_filtered(plugins, Some(&news), enqueue)
 }
 
-/// Queues the WasmPlugins whose module lives in a ConfigMap that changed.
+/// Queues the WasmPlugins whose module or canary's module lives in a ConfigMap that changed.
 fn module_trigger(modules: &Informer, plugins: Informer, queue: WorkQueue<String>) -> HandlerRegistration {
     let users = move |config_map: &CachedObject| {
         let users = plugins.store().list().into_iter().filter(|obj| {
             let Ok(plugin) = serde_json::from_slice::<WasmPlugin>(obj.json()) else { return false };
-            plugin.spec.module.config_map.as_ref().is_some_and(|c| c.name == config_map.name())
+            plugin.spec.reads_config_map(config_map.name())
         });
         users.map(|obj| obj.name().to_owned()).collect::<Vec<_>>()
     };

@@ -314,6 +314,16 @@ pub struct Condition {
 }
 
 impl WasmPluginSpec {
+    /// Whether ConfigMap `name` (of the module namespace) holds the module or the canary's: a
+    /// change to it is a change to this plugin.
+    pub fn reads_config_map(&self, name: &str) -> bool {
+        let canary = self.canary.as_ref().and_then(|c| c.module.as_ref());
+        [Some(&self.module), canary]
+            .into_iter()
+            .flatten()
+            .any(|m| m.config_map.as_ref().is_some_and(|c| c.name == name))
+    }
+
     /// The configuration of the canary's candidate: the spec's, with the canary's settings.
     pub fn canary_config(&self) -> Option<PluginConfig> {
         let canary = self.canary.as_ref()?;
@@ -460,6 +470,19 @@ mod tests {
             serde_yaml::from_str::<WasmPluginSpec>("module: {url: {url: u, sha256: s}}\ncanary: {modul: {}}\n")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_spec_reads_the_config_maps_of_its_module_and_of_its_canarys() {
+        let spec: WasmPluginSpec = serde_yaml::from_str(
+            "engine: python@0.3\nmodule: {configMap: {name: serving}}\ncanary:\n  module: {configMap: {name: candidate}}\n",
+        )
+        .unwrap();
+        assert!(spec.reads_config_map("serving") && spec.reads_config_map("candidate"));
+        assert!(!spec.reads_config_map("other"));
+        let settings_only: WasmPluginSpec =
+            serde_yaml::from_str("module: {url: {url: u, sha256: s}}\ncanary: {settings: {x: 1}}\n").unwrap();
+        assert!(!settings_only.reads_config_map("u"), "a module by URL reads no ConfigMap");
     }
 
     #[test]
