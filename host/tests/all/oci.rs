@@ -15,6 +15,7 @@ use kubewasm_host::hotload::oci::push::{Artifact, digest};
 use kubewasm_host::hotload::oci::signature::{self, SigningKey};
 use kubewasm_host::hotload::oci::{LAYER_MEDIA_TYPE, Options, Puller};
 use kubewasm_testenv::{ControlPlane, REGISTRY_PASSWORD, REGISTRY_USER, Registry};
+use rstest::rstest;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -635,15 +636,34 @@ async fn signature_verification_costs_per_new_digest() {
     );
 }
 
+#[rstest]
+#[case::python(
+    "python@0.3",
+    "namespace_defaults.py",
+    "python/namespace-defaults/namespace_defaults.py",
+    "namespace_defaults_py.wasm"
+)]
+#[case::javascript(
+    "js@0.3",
+    "namespace_defaults.js",
+    "js/namespace-defaults/namespace-defaults.js",
+    "namespace_defaults_js.wasm"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_python_source_pushed_and_signed_by_kubewasm_push_is_served_from_the_registry() {
+async fn a_source_pushed_and_signed_by_kubewasm_push_is_served_from_the_registry(
+    #[case] engine: &str,
+    #[case] file: &str,
+    #[case] path: &str,
+    #[case] built: &str,
+) {
     let Some(cp) = ControlPlane::shared() else { return };
     let Some(registry) = Registry::start_or_skip().await else { return };
     let client = cp.admin_client().await;
     common::examples::install_wasm_plugin_crd(&client).await;
     let ns = cp.namespace("oci-src").await;
     let modules = cp.namespace("oci-src-modules").await;
-    let repo = format!("{}/plugins/source", registry.host());
+    let language = engine.split('@').next().unwrap();
+    let repo = format!("{}/plugins/source-{language}", registry.host());
     pull_secret(&client, &modules, "pull", &registry.host(), REGISTRY_PASSWORD).await;
     let keys = tempfile::tempdir().unwrap();
     let kubewasm = || std::process::Command::new(env!("CARGO_BIN_EXE_kubewasm"));
@@ -652,8 +672,8 @@ async fn a_python_source_pushed_and_signed_by_kubewasm_push_is_served_from_the_r
     let public_pem = std::fs::read_to_string(keys.path().join("author.pub")).unwrap();
 
     // The author pushes the plugin's source as it is, signed.
-    let text = common::plugin_source("python/namespace-defaults/namespace_defaults.py");
-    let source = common::install_source(keys.path(), "namespace_defaults", "namespace_defaults_py.wasm", &text, "");
+    let text = common::plugin_source(path);
+    let source = common::install_source_file(keys.path(), file, built, &text, "");
     let ca = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(ca.path(), registry.ca_pem()).unwrap();
     let out = kubewasm()
@@ -680,9 +700,9 @@ async fn a_python_source_pushed_and_signed_by_kubewasm_push_is_served_from_the_r
         "apiVersion": "kubewasm.dev/v1alpha1", "kind": "WasmPlugin",
         "metadata": {"name": name, "labels": {"test": ns}},
         "spec": {
-            "engine": "python@0.3",
+            "engine": engine,
             "module": {"oci": {"ref": format!("{repo}:v1"), "pullSecret": "pull", "signature": {"publicKey": public_pem}}},
-            "grants": common::approved("namespace_defaults_py.wasm", json!({"namespaces": {"names": [ns]}})),
+            "grants": common::approved(built, json!({"namespaces": {"names": [ns]}})),
             "limits": {"deadlineMs": 5000, "memoryBytes": 134217728},
             // Children of its own names: the other tests' namespace-defaults serve every
             // Namespace, this one's included, and make `default-quota` there.

@@ -1,8 +1,8 @@
 //! WasmPlugins given as source (`spec.engine`) in a ConfigMap, against a real kube-apiserver +
-//! etcd: the plugin serves and a broken edit leaves it serving, a source of several files imports
-//! its entry, and a canary given as source runs on the same engine: a broken candidate is
-//! reported, its fixed ConfigMap is picked up, its difference reported with nothing written, and
-//! promoting it makes it serve.
+//! etcd, in Python and JavaScript: the plugin serves and a broken edit leaves it serving, and a
+//! canary given as source runs on the same engine (a broken candidate is reported, its fixed
+//! ConfigMap is picked up, its difference reported with nothing written, and promoting it makes
+//! it serve). In Python, a source of several files imports its entry.
 
 use crate::common;
 use crate::wasmplugin::condition;
@@ -16,6 +16,7 @@ use kubewasm_host::app::App;
 use kubewasm_host::hotload::WasmPlugin;
 use kubewasm_host::hotload::wasmplugin::CanaryStatus;
 use kubewasm_testenv::ControlPlane;
+use rstest::rstest;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -32,9 +33,43 @@ async fn put_source(client: &kube::Client, ns: &str, name: &str, data: &[(&str, 
     api.patch(name, &PatchParams::apply("kubewasm-test").force(), &Patch::Apply(&body)).await.unwrap();
 }
 
+/// namespace-defaults given as source in one language.
+struct Language {
+    /// `spec.engine`.
+    engine: &'static str,
+    /// Its file, as the ConfigMap's key.
+    file: &'static str,
+    /// Its path under `plugins/`.
+    path: &'static str,
+    /// Its packaged build, whose grants the test approves.
+    built: &'static str,
+    /// A line that does not parse.
+    broken: &'static str,
+    /// Its text of the default quota's 50 pods.
+    pods: &'static str,
+}
+
+const PYTHON: Language = Language {
+    engine: "python@0.3",
+    file: "namespace_defaults.py",
+    path: "python/namespace-defaults/namespace_defaults.py",
+    built: "namespace_defaults_py.wasm",
+    broken: "def broken(:",
+    pods: r#""pods": "50""#,
+};
+
+const JAVASCRIPT: Language = Language {
+    engine: "js@0.3",
+    file: "namespace-defaults.js",
+    path: "js/namespace-defaults/namespace-defaults.js",
+    built: "namespace_defaults_js.wasm",
+    broken: "const broken = (;",
+    pods: "pods: '50'",
+};
+
 /// A host serving the WasmPlugins of ConfigMaps in `modules`, and WasmPlugin `defaults-<ns>`:
-/// namespace-defaults' Python source from ConfigMap `config_map` (importing `entry`, else its one
-/// file), confined to `ns` by its grants.
+/// namespace-defaults' source in `language` from ConfigMap `config_map` (importing `entry`, else
+/// its one file), confined to `ns` by its grants.
 struct ServedSource {
     _app: App,
     shutdown: CancellationToken,
@@ -44,6 +79,7 @@ struct ServedSource {
 }
 
 async fn serve_source(
+    language: &Language,
     client: &kube::Client,
     ns: &str,
     modules: &str,
@@ -55,9 +91,9 @@ async fn serve_source(
     let source = tokio::spawn(app.wasm_plugin_source(modules).selector(&format!("test={ns}")).run(stop.clone()));
     let name = format!("defaults-{ns}");
     let plugins: Api<WasmPlugin> = Api::all(client.clone());
-    let grants = common::approved("namespace_defaults_py.wasm", json!({ "namespaces": { "names": [ns] } }));
+    let grants = common::approved(language.built, json!({ "namespaces": { "names": [ns] } }));
     let mut spec = json!({
-        "engine": "python@0.3",
+        "engine": language.engine,
         "module": { "configMap": { "name": config_map } },
         "grants": grants,
         "limits": { "deadlineMs": 5000, "memoryBytes": 134217728 },
@@ -83,18 +119,23 @@ impl ServedSource {
     }
 }
 
+#[rstest]
+#[case::python(&PYTHON)]
+#[case::javascript(&JAVASCRIPT)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wasm_plugin_given_as_source_in_a_config_map_serves_and_a_broken_edit_leaves_it_serving() {
+async fn a_wasm_plugin_given_as_source_in_a_config_map_serves_and_a_broken_edit_leaves_it_serving(
+    #[case] language: &Language,
+) {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     common::examples::install_wasm_plugin_crd(&client).await;
     // The Namespace namespace-defaults reconciles, confined to it by its grants.
     let ns = cp.namespace("wp-src").await;
     let modules = cp.namespace("wp-src-modules").await;
-    let text = common::plugin_source("python/namespace-defaults/namespace_defaults.py");
-    put_source(&client, &modules, "defaults-source", &[("namespace_defaults.py", &text)]).await;
+    let text = common::plugin_source(language.path);
+    put_source(&client, &modules, "defaults-source", &[(language.file, &text)]).await;
 
-    let served = serve_source(&client, &ns, &modules, "defaults-source", None).await;
+    let served = serve_source(language, &client, &ns, &modules, "defaults-source", None).await;
     let (name, plugins) = (served.name.clone(), served.plugins.clone());
     let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(client.clone(), &ns);
     let made = |not: Option<String>| {
@@ -112,9 +153,9 @@ async fn a_wasm_plugin_given_as_source_in_a_config_map_serves_and_a_broken_edit_
 
     // An edit of the ConfigMap whose last line is broken: Degraded at that file and line, and
     // revision 1 keeps serving.
-    let broken = format!("{}\ndef broken(:\n", text.trim_end());
-    put_source(&client, &modules, "defaults-source", &[("namespace_defaults.py", &broken)]).await;
-    let at = format!("namespace_defaults.py:{}", broken.lines().count());
+    let broken = format!("{}\n{}\n", text.trim_end(), language.broken);
+    put_source(&client, &modules, "defaults-source", &[(language.file, &broken)]).await;
+    let at = format!("{}:{}", language.file, broken.lines().count());
     let degraded = eventually("Degraded at the broken line", CONVERGE, || async {
         let wp = plugins.get(&name).await.ok()?;
         condition(&wp, "Degraded").filter(|c| c.status == "True" && c.reason == "LoadFailed").cloned()
@@ -165,7 +206,7 @@ async fn a_wasm_plugin_given_as_source_of_several_files_imports_its_entry_and_th
     let labels = "MANAGED_BY = 'namespace-defaults-of-two-files'\n";
     put_source(&client, &modules, "defaults-files", &[("namespace_defaults.py", &main), ("labels.py", labels)]).await;
 
-    let served = serve_source(&client, &ns, &modules, "defaults-files", Some("namespace_defaults")).await;
+    let served = serve_source(&PYTHON, &client, &ns, &modules, "defaults-files", Some("namespace_defaults")).await;
     let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(client.clone(), &ns);
     let quota = eventually("the default quota namespace-defaults makes", CONVERGE, || async {
         quotas.get_opt("default-quota").await.unwrap()
@@ -178,19 +219,24 @@ async fn a_wasm_plugin_given_as_source_of_several_files_imports_its_entry_and_th
 
 /// The canary of a WasmPlugin given as source is source too, on the same engine, from a
 /// ConfigMap of its own; editing that ConfigMap reloads the candidate even while it is rejected.
+#[rstest]
+#[case::python(&PYTHON)]
+#[case::javascript(&JAVASCRIPT)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_canary_given_as_source_is_reported_broken_reloaded_once_fixed_compared_and_promoted() {
+async fn a_canary_given_as_source_is_reported_broken_reloaded_once_fixed_compared_and_promoted(
+    #[case] language: &Language,
+) {
     let Some(cp) = ControlPlane::shared() else { return };
     let client = cp.admin_client().await;
     common::examples::install_wasm_plugin_crd(&client).await;
     let ns = cp.namespace("wp-src-canary").await;
     let modules = cp.namespace("wp-src-canary-modules").await;
-    let text = common::plugin_source("python/namespace-defaults/namespace_defaults.py");
-    let candidate = text.replace("\"pods\": \"50\"", "\"pods\": \"60\"");
+    let text = common::plugin_source(language.path);
+    let candidate = text.replace(language.pods, &language.pods.replace("50", "60"));
     assert_ne!(candidate, text, "the source changed: {text}");
-    put_source(&client, &modules, "defaults-source", &[("namespace_defaults.py", &text)]).await;
+    put_source(&client, &modules, "defaults-source", &[(language.file, &text)]).await;
 
-    let served = serve_source(&client, &ns, &modules, "defaults-source", None).await;
+    let served = serve_source(language, &client, &ns, &modules, "defaults-source", None).await;
     let (name, plugins) = (served.name.clone(), served.plugins.clone());
     let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
     let pods = |pods: &'static str| {
@@ -223,22 +269,22 @@ async fn a_canary_given_as_source_is_reported_broken_reloaded_once_fixed_compare
     };
 
     // A candidate whose source is broken: the reason in status.canary, at its file and line.
-    let broken = format!("{}\ndef broken(:\n", candidate.trim_end());
-    put_source(&client, &modules, "defaults-candidate", &[("namespace_defaults.py", &broken)]).await;
+    let broken = format!("{}\n{}\n", candidate.trim_end(), language.broken);
+    put_source(&client, &modules, "defaults-candidate", &[(language.file, &broken)]).await;
     let canary = json!({ "spec": { "canary": { "module": { "configMap": { "name": "defaults-candidate" } } } } });
     plugins.patch(&name, &PatchParams::default(), &Patch::Merge(&canary)).await.unwrap();
     let status = canary_says("status.canary says the candidate did not load", |c| {
         c.last_error.as_deref().is_some_and(|e| e.contains("SyntaxError"))
     })
     .await;
-    let at = format!("namespace_defaults.py:{}", broken.lines().count());
+    let at = format!("{}:{}", language.file, broken.lines().count());
     assert!(status.last_error.as_deref().unwrap().contains(&at), "{status:?}");
     let wp = plugins.get(&name).await.unwrap();
     assert_eq!(wp.status.as_ref().unwrap().revision, Some(1), "the serving version is untouched");
     assert_eq!(condition(&wp, "Ready").unwrap().status, "True");
 
     // Fixed in its ConfigMap alone, the WasmPlugin unchanged: the candidate loads.
-    put_source(&client, &modules, "defaults-candidate", &[("namespace_defaults.py", &candidate)]).await;
+    put_source(&client, &modules, "defaults-candidate", &[(language.file, &candidate)]).await;
     canary_says("the fixed candidate runs", |c| c.sha256.is_some() && c.last_error.is_none()).await;
     // A change to the Namespace: the serving version reconciles it, then the candidate.
     let touch = json!({ "metadata": { "labels": { "kubewasm.test/touched": "yes" } } });
