@@ -473,7 +473,7 @@ mod tests {
     }
 
     #[test]
-    fn a_spec_reads_the_config_maps_of_its_module_and_of_its_canarys() {
+    fn a_spec_reads_the_config_map_of_its_module_and_the_one_of_its_canary() {
         let spec: WasmPluginSpec = serde_yaml::from_str(
             "engine: python@0.3\nmodule: {configMap: {name: serving}}\ncanary:\n  module: {configMap: {name: candidate}}\n",
         )
